@@ -1,0 +1,1 @@
+//! Sans-IO scheduler of ray-rs: resources, policies, placement groups.

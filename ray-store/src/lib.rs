@@ -1,0 +1,1 @@
+//! Per-node object store of ray-rs: immutable aligned buffers, capacity, pinning.
