@@ -1,1 +1,54 @@
-//! Insight layer of ray-rs: records the runtime's tracing spans for the five views.
+//! Insight layer of ray-rs: records what the runtime does, from its `tracing`
+//! spans and events, for the five insight views.
+//!
+//! # What this crate owns
+//!
+//! Now: the recording foundation.
+//! - [`InsightLayer`], a `tracing_subscriber::Layer` that turns span creation,
+//!   span close and events under a target prefix (default `"ray"`) into compact
+//!   [`Record`]s. Each thread appends to its own bounded buffer; full batches go
+//!   to a bounded shared queue; when that is full, batches are dropped and
+//!   counted. The instrumented thread never blocks and never does I/O.
+//! - [`Collector`], which drains queued batches into a [`Sink`], and
+//!   [`MemorySink`], the in-memory sink used by tests and the embedded mode.
+//!
+//! Later: the collector side that builds the five views incrementally from the
+//! records (logical, physical, distributed stack, flame graph, Gantt), the
+//! append-only event log they replay from, the exports and the dashboard.
+//!
+//! # What it must not know about
+//!
+//! ray-insight depends on `tracing` only. It knows no runtime types (no ray-core,
+//! ray-proto, scheduler or store types); it reads span and event names and
+//! their fields (`task_id`, `object_id`, `bytes`, …). The runtime never depends
+//! on ray-insight: it only emits spans.
+//!
+//! # Example
+//!
+//! ```
+//! use ray_insight::{InsightConfig, InsightLayer, MemorySink};
+//! use tracing_subscriber::layer::SubscriberExt;
+//!
+//! let (layer, collector) = InsightLayer::new(InsightConfig::default());
+//! let subscriber = tracing_subscriber::registry().with(layer);
+//! tracing::subscriber::with_default(subscriber, || {
+//!     let span = tracing::info_span!(target: "ray_core::task", "task.run", task_id = 7u64);
+//!     let _entered = span.enter();
+//!     tracing::info!(target: "ray_core::object", object_id = 3u64, bytes = 4096u64, "object.put");
+//! });
+//! InsightLayer::flush_current_thread();
+//!
+//! let mut sink = MemorySink::new(1024);
+//! collector.drain_into(&mut sink);
+//! assert_eq!(sink.len(), 3); // span new, event, span close
+//! assert_eq!(sink.records()[0].field("task_id").and_then(|v| v.as_u64()), Some(7));
+//! ```
+
+mod layer;
+mod queue;
+mod record;
+mod sink;
+
+pub use layer::{InsightConfig, InsightLayer};
+pub use record::{FieldValue, Fields, Record, RecordKind};
+pub use sink::{Collector, MemorySink, Sink};

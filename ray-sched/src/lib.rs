@@ -1,1 +1,44 @@
-//! Sans-IO scheduler of ray-rs: resources, policies, placement groups.
+//! Sans-IO scheduler of ray-rs.
+//!
+//! ray-sched owns the scheduling *decisions* of the system:
+//! - the resource model: exact fixed-point amounts ([`Quantity`]) and named
+//!   sets of them ([`ResourceSet`]: CPU, GPU, memory, custom names);
+//! - the accounting of one node ([`NodeResources`]: total, used, available);
+//! - node-local admission ([`LocalQueue`]): run now, queue by scheduling
+//!   class, dispatch as resources come back, report infeasible requests at
+//!   once;
+//! - later, the cluster view, the placement policies (hybrid, spread, node
+//!   affinity, locality) and placement-group bundles.
+//!
+//! It is a pure library: the same inputs give the same decisions. It must not
+//! know about I/O, tokio, threads or clocks (time and randomness come in as
+//! parameters), object bytes, or any ray-core type; the runtime calls it and
+//! carries out what it decides. Items in queues are opaque `T`s chosen by the
+//! caller.
+//!
+//! ```
+//! use ray_sched::{Admission, LocalQueue, Quantity, ResourceSet, GPU};
+//!
+//! let total = ResourceSet::cpu(Quantity::from_units(2)).with(GPU, Quantity::ONE);
+//! let mut queue = LocalQueue::new(total);
+//! let half_gpu = ResourceSet::cpu(Quantity::ONE).with(GPU, Quantity::from_f64(0.5)?);
+//! assert!(matches!(queue.submit(half_gpu.clone(), "a"), Admission::Run("a")));
+//! assert!(matches!(queue.submit(half_gpu.clone(), "b"), Admission::Run("b")));
+//! assert!(matches!(queue.submit(half_gpu.clone(), "c"), Admission::Queued));
+//!
+//! queue.release(&half_gpu); // "a" finished
+//! assert_eq!(queue.pop_runnable(), Some((half_gpu, "c")));
+//! # Ok::<(), ray_sched::SchedError>(())
+//! ```
+
+mod error;
+mod local_queue;
+mod node;
+mod quantity;
+mod resources;
+
+pub use error::SchedError;
+pub use local_queue::{Admission, Infeasible, LocalQueue};
+pub use node::NodeResources;
+pub use quantity::{Quantity, MAX_UNITS};
+pub use resources::{ResourceIter, ResourceSet, CPU, GPU, MEMORY};

@@ -1,0 +1,420 @@
+//! Actors: a mailbox and a state, run on the CPU pool.
+//!
+//! An actor's calls queue in its mailbox in submission order. While calls
+//! are waiting, up to `max_concurrency` drainer jobs run on the pool, each
+//! popping and running calls. With the default of one drainer, calls run one
+//! at a time in order. `&mut self` methods take the state's write lock and
+//! so always run alone; `&self` methods share a read lock.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::Deref;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use ray_gcs::{ActorInfo, ActorState as GcsActorState, GcsError};
+use ray_proto::{ActorId, TaskId};
+use ray_sched::ResourceSet;
+
+use crate::context;
+use crate::error::{Error, Result};
+use crate::object_ref::{ObjectRef, TaskArg};
+use crate::options::ActorOptions;
+use crate::registry::{ActorClass, ActorMethod, ActorState, InvokeError, MethodInvoke};
+use crate::runtime::{Dispatch, Runtime};
+use crate::task::{invoke_guarded, panic_message, resolve_args};
+
+/// Calls a drainer runs before it lets other work have its pool thread.
+const DRAIN_BUDGET: usize = 64;
+
+/// One call waiting in a mailbox.
+struct ActorCall {
+    task: TaskId,
+    method: &'static ActorMethod,
+    args: Vec<TaskArg>,
+}
+
+enum Status {
+    /// The constructor has not run yet; calls queue.
+    Pending,
+    Alive,
+    Dead(String),
+}
+
+struct Mailbox {
+    queue: VecDeque<ActorCall>,
+    drainers: usize,
+    status: Status,
+}
+
+/// A live (or dying) actor.
+pub(crate) struct ActorCell {
+    pub(crate) id: ActorId,
+    pub(crate) class: &'static ActorClass,
+    rt: Arc<Runtime>,
+    resources: ResourceSet,
+    holds_resources: AtomicBool,
+    max_concurrency: usize,
+    ctor_args: Mutex<Option<Vec<TaskArg>>>,
+    mailbox: Mutex<Mailbox>,
+    state: RwLock<Option<ActorState>>,
+}
+
+impl ActorCell {
+    /// Runs the constructor; resources were acquired by admission.
+    pub(crate) fn construct(self: &Arc<Self>, rt: &Arc<Runtime>) {
+        self.holds_resources.store(true, Ordering::Release);
+        let args = self.ctor_args.lock().take().unwrap_or_default();
+        let task = TaskId::new(self.id.owner, self.id.seq);
+        let span = tracing::trace_span!(target: "ray::actor", "actor.create", actor_id = %self.id, class = self.class.name);
+        let _enter = span.enter();
+        let outcome = context::with_task(rt, task, None, || {
+            let args = resolve_args(&args)?;
+            match catch_unwind(AssertUnwindSafe(|| (self.class.construct)(&args))) {
+                Ok(Ok(state)) => Ok(state),
+                Ok(Err(InvokeError::Failed(e))) => Err(e.to_string()),
+                Ok(Err(InvokeError::User(e))) => Err(format!("constructor failed: {e}")),
+                Err(p) => Err(format!("constructor panicked: {}", panic_message(p.as_ref()))),
+            }
+            .map_err(|cause| Error::ActorDied {
+                actor: self.id,
+                class: self.class.name,
+                cause,
+            })
+        });
+        match outcome {
+            Ok(state) => {
+                *self.state.write() = Some(state);
+                let spawn = {
+                    let mut mb = self.mailbox.lock();
+                    if !matches!(mb.status, Status::Pending) {
+                        // Killed while constructing.
+                        0
+                    } else {
+                        mb.status = Status::Alive;
+                        let n = mb.queue.len().min(self.max_concurrency);
+                        mb.drainers += n;
+                        n
+                    }
+                };
+                let _ = rt.gcs.lock().set_actor_state(
+                    self.id,
+                    GcsActorState::Alive { node: rt.node },
+                );
+                for _ in 0..spawn {
+                    self.spawn_drainer();
+                }
+            }
+            Err(Error::ActorDied { cause, .. }) => self.fail(cause),
+            Err(e) => self.fail(e.to_string()),
+        }
+    }
+
+    fn died(&self, cause: &str) -> Error {
+        Error::ActorDied {
+            actor: self.id,
+            class: self.class.name,
+            cause: cause.to_string(),
+        }
+    }
+
+    /// Queues a call, starting a drainer if a slot is free.
+    fn enqueue(self: &Arc<Self>, call: ActorCall) {
+        let spawn = {
+            let mut mb = self.mailbox.lock();
+            if let Status::Dead(cause) = &mb.status {
+                let err = self.died(cause);
+                drop(mb);
+                self.rt.complete_object(call.task.return_object(), Err(err));
+                return;
+            }
+            mb.queue.push_back(call);
+            let spawn = matches!(mb.status, Status::Alive) && mb.drainers < self.max_concurrency;
+            if spawn {
+                mb.drainers += 1;
+            }
+            spawn
+        };
+        if spawn {
+            self.spawn_drainer();
+        }
+    }
+
+    fn spawn_drainer(self: &Arc<Self>) {
+        let cell = self.clone();
+        if self.rt.pool.execute(Box::new(move || cell.drain())).is_err() {
+            self.mailbox.lock().drainers -= 1;
+        }
+    }
+
+    /// Runs queued calls until the mailbox is empty or the budget is spent.
+    fn drain(self: Arc<Self>) {
+        for _ in 0..DRAIN_BUDGET {
+            let call = {
+                let mut mb = self.mailbox.lock();
+                match mb.queue.pop_front() {
+                    Some(call) => call,
+                    None => {
+                        mb.drainers -= 1;
+                        return;
+                    }
+                }
+            };
+            self.run_call(call);
+        }
+        // Let other queued work run; this drainer goes to the back.
+        self.spawn_drainer();
+    }
+
+    fn run_call(self: &Arc<Self>, call: ActorCall) {
+        let rt = &self.rt;
+        let span = tracing::trace_span!(
+            target: "ray::actor",
+            "actor.call",
+            task_id = %call.task,
+            actor_id = %self.id,
+            method = call.method.name,
+        );
+        let _enter = span.enter();
+        let outcome = context::with_task(rt, call.task, None, || {
+            let args = resolve_args(&call.args)?;
+            invoke_guarded(call.task, call.method.name, || match call.method.invoke {
+                MethodInvoke::Shared(f) => {
+                    let guard = self.state.read();
+                    match guard.as_ref() {
+                        Some(state) => f(state.as_ref(), &args),
+                        None => Err(InvokeError::Failed(self.died("its state is gone"))),
+                    }
+                }
+                MethodInvoke::Exclusive(f) => {
+                    let mut guard = self.state.write();
+                    match guard.as_mut() {
+                        Some(state) => f(state.as_mut(), &args),
+                        None => Err(InvokeError::Failed(self.died("its state is gone"))),
+                    }
+                }
+            })
+        });
+        rt.complete_object(call.task.return_object(), outcome);
+    }
+
+    /// The actor dies: queued calls fail, its state drops, resources return.
+    pub(crate) fn fail(&self, cause: String) {
+        let queued = {
+            let mut mb = self.mailbox.lock();
+            if matches!(mb.status, Status::Dead(_)) {
+                return;
+            }
+            mb.status = Status::Dead(cause.clone());
+            std::mem::take(&mut mb.queue)
+        };
+        tracing::debug!(target: "ray::actor", actor_id = %self.id, cause = %cause, "actor.dead");
+        for call in queued {
+            self.rt
+                .complete_object(call.task.return_object(), Err(self.died(&cause)));
+        }
+        let state = self.state.write().take();
+        drop(state);
+        self.give_back_resources();
+        let _ = self
+            .rt
+            .gcs
+            .lock()
+            .set_actor_state(self.id, GcsActorState::Dead { cause });
+        let pinned = self.rt.pinned_actors.lock().remove(&self.id);
+        drop(pinned);
+    }
+
+    fn give_back_resources(&self) {
+        if self.holds_resources.swap(false, Ordering::AcqRel) {
+            self.rt.release_resources(&self.resources);
+        }
+    }
+}
+
+impl Drop for ActorCell {
+    fn drop(&mut self) {
+        // The last handle and the last queued call are gone.
+        self.give_back_resources();
+        let cause = "all handles to it were dropped".to_string();
+        let _ = self
+            .rt
+            .gcs
+            .lock()
+            .set_actor_state(self.id, GcsActorState::Dead { cause });
+    }
+}
+
+/// Creates an actor; the constructor runs once resources allow.
+pub(crate) fn spawn_actor(
+    rt: &Arc<Runtime>,
+    class: &'static ActorClass,
+    args: Vec<TaskArg>,
+    opts: ActorOptions,
+) -> Result<Arc<ActorCell>> {
+    rt.check_running()?;
+    let req = opts.validate()?.clone();
+    rt.check_feasible(class.name, &req)?;
+    let id = ActorId::new(rt.worker, rt.next_seq());
+    let namespace = opts
+        .namespace
+        .clone()
+        .unwrap_or_else(|| rt.settings.namespace.clone());
+    let info = ActorInfo {
+        id,
+        class_name: class.name.to_string(),
+        name: opts.name.clone(),
+        namespace,
+        job: rt.job,
+        detached: opts.detached,
+        max_restarts: 0,
+    };
+    rt.gcs.lock().register_actor(info).map_err(|e| match e {
+        GcsError::NameTaken {
+            namespace,
+            name,
+            existing,
+        } => Error::NameTaken {
+            namespace,
+            name,
+            existing,
+        },
+        other => Error::InvalidArgument(other.to_string()),
+    })?;
+    let cell = Arc::new(ActorCell {
+        id,
+        class,
+        rt: rt.clone(),
+        resources: req.clone(),
+        holds_resources: AtomicBool::new(false),
+        max_concurrency: opts.max_concurrency,
+        ctor_args: Mutex::new(Some(args)),
+        mailbox: Mutex::new(Mailbox {
+            queue: VecDeque::new(),
+            drainers: 0,
+            status: Status::Pending,
+        }),
+        state: RwLock::new(None),
+    });
+    if opts.name.is_some() || opts.detached {
+        rt.pinned_actors.lock().insert(id, cell.clone());
+    }
+    rt.admit_dispatch(req, Dispatch::CreateActor(cell.clone()));
+    Ok(cell)
+}
+
+/// An actor class made by `#[remote]` on a struct and its `impl`.
+pub trait RemoteActor: Send + Sync + Sized + 'static {
+    /// The generated type holding the typed call methods.
+    type Stub: From<RawActorHandle> + Clone + Send + Sync;
+    /// The registered class.
+    const CLASS: &'static ActorClass;
+}
+
+/// An untyped actor handle; generated stubs wrap it.
+#[derive(Clone)]
+pub struct RawActorHandle {
+    pub(crate) cell: Arc<ActorCell>,
+}
+
+impl RawActorHandle {
+    /// Submits a call of `method` (generated code calls this).
+    #[doc(hidden)]
+    pub fn __call<R>(&self, method: &'static ActorMethod, args: Vec<TaskArg>) -> Result<ObjectRef<R>> {
+        let rt = &self.cell.rt;
+        rt.check_running()?;
+        let task = rt.new_task_id();
+        let handle = rt.objects.insert(rt, task.return_object(), None, Vec::new());
+        tracing::trace!(target: "ray::actor", task_id = %task, actor_id = %self.cell.id, method = method.name, "actor.submit");
+        self.cell.enqueue(ActorCall { task, method, args });
+        Ok(ObjectRef::from_handle(handle))
+    }
+
+    /// The actor's id.
+    pub fn id(&self) -> ActorId {
+        self.cell.id
+    }
+}
+
+/// A typed handle to a live actor of class `A`.
+///
+/// Method calls go through `Deref` to the generated stub:
+/// `handle.incr(5)?` returns an `ObjectRef` of the method's result.
+pub struct ActorHandle<A: RemoteActor> {
+    raw: RawActorHandle,
+    stub: A::Stub,
+    _a: PhantomData<fn() -> A>,
+}
+
+impl<A: RemoteActor> Clone for ActorHandle<A> {
+    fn clone(&self) -> Self {
+        Self {
+            raw: self.raw.clone(),
+            stub: self.stub.clone(),
+            _a: PhantomData,
+        }
+    }
+}
+
+impl<A: RemoteActor> fmt::Debug for ActorHandle<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ActorHandle<{}>({})", A::CLASS.name, self.raw.cell.id)
+    }
+}
+
+impl<A: RemoteActor> ActorHandle<A> {
+    pub(crate) fn from_raw(raw: RawActorHandle) -> Self {
+        Self {
+            stub: A::Stub::from(raw.clone()),
+            raw,
+            _a: PhantomData,
+        }
+    }
+
+    /// The actor's id.
+    pub fn id(&self) -> ActorId {
+        self.raw.cell.id
+    }
+
+    /// Kills the actor: queued and future calls fail with `ActorDied`.
+    /// A call already running finishes.
+    pub fn kill(&self) {
+        self.raw.cell.fail("killed by its owner".into());
+    }
+
+    /// Creates an actor (generated code calls this).
+    #[doc(hidden)]
+    pub fn __spawn(ray: &crate::Ray, args: Vec<TaskArg>, opts: ActorOptions) -> Result<Self> {
+        let cell = spawn_actor(&ray.rt, A::CLASS, args, opts)?;
+        Ok(Self::from_raw(RawActorHandle { cell }))
+    }
+}
+
+impl<A: RemoteActor> Deref for ActorHandle<A> {
+    type Target = A::Stub;
+
+    fn deref(&self) -> &A::Stub {
+        &self.stub
+    }
+}
+
+/// Looks up a named actor of class `A`.
+pub(crate) fn lookup<A: RemoteActor>(rt: &Arc<Runtime>, name: &str, namespace: &str) -> Result<ActorHandle<A>> {
+    let not_found = || Error::ActorNotFound {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    };
+    let id = rt.gcs.lock().named_actor(namespace, name).ok_or_else(not_found)?;
+    let cell = rt.pinned_actors.lock().get(&id).cloned().ok_or_else(not_found)?;
+    if cell.class.id != A::CLASS.id {
+        return Err(Error::ActorClassMismatch {
+            name: name.to_string(),
+            expected: A::CLASS.name,
+            actual: cell.class.name,
+        });
+    }
+    Ok(ActorHandle::from_raw(RawActorHandle { cell }))
+}

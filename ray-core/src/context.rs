@@ -1,0 +1,101 @@
+//! What is running on this thread: the task context set by the pool.
+//!
+//! A pool thread running a task or actor call knows its runtime, its task id
+//! and the resources it holds, so that nested submissions find the runtime
+//! and a `get` that has to wait can hand the task's CPU back.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use ray_proto::TaskId;
+use ray_sched::ResourceSet;
+
+use crate::runtime::Runtime;
+
+/// The task (or actor call) running on this thread.
+pub(crate) struct TaskContext {
+    pub(crate) rt: Arc<Runtime>,
+    pub(crate) task: TaskId,
+    /// Resources the task holds while running (released while blocked).
+    pub(crate) resources: Option<ResourceSet>,
+    /// Number of blocking waits in progress (0 or 1: only the outermost counts).
+    blocked: u32,
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<TaskContext>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with `ctx` as this thread's task context.
+pub(crate) fn with_task<R>(
+    rt: &Arc<Runtime>,
+    task: TaskId,
+    resources: Option<ResourceSet>,
+    f: impl FnOnce() -> R,
+) -> R {
+    let ctx = TaskContext {
+        rt: rt.clone(),
+        task,
+        resources,
+        blocked: 0,
+    };
+    let prev = CURRENT.with(|c| c.borrow_mut().replace(ctx));
+    struct Restore(Option<TaskContext>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let prev = self.0.take();
+            CURRENT.with(|c| *c.borrow_mut() = prev);
+        }
+    }
+    let _restore = Restore(prev);
+    f()
+}
+
+/// The runtime and task of the current thread, if it runs a task.
+pub(crate) fn current() -> Option<(Arc<Runtime>, TaskId)> {
+    CURRENT.with(|c| c.borrow().as_ref().map(|ctx| (ctx.rt.clone(), ctx.task)))
+}
+
+/// The task running on this thread, if any.
+pub(crate) fn current_task() -> Option<TaskId> {
+    CURRENT.with(|c| c.borrow().as_ref().map(|ctx| ctx.task))
+}
+
+/// Marks the current task as blocked until the guard drops: its CPU goes
+/// back to the node and its pool slot to other work.
+pub(crate) struct BlockGuard {
+    rt: Arc<Runtime>,
+    resources: Option<ResourceSet>,
+}
+
+/// Starts a blocking wait if this thread runs a task; `None` otherwise.
+pub(crate) fn begin_blocking() -> Option<BlockGuard> {
+    let (rt, resources) = CURRENT.with(|c| {
+        let mut c = c.borrow_mut();
+        let ctx = c.as_mut()?;
+        if ctx.blocked > 0 {
+            return None;
+        }
+        ctx.blocked = 1;
+        Some((ctx.rt.clone(), ctx.resources.clone()))
+    })?;
+    if let Some(res) = &resources {
+        rt.release_resources(res);
+    }
+    rt.pool.begin_blocking();
+    Some(BlockGuard { rt, resources })
+}
+
+impl Drop for BlockGuard {
+    fn drop(&mut self) {
+        CURRENT.with(|c| {
+            if let Some(ctx) = c.borrow_mut().as_mut() {
+                ctx.blocked = 0;
+            }
+        });
+        self.rt.pool.end_blocking();
+        if let Some(res) = &self.resources {
+            self.rt.acquire_resources_forced(res);
+        }
+    }
+}

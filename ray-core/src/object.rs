@@ -1,0 +1,122 @@
+//! What can be an object: any rkyv-archivable value, and how values become
+//! bytes and back.
+//!
+//! Encoding records the [`ObjectRef`](crate::ObjectRef)s nested inside a
+//! value, so the object that contains them keeps them alive (Ray's
+//! "contained refs"). Decoding needs the runtime that owns those refs; it is
+//! passed through a thread-local for the duration of one decode.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use rkyv::api::high::{HighDeserializer, HighSerializer, HighValidator};
+use rkyv::bytecheck::CheckBytes;
+use rkyv::rancor;
+use rkyv::ser::allocator::ArenaHandle;
+use rkyv::util::AlignedVec;
+use rkyv::{Archive, Deserialize, Serialize};
+use ray_store::ObjectBuffer;
+
+use crate::error::{Error, Result};
+use crate::ownership::RefHandle;
+use crate::runtime::Runtime;
+
+/// A value that can be stored as an object, passed as an argument or returned
+/// from a task: anything rkyv can archive, check and deserialize.
+///
+/// Implemented automatically; derive `rkyv::{Archive, Serialize, Deserialize}`
+/// on your types to make them objects.
+pub trait Object: Archive + Send + 'static {
+    #[doc(hidden)]
+    fn __encode(&self) -> Result<AlignedVec, rancor::Error>;
+    #[doc(hidden)]
+    fn __decode(bytes: &[u8]) -> Result<Self, rancor::Error>
+    where
+        Self: Sized;
+    #[doc(hidden)]
+    fn __access(bytes: &[u8]) -> Result<&Self::Archived, rancor::Error>;
+}
+
+impl<T> Object for T
+where
+    T: Archive + Send + 'static,
+    T: for<'a> Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
+    T::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
+        + Deserialize<T, HighDeserializer<rancor::Error>>,
+{
+    fn __encode(&self) -> Result<AlignedVec, rancor::Error> {
+        rkyv::to_bytes::<rancor::Error>(self)
+    }
+
+    fn __decode(bytes: &[u8]) -> Result<Self, rancor::Error> {
+        rkyv::from_bytes::<T, rancor::Error>(bytes)
+    }
+
+    fn __access(bytes: &[u8]) -> Result<&Self::Archived, rancor::Error> {
+        rkyv::access::<T::Archived, rancor::Error>(bytes)
+    }
+}
+
+/// A value turned into bytes, with the refs found inside it.
+pub(crate) struct Encoded {
+    pub(crate) buf: ObjectBuffer,
+    pub(crate) nested: Vec<Arc<RefHandle>>,
+}
+
+thread_local! {
+    /// Refs met while encoding on this thread; `None` when not encoding.
+    static NESTED: RefCell<Option<Vec<Arc<RefHandle>>>> = const { RefCell::new(None) };
+    /// The runtime that decoded refs belong to; `None` when not decoding.
+    static DECODE_RT: RefCell<Option<Arc<Runtime>>> = const { RefCell::new(None) };
+}
+
+/// Encodes `value`, collecting the refs nested in it.
+pub(crate) fn encode<T: Object>(value: &T, what: &str) -> Result<Encoded> {
+    let prev = NESTED.with(|n| n.borrow_mut().replace(Vec::new()));
+    let bytes = value.__encode();
+    let nested = NESTED.with(|n| std::mem::replace(&mut *n.borrow_mut(), prev)).unwrap_or_default();
+    let bytes = bytes.map_err(|e| Error::Serialization {
+        op: "encode",
+        what: what.to_string(),
+        message: e.to_string(),
+    })?;
+    Ok(Encoded {
+        buf: ObjectBuffer::from_aligned(bytes),
+        nested,
+    })
+}
+
+/// Called by `ObjectRef`'s serializer: remembers a nested ref.
+pub(crate) fn note_nested(handle: &Arc<RefHandle>) {
+    NESTED.with(|n| {
+        if let Some(v) = n.borrow_mut().as_mut() {
+            v.push(handle.clone());
+        }
+    });
+}
+
+/// Decodes a `T` whose nested refs belong to `rt`.
+pub(crate) fn decode<T: Object>(rt: &Arc<Runtime>, bytes: &[u8], what: &str) -> Result<T> {
+    let prev = DECODE_RT.with(|d| d.borrow_mut().replace(rt.clone()));
+    let out = T::__decode(bytes);
+    DECODE_RT.with(|d| *d.borrow_mut() = prev);
+    out.map_err(|e| Error::Serialization {
+        op: "decode",
+        what: what.to_string(),
+        message: e.to_string(),
+    })
+}
+
+/// Decodes a value that holds no refs (errors, for example), outside any runtime.
+pub(crate) fn decode_plain<T: Object>(bytes: &[u8]) -> Result<T> {
+    T::__decode(bytes).map_err(|e| Error::Serialization {
+        op: "decode",
+        what: std::any::type_name::<T>().to_string(),
+        message: e.to_string(),
+    })
+}
+
+/// The runtime of the decode in progress on this thread.
+pub(crate) fn decoding_runtime() -> Option<Arc<Runtime>> {
+    DECODE_RT.with(|d| d.borrow().clone())
+}

@@ -1,0 +1,279 @@
+//! `ObjectRef<T>`: a typed, counted reference to an immutable object.
+
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::ops::Deref;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use rkyv::rancor::{Fallible, Source};
+use rkyv::{Archive, Deserialize, Place, Serialize};
+use ray_proto::{ArchivedObjectId, ObjectId};
+use ray_store::ObjectBuffer;
+
+use crate::context::{begin_blocking, BlockGuard};
+use crate::error::{Error, Result};
+use crate::object::{self, Object};
+use crate::ownership::RefHandle;
+
+/// A reference to an immutable object of type `T`, owned by the worker that
+/// created it.
+///
+/// Cloning is cheap and counts as a reference; the object is freed when the
+/// last reference anywhere (handles, task arguments, objects containing it)
+/// is dropped. An `ObjectRef` can be passed to a remote function in place of
+/// a `T` (it is resolved before the callee runs) or nested inside a value
+/// (it then travels by reference).
+pub struct ObjectRef<T> {
+    pub(crate) handle: Arc<RefHandle>,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for ObjectRef<T> {
+    fn clone(&self) -> Self {
+        Self::from_handle(self.handle.clone())
+    }
+}
+
+impl<T> fmt::Debug for ObjectRef<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ObjectRef({})", self.handle.id)
+    }
+}
+
+impl<T> PartialEq for ObjectRef<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.handle.id == other.handle.id
+    }
+}
+
+impl<T> Eq for ObjectRef<T> {}
+
+impl<T> ObjectRef<T> {
+    pub(crate) fn from_handle(handle: Arc<RefHandle>) -> Self {
+        Self {
+            handle,
+            _t: PhantomData,
+        }
+    }
+
+    /// The object's id.
+    pub fn id(&self) -> ObjectId {
+        self.handle.id
+    }
+
+    /// Whether the value (or the error) is there, without waiting.
+    pub fn is_ready(&self) -> bool {
+        self.handle.rt.objects.is_ready(self.handle.id)
+    }
+
+    /// The raw bytes, once ready. Inside a task, waiting gives its CPU back.
+    pub(crate) async fn buffer(&self) -> Result<ObjectBuffer> {
+        ReadyFuture {
+            handle: &self.handle,
+            guard: None,
+        }
+        .await
+    }
+}
+
+impl<T: Object> ObjectRef<T> {
+    /// Waits for the object and returns a deserialized copy.
+    ///
+    /// Fails with the producing task's error if it failed.
+    pub async fn get(&self) -> Result<T> {
+        let buf = self.buffer().await?;
+        object::decode::<T>(&self.handle.rt, buf.as_bytes(), std::any::type_name::<T>())
+    }
+
+    /// Like [`get`](Self::get), but fails with [`Error::Timeout`] after `timeout`.
+    pub async fn get_timeout(&self, timeout: Duration) -> Result<T> {
+        match tokio::time::timeout(timeout, self.get()).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Timeout(timeout)),
+        }
+    }
+
+    /// Waits for the object and returns a zero-copy view of its archive:
+    /// no copy, no deserialization, valid as long as the view lives.
+    pub async fn get_archived(&self) -> Result<ArchivedRef<T>> {
+        let buf = self.buffer().await?;
+        ArchivedRef::new(buf)
+    }
+
+    /// Blocking [`get`](Self::get), for code that is not async.
+    ///
+    /// Must not be called from inside an async runtime's worker thread.
+    pub fn get_blocking(&self) -> Result<T> {
+        futures::executor::block_on(self.get())
+    }
+
+    /// Blocking [`get_archived`](Self::get_archived).
+    pub fn get_archived_blocking(&self) -> Result<ArchivedRef<T>> {
+        futures::executor::block_on(self.get_archived())
+    }
+}
+
+/// Waits until an object has a value; inside a task, marks it blocked.
+struct ReadyFuture<'a> {
+    handle: &'a Arc<RefHandle>,
+    guard: Option<Option<BlockGuard>>,
+}
+
+impl Future for ReadyFuture<'_> {
+    type Output = Result<ObjectBuffer>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let rt = &self.handle.rt;
+        let id = self.handle.id;
+        match rt.objects.poll(id, Some(cx.waker())) {
+            Poll::Ready(value) => {
+                self.guard = None;
+                Poll::Ready(rt.read_value(id, value))
+            }
+            Poll::Pending => {
+                if self.guard.is_none() {
+                    self.guard = Some(begin_blocking());
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// A zero-copy view of an object's rkyv archive.
+///
+/// Derefs to `T::Archived`. Holding it pins the object's bytes.
+pub struct ArchivedRef<T: Object> {
+    buf: ObjectBuffer,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T: Object> ArchivedRef<T> {
+    fn new(buf: ObjectBuffer) -> Result<Self> {
+        // Validate once; every later access trusts these immutable bytes.
+        T::__access(buf.as_bytes()).map_err(|e| Error::Serialization {
+            op: "access",
+            what: std::any::type_name::<T>().to_string(),
+            message: e.to_string(),
+        })?;
+        Ok(Self {
+            buf,
+            _t: PhantomData,
+        })
+    }
+
+    /// The underlying bytes.
+    pub fn bytes(&self) -> &[u8] {
+        self.buf.as_bytes()
+    }
+}
+
+impl<T: Object> Deref for ArchivedRef<T> {
+    type Target = T::Archived;
+
+    fn deref(&self) -> &T::Archived {
+        // SAFETY: `new` validated these exact bytes as a `T::Archived` with
+        // bytecheck, and an `ObjectBuffer` is immutable and 16-aligned for
+        // as long as this view holds it. Re-validating on every deref would
+        // make a zero-copy view cost O(size) per access.
+        unsafe { rkyv::access_unchecked::<T::Archived>(self.buf.as_bytes()) }
+    }
+}
+
+impl<T: Object> fmt::Debug for ArchivedRef<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ArchivedRef<{}>({} bytes)", std::any::type_name::<T>(), self.buf.len())
+    }
+}
+
+// `ObjectRef<T>` archives as the object's id. Serializing records the ref as
+// nested in the value being encoded; deserializing makes a new counted
+// reference in the runtime doing the decode.
+
+impl<T> Archive for ObjectRef<T> {
+    type Archived = ArchivedObjectId;
+    type Resolver = <ObjectId as Archive>::Resolver;
+
+    fn resolve(&self, resolver: Self::Resolver, out: Place<Self::Archived>) {
+        self.handle.id.resolve(resolver, out)
+    }
+}
+
+impl<T, S: Fallible + ?Sized> Serialize<S> for ObjectRef<T> {
+    fn serialize(&self, serializer: &mut S) -> Result<Self::Resolver, S::Error> {
+        object::note_nested(&self.handle);
+        self.handle.id.serialize(serializer)
+    }
+}
+
+#[derive(Debug)]
+struct NestedRefError(ObjectId, &'static str);
+
+impl fmt::Display for NestedRefError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "nested ObjectRef {}: {}", self.0, self.1)
+    }
+}
+
+impl std::error::Error for NestedRefError {}
+
+impl<T, D> Deserialize<ObjectRef<T>, D> for ArchivedObjectId
+where
+    D: Fallible + ?Sized,
+    D::Error: Source,
+{
+    fn deserialize(&self, deserializer: &mut D) -> Result<ObjectRef<T>, D::Error> {
+        let id: ObjectId = Deserialize::<ObjectId, D>::deserialize(self, deserializer)?;
+        let Some(rt) = object::decoding_runtime() else {
+            return Err(D::Error::new(NestedRefError(
+                id,
+                "decoded outside a ray-rs runtime",
+            )));
+        };
+        match rt.objects.handle(id) {
+            Some(handle) => Ok(ObjectRef::from_handle(handle)),
+            None => Err(D::Error::new(NestedRefError(id, "no longer exists"))),
+        }
+    }
+}
+
+/// One argument of a task, made by [`IntoArg`]: a value or a reference.
+pub struct TaskArg(pub(crate) ArgKind);
+
+/// What a [`TaskArg`] holds.
+pub(crate) enum ArgKind {
+    /// An encoded value, with the refs nested in it kept alive.
+    Value(ObjectBuffer, #[allow(dead_code)] Vec<Arc<RefHandle>>),
+    /// A reference, resolved before the callee runs.
+    Ref(Arc<RefHandle>),
+}
+
+/// Something that can be passed where a remote function expects a `T`:
+/// a `T` itself, an `ObjectRef<T>`, or `&ObjectRef<T>`.
+pub trait IntoArg<T> {
+    /// Turns `self` into a task argument.
+    fn into_arg(self) -> Result<TaskArg>;
+}
+
+impl<T: Object> IntoArg<T> for T {
+    fn into_arg(self) -> Result<TaskArg> {
+        let enc = object::encode(&self, std::any::type_name::<T>())?;
+        Ok(TaskArg(ArgKind::Value(enc.buf, enc.nested)))
+    }
+}
+
+impl<T> IntoArg<T> for ObjectRef<T> {
+    fn into_arg(self) -> Result<TaskArg> {
+        Ok(TaskArg(ArgKind::Ref(self.handle)))
+    }
+}
+
+impl<T> IntoArg<T> for &ObjectRef<T> {
+    fn into_arg(self) -> Result<TaskArg> {
+        Ok(TaskArg(ArgKind::Ref(self.handle.clone())))
+    }
+}

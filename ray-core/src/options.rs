@@ -1,0 +1,208 @@
+//! Per-call options: resources, retries, actor names and concurrency.
+
+use ray_sched::{Quantity, ResourceSet, CPU, GPU, MEMORY};
+
+use crate::error::{Error, Result};
+
+/// Resource requests shared by tasks and actors; invalid amounts are kept
+/// as an error and reported when the call is submitted.
+#[derive(Clone, Debug)]
+pub(crate) struct Resources {
+    pub(crate) set: ResourceSet,
+    pub(crate) invalid: Option<String>,
+}
+
+impl Resources {
+    fn with_cpu(cpu: Quantity) -> Self {
+        Self {
+            set: ResourceSet::cpu(cpu),
+            invalid: None,
+        }
+    }
+
+    fn set(&mut self, name: &str, amount: f64) {
+        match Quantity::from_f64(amount) {
+            Ok(q) => self.set.set(name, q),
+            Err(e) => {
+                self.invalid
+                    .get_or_insert_with(|| format!("resource {name}: {e}"));
+            }
+        }
+    }
+
+    pub(crate) fn checked(&self) -> Result<&ResourceSet> {
+        match &self.invalid {
+            Some(msg) => Err(Error::InvalidArgument(msg.clone())),
+            None => Ok(&self.set),
+        }
+    }
+}
+
+/// Options of one task submission. Build them with [`TaskOptionsBuilder`].
+#[derive(Clone, Debug)]
+pub struct TaskOptions {
+    pub(crate) resources: Resources,
+    pub(crate) max_retries: u32,
+    pub(crate) retry_exceptions: bool,
+}
+
+impl Default for TaskOptions {
+    /// One CPU, no retries: Ray's defaults for a task.
+    fn default() -> Self {
+        Self {
+            resources: Resources::with_cpu(Quantity::ONE),
+            max_retries: 0,
+            retry_exceptions: false,
+        }
+    }
+}
+
+/// Builder methods shared by everything that holds [`TaskOptions`].
+pub trait TaskOptionsBuilder: Sized {
+    /// The options being built.
+    fn task_options(&mut self) -> &mut TaskOptions;
+
+    /// CPUs the task needs while it runs (fractional allowed; default 1).
+    fn num_cpus(mut self, n: f64) -> Self {
+        self.task_options().resources.set(CPU, n);
+        self
+    }
+
+    /// GPUs the task needs (fractional allowed; default 0).
+    fn num_gpus(mut self, n: f64) -> Self {
+        self.task_options().resources.set(GPU, n);
+        self
+    }
+
+    /// Memory in bytes the task reserves (default 0).
+    fn memory(mut self, bytes: u64) -> Self {
+        self.task_options().resources.set(MEMORY, bytes as f64);
+        self
+    }
+
+    /// An amount of a custom resource the node must have.
+    fn resource(mut self, name: &str, amount: f64) -> Self {
+        self.task_options().resources.set(name, amount);
+        self
+    }
+
+    /// How many times the task is run again after it fails (default 0).
+    ///
+    /// System failures (a worker dying) are retried; user errors and panics
+    /// only with [`retry_exceptions`](Self::retry_exceptions).
+    fn max_retries(mut self, n: u32) -> Self {
+        self.task_options().max_retries = n;
+        self
+    }
+
+    /// Whether panics and `Err` results count as failures to retry.
+    fn retry_exceptions(mut self, yes: bool) -> Self {
+        self.task_options().retry_exceptions = yes;
+        self
+    }
+}
+
+impl TaskOptionsBuilder for TaskOptions {
+    fn task_options(&mut self) -> &mut TaskOptions {
+        self
+    }
+}
+
+/// Options of one actor creation. Build them with [`ActorOptionsBuilder`].
+#[derive(Clone, Debug)]
+pub struct ActorOptions {
+    pub(crate) resources: Resources,
+    pub(crate) name: Option<String>,
+    pub(crate) namespace: Option<String>,
+    pub(crate) max_concurrency: usize,
+    pub(crate) detached: bool,
+}
+
+impl Default for ActorOptions {
+    /// No resources held for life, unnamed, one call at a time.
+    fn default() -> Self {
+        Self {
+            resources: Resources::with_cpu(Quantity::ZERO),
+            name: None,
+            namespace: None,
+            max_concurrency: 1,
+            detached: false,
+        }
+    }
+}
+
+/// Builder methods shared by everything that holds [`ActorOptions`].
+pub trait ActorOptionsBuilder: Sized {
+    /// The options being built.
+    fn actor_options(&mut self) -> &mut ActorOptions;
+
+    /// CPUs the actor holds for its whole life (default 0).
+    fn num_cpus(mut self, n: f64) -> Self {
+        self.actor_options().resources.set(CPU, n);
+        self
+    }
+
+    /// GPUs the actor holds for its whole life (default 0).
+    fn num_gpus(mut self, n: f64) -> Self {
+        self.actor_options().resources.set(GPU, n);
+        self
+    }
+
+    /// Memory in bytes the actor reserves (default 0).
+    fn memory(mut self, bytes: u64) -> Self {
+        self.actor_options().resources.set(MEMORY, bytes as f64);
+        self
+    }
+
+    /// An amount of a custom resource the actor holds.
+    fn resource(mut self, name: &str, amount: f64) -> Self {
+        self.actor_options().resources.set(name, amount);
+        self
+    }
+
+    /// A name, unique in its namespace, to find the actor with `get_actor`.
+    fn name(mut self, name: impl Into<String>) -> Self {
+        self.actor_options().name = Some(name.into());
+        self
+    }
+
+    /// The namespace of the name (default: the runtime's namespace).
+    fn namespace(mut self, ns: impl Into<String>) -> Self {
+        self.actor_options().namespace = Some(ns.into());
+        self
+    }
+
+    /// How many calls may run at once (default 1: one at a time, in order).
+    ///
+    /// Calls taking `&mut self` still run alone; `&self` calls share.
+    fn max_concurrency(mut self, n: usize) -> Self {
+        self.actor_options().max_concurrency = n;
+        self
+    }
+
+    /// Whether the actor outlives the handles to it until killed or shutdown.
+    fn detached(mut self, yes: bool) -> Self {
+        self.actor_options().detached = yes;
+        self
+    }
+}
+
+impl ActorOptionsBuilder for ActorOptions {
+    fn actor_options(&mut self) -> &mut ActorOptions {
+        self
+    }
+}
+
+impl ActorOptions {
+    pub(crate) fn validate(&self) -> Result<&ResourceSet> {
+        if self.max_concurrency == 0 {
+            return Err(Error::InvalidArgument(
+                "max_concurrency must be at least 1".into(),
+            ));
+        }
+        if self.name.as_deref() == Some("") {
+            return Err(Error::InvalidArgument("actor name must not be empty".into()));
+        }
+        self.resources.checked()
+    }
+}

@@ -1,0 +1,188 @@
+//! The owner's object table: reference counts, values and waiters.
+//!
+//! Whoever creates an object (by `put` or by submitting the task that returns
+//! it) owns it. The count of live references is the strong count of one
+//! `Arc<RefHandle>` per object: every `ObjectRef`, every task argument and
+//! every object that contains the ref holds a clone. When the last clone
+//! drops, the entry and its bytes are freed.
+//!
+//! Locks here are never held while running user code, waking tasks or
+//! dropping handles (a drop can recurse into this table).
+
+use std::sync::{Arc, Weak};
+use std::task::{Poll, Waker};
+
+use hashbrown::HashMap;
+use parking_lot::Mutex;
+use ray_proto::ObjectId;
+use ray_store::ObjectBuffer;
+
+use crate::error::Error;
+use crate::runtime::Runtime;
+
+/// One counted reference to an object. Dropping the last one frees it.
+pub(crate) struct RefHandle {
+    pub(crate) id: ObjectId,
+    pub(crate) rt: Arc<Runtime>,
+}
+
+impl Drop for RefHandle {
+    fn drop(&mut self) {
+        self.rt.release_object(self.id);
+    }
+}
+
+/// Where a ready object's value is.
+#[derive(Clone)]
+pub(crate) enum Value {
+    /// Small value kept in the owner's table.
+    Inline(ObjectBuffer),
+    /// Large value in the node's object store.
+    Stored,
+    /// The task producing it failed.
+    Failed(Error),
+}
+
+struct Entry {
+    /// `None` while the producing task has not finished.
+    value: Option<Value>,
+    handle: Weak<RefHandle>,
+    /// Refs nested in the value: kept alive as long as this object.
+    contained: Vec<Arc<RefHandle>>,
+    waiters: Vec<Waker>,
+}
+
+const SHARDS: usize = 16;
+
+/// All objects this worker owns.
+pub(crate) struct ObjectTable {
+    shards: [Mutex<HashMap<ObjectId, Entry>>; SHARDS],
+}
+
+/// What [`ObjectTable::remove`] took out, to be cleaned up without a lock.
+pub(crate) struct Removed {
+    pub(crate) stored: bool,
+    _contained: Vec<Arc<RefHandle>>,
+    _waiters: Vec<Waker>,
+}
+
+impl ObjectTable {
+    pub(crate) fn new() -> Self {
+        Self {
+            shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+        }
+    }
+
+    fn shard(&self, id: ObjectId) -> &Mutex<HashMap<ObjectId, Entry>> {
+        &self.shards[(id.seq as usize) % SHARDS]
+    }
+
+    /// Registers an object and returns its first reference.
+    pub(crate) fn insert(
+        &self,
+        rt: &Arc<Runtime>,
+        id: ObjectId,
+        value: Option<Value>,
+        contained: Vec<Arc<RefHandle>>,
+    ) -> Arc<RefHandle> {
+        let handle = Arc::new(RefHandle { id, rt: rt.clone() });
+        let entry = Entry {
+            value,
+            handle: Arc::downgrade(&handle),
+            contained,
+            waiters: Vec::new(),
+        };
+        self.shard(id).lock().insert(id, entry);
+        handle
+    }
+
+    /// Sets the value of a pending object and wakes its waiters.
+    ///
+    /// Returns `false` when nobody references the object any more (the caller
+    /// then frees whatever it stored for it).
+    pub(crate) fn complete(&self, id: ObjectId, value: Value, contained: Vec<Arc<RefHandle>>) -> bool {
+        let waiters = {
+            let mut shard = self.shard(id).lock();
+            let Some(entry) = shard.get_mut(&id) else {
+                drop(shard);
+                drop(contained);
+                return false;
+            };
+            if entry.value.is_some() {
+                // Already completed (a retry raced a shutdown): keep the first.
+                return true;
+            }
+            entry.value = Some(value);
+            entry.contained = contained;
+            std::mem::take(&mut entry.waiters)
+        };
+        for w in waiters {
+            w.wake();
+        }
+        true
+    }
+
+    /// The value if ready; otherwise registers `waker` and returns `Pending`.
+    pub(crate) fn poll(&self, id: ObjectId, waker: Option<&Waker>) -> Poll<Value> {
+        let mut shard = self.shard(id).lock();
+        match shard.get_mut(&id) {
+            None => Poll::Ready(Value::Failed(Error::ObjectLost {
+                object: id,
+                cause: "no reference to it remains".into(),
+            })),
+            Some(Entry { value: Some(v), .. }) => Poll::Ready(v.clone()),
+            Some(entry) => {
+                if let Some(w) = waker {
+                    if !entry.waiters.iter().any(|x| x.will_wake(w)) {
+                        entry.waiters.push(w.clone());
+                    }
+                }
+                Poll::Pending
+            }
+        }
+    }
+
+    /// Whether the object has a value (or failed).
+    pub(crate) fn is_ready(&self, id: ObjectId) -> bool {
+        matches!(self.poll(id, None), Poll::Ready(_))
+    }
+
+    /// A new counted reference to a live object (used when a ref is decoded).
+    pub(crate) fn handle(&self, id: ObjectId) -> Option<Arc<RefHandle>> {
+        self.shard(id).lock().get(&id).and_then(|e| e.handle.upgrade())
+    }
+
+    /// Removes the object. The caller drops the result outside any lock.
+    pub(crate) fn remove(&self, id: ObjectId) -> Option<Removed> {
+        let entry = self.shard(id).lock().remove(&id)?;
+        Some(Removed {
+            stored: matches!(entry.value, Some(Value::Stored)),
+            _contained: entry.contained,
+            _waiters: entry.waiters,
+        })
+    }
+
+    /// Fails every pending object with `err` (shutdown).
+    pub(crate) fn fail_pending(&self, err: &Error) {
+        for shard in &self.shards {
+            let mut wake = Vec::new();
+            {
+                let mut shard = shard.lock();
+                for entry in shard.values_mut() {
+                    if entry.value.is_none() {
+                        entry.value = Some(Value::Failed(err.clone()));
+                        wake.append(&mut entry.waiters);
+                    }
+                }
+            }
+            for w in wake {
+                w.wake();
+            }
+        }
+    }
+
+    /// Number of live objects.
+    pub(crate) fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+}

@@ -1,0 +1,328 @@
+//! [`Ray`]: the handle user code holds, and `init`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use ray_gcs::{Gcs, JobInfo, NodeInfo};
+use ray_proto::{NodeId, WorkerId};
+use ray_sched::{Quantity, ResourceSet, CPU, GPU};
+use ray_store::{ObjectStore, StoreConfig};
+
+use crate::actor::{self, ActorHandle, RemoteActor};
+use crate::error::{Error, Result};
+use crate::object::{self, Object};
+use crate::object_ref::{ObjectRef, TaskArg};
+use crate::options::TaskOptions;
+use crate::registry::RemoteFunction;
+use crate::runtime::{Runtime, Settings};
+use crate::task::TaskSpec;
+
+/// How to start a runtime. `Config::default()` is what [`init`] uses.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// CPUs of the node (default: the machine's cores). Sizes the CPU pool.
+    pub num_cpus: Option<f64>,
+    /// GPUs of the node (default 0).
+    pub num_gpus: f64,
+    /// Custom resources of the node.
+    pub resources: Vec<(String, f64)>,
+    /// Object store capacity in bytes (default 2 GiB).
+    pub object_store_bytes: u64,
+    /// How long a `put` waits for store space before `ObjectStoreFull` (default 10 s).
+    pub put_timeout: Duration,
+    /// Values up to this size stay in the owner's table instead of the store (default 100 KiB).
+    pub max_inline_bytes: usize,
+    /// Namespace of actor names (default `"default"`).
+    pub namespace: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            num_cpus: None,
+            num_gpus: 0.0,
+            resources: Vec::new(),
+            object_store_bytes: 2 << 30,
+            put_timeout: Duration::from_secs(10),
+            max_inline_bytes: 100 << 10,
+            namespace: "default".into(),
+        }
+    }
+}
+
+/// Starts an embedded runtime on the current tokio runtime.
+///
+/// With no `RAY_ADDRESS` set this runs everything in this process: no
+/// sockets, no child processes. Fails with [`Error::NoRuntime`] outside tokio.
+pub async fn init() -> Result<Ray> {
+    init_with(Config::default()).await
+}
+
+/// [`init`] with explicit settings.
+pub async fn init_with(config: Config) -> Result<Ray> {
+    let handle = tokio::runtime::Handle::try_current()
+        .map_err(|_| Error::NoRuntime("init() must be called inside a tokio runtime"))?;
+    start(config, handle)
+}
+
+/// Starts an embedded runtime for code that is not async; it owns its own
+/// tokio runtime. Do not call it from inside an async runtime.
+pub fn init_blocking(config: Config) -> Result<Ray> {
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("ray-io")
+        .enable_all()
+        .build()
+        .map_err(|e| Error::InvalidArgument(format!("cannot start tokio: {e}")))?;
+    let ray = start(config, tokio.handle().clone())?;
+    *ray.rt.owned_tokio.lock() = Some(tokio);
+    Ok(ray)
+}
+
+fn start(config: Config, handle: tokio::runtime::Handle) -> Result<Ray> {
+    if let Ok(addr) = std::env::var("RAY_ADDRESS") {
+        if !addr.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "RAY_ADDRESS={addr} is set, but this build runs only the embedded runtime; unset it"
+            )));
+        }
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let cpus = config.num_cpus.unwrap_or(cores);
+    let q = |name: &str, x: f64| {
+        Quantity::from_f64(x).map_err(|e| Error::InvalidArgument(format!("{name}: {e}")))
+    };
+    let mut total = ResourceSet::new().with(CPU, q(CPU, cpus)?).with(GPU, q(GPU, config.num_gpus)?);
+    for (name, amount) in &config.resources {
+        total.set(name, q(name, *amount)?);
+    }
+    let parallelism = q(CPU, cpus)?.ceil_units().max(1) as usize;
+    let mut gcs = Gcs::in_memory();
+    let job = gcs.next_job_id();
+    let node = NodeId(1);
+    gcs.register_node(
+        NodeInfo {
+            id: node,
+            address: "embedded".into(),
+            resources: total.clone(),
+            labels: Default::default(),
+        },
+        Duration::ZERO,
+    )
+    .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    gcs.add_job(JobInfo {
+        id: job,
+        driver: std::env::args().next().unwrap_or_default(),
+        started_at: Duration::ZERO,
+    })
+    .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    let store = ObjectStore::new(StoreConfig {
+        capacity_bytes: config.object_store_bytes,
+    });
+    let settings = Settings {
+        max_inline_bytes: config.max_inline_bytes,
+        put_timeout: config.put_timeout,
+        namespace: config.namespace,
+    };
+    let rt = Runtime::new(
+        WorkerId(1),
+        node,
+        job,
+        total,
+        parallelism,
+        store,
+        gcs,
+        handle,
+        settings,
+    );
+    Ok(Ray { rt: Arc::new(rt) })
+}
+
+/// A handle to a running ray-rs runtime. Cheap to clone.
+#[derive(Clone)]
+pub struct Ray {
+    pub(crate) rt: Arc<Runtime>,
+}
+
+/// Resource and object figures of a runtime, for tests and dashboards.
+#[derive(Clone, Debug)]
+pub struct RuntimeStats {
+    /// Objects with live references.
+    pub objects: usize,
+    /// Bytes held by the object store.
+    pub store_used_bytes: u64,
+    /// Objects held by the object store.
+    pub store_objects: usize,
+    /// Tasks and actors waiting for resources.
+    pub queued: usize,
+    /// The node's total resources.
+    pub total: ResourceSet,
+    /// Resources not in use.
+    pub available: ResourceSet,
+}
+
+impl Ray {
+    /// The runtime of the task or actor running on this thread.
+    pub fn current() -> Result<Ray> {
+        crate::context::current()
+            .map(|(rt, _)| Ray { rt })
+            .ok_or(Error::NoRuntime("Ray::current() is only available inside a task or actor"))
+    }
+
+    /// Stores `value` as an immutable object.
+    ///
+    /// Large values go to the object store; when it is full this waits for
+    /// space up to the put timeout, then fails with `ObjectStoreFull`.
+    pub async fn put<T: Object>(&self, value: T) -> Result<ObjectRef<T>> {
+        let rt = &self.rt;
+        rt.check_running()?;
+        let enc = object::encode(&value, std::any::type_name::<T>())?;
+        let id = ray_proto::ObjectId::new(rt.worker, rt.next_seq());
+        tracing::trace!(target: "ray::object", object_id = %id, bytes = enc.buf.len(), "object.put");
+        let value = if enc.buf.len() <= rt.settings.max_inline_bytes {
+            crate::ownership::Value::Inline(enc.buf)
+        } else {
+            rt.store.put(id, enc.buf, rt.settings.put_timeout).await?;
+            crate::ownership::Value::Stored
+        };
+        let handle = rt.objects.insert(rt, id, Some(value), enc.nested);
+        Ok(ObjectRef::from_handle(handle))
+    }
+
+    /// Blocking [`put`](Self::put).
+    pub fn put_blocking<T: Object>(&self, value: T) -> Result<ObjectRef<T>> {
+        let _enter = self.rt.tokio.enter();
+        futures::executor::block_on(self.put(value))
+    }
+
+    /// Waits until `num_returns` of `refs` are ready or `timeout` passes.
+    ///
+    /// Returns `(ready, not_ready)`, each in the order of `refs`. A failed
+    /// object counts as ready. `num_returns` larger than `refs.len()` is an
+    /// error.
+    pub async fn wait<T>(
+        &self,
+        refs: &[ObjectRef<T>],
+        num_returns: usize,
+        timeout: Option<Duration>,
+    ) -> Result<(Vec<ObjectRef<T>>, Vec<ObjectRef<T>>)> {
+        if num_returns > refs.len() {
+            return Err(Error::InvalidArgument(format!(
+                "wait for {num_returns} of {} refs",
+                refs.len()
+            )));
+        }
+        let fut = WaitFuture {
+            refs,
+            num_returns,
+            guard: None,
+        };
+        match timeout {
+            Some(t) => {
+                let _ = tokio::time::timeout(t, fut).await;
+            }
+            None => fut.await,
+        }
+        let (ready, not_ready) = refs.iter().cloned().partition(|r| r.is_ready());
+        Ok((ready, not_ready))
+    }
+
+    /// Gets every ref in order.
+    pub async fn get_all<T: Object>(&self, refs: &[ObjectRef<T>]) -> Result<Vec<T>> {
+        let mut out = Vec::with_capacity(refs.len());
+        for r in refs {
+            out.push(r.get().await?);
+        }
+        Ok(out)
+    }
+
+    /// The live named actor `name` in the runtime's namespace.
+    pub fn get_actor<A: RemoteActor>(&self, name: &str) -> Result<ActorHandle<A>> {
+        actor::lookup(&self.rt, name, &self.rt.settings.namespace)
+    }
+
+    /// The live named actor `name` in `namespace`.
+    pub fn get_actor_in<A: RemoteActor>(&self, name: &str, namespace: &str) -> Result<ActorHandle<A>> {
+        actor::lookup(&self.rt, name, namespace)
+    }
+
+    /// Current figures of this runtime.
+    pub fn stats(&self) -> RuntimeStats {
+        let store = self.rt.store.stats();
+        let sched = self.rt.sched.lock();
+        RuntimeStats {
+            objects: self.rt.objects.len(),
+            store_used_bytes: store.used_bytes,
+            store_objects: store.num_objects,
+            queued: sched.queued_len(),
+            total: sched.resources().total().clone(),
+            available: sched.resources().available(),
+        }
+    }
+
+    /// Stops the runtime: queued work and pending gets fail with
+    /// [`Error::ShutDown`], actors die, pool threads exit.
+    pub fn shutdown(&self) {
+        self.rt.shutdown();
+    }
+
+    /// Submits a task (generated code calls this).
+    #[doc(hidden)]
+    pub fn __submit<R>(
+        &self,
+        function: &'static RemoteFunction,
+        args: Vec<TaskArg>,
+        opts: TaskOptions,
+    ) -> Result<ObjectRef<R>> {
+        let rt = &self.rt;
+        rt.check_running()?;
+        let resources = opts.resources.checked()?;
+        rt.check_feasible(function.name, resources)?;
+        let task = rt.new_task_id();
+        let handle = rt.objects.insert(rt, task.return_object(), None, Vec::new());
+        tracing::trace!(target: "ray::task", task_id = %task, function = function.name, "task.submit");
+        rt.enqueue_task(TaskSpec {
+            task,
+            function,
+            args,
+            resources: resources.clone(),
+            max_retries: opts.max_retries,
+            retry_exceptions: opts.retry_exceptions,
+            attempt: 0,
+            parent: crate::context::current_task(),
+        });
+        Ok(ObjectRef::from_handle(handle))
+    }
+}
+
+/// Resolves when `num_returns` refs are ready; blocks the task meanwhile.
+struct WaitFuture<'a, T> {
+    refs: &'a [ObjectRef<T>],
+    num_returns: usize,
+    guard: Option<Option<crate::context::BlockGuard>>,
+}
+
+impl<T> Future for WaitFuture<'_, T> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut ready = 0;
+        for r in self.refs {
+            if r.handle.rt.objects.poll(r.handle.id, Some(cx.waker())).is_ready() {
+                ready += 1;
+            }
+        }
+        if ready >= self.num_returns {
+            self.guard = None;
+            Poll::Ready(())
+        } else {
+            if self.guard.is_none() {
+                self.guard = Some(crate::context::begin_blocking());
+            }
+            Poll::Pending
+        }
+    }
+}

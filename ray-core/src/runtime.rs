@@ -1,0 +1,280 @@
+//! The node runtime behind a [`Ray`](crate::Ray) handle: ids, the owner's
+//! object table, the object store, admission (ray-sched) and the CPU pool.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hashbrown::HashMap;
+use parking_lot::Mutex;
+use ray_gcs::Gcs;
+use ray_proto::{ActorId, JobId, NodeId, ObjectId, TaskId, WorkerId};
+use ray_sched::{Admission, LocalQueue, ResourceSet};
+use ray_store::{ObjectBuffer, ObjectStore};
+
+use crate::actor::ActorCell;
+use crate::error::{Error, Result};
+use crate::ownership::{ObjectTable, Value};
+use crate::pool::CpuPool;
+use crate::task::TaskSpec;
+
+/// Work waiting for resources on this node.
+pub(crate) enum Dispatch {
+    Task(Box<TaskSpec>),
+    CreateActor(Arc<ActorCell>),
+}
+
+/// Settings of an embedded runtime, fixed at `init`.
+pub(crate) struct Settings {
+    pub(crate) max_inline_bytes: usize,
+    pub(crate) put_timeout: Duration,
+    pub(crate) namespace: String,
+}
+
+/// Everything one worker (here: the embedded node) runs on.
+pub(crate) struct Runtime {
+    pub(crate) worker: WorkerId,
+    pub(crate) node: NodeId,
+    pub(crate) job: JobId,
+    next_seq: AtomicU64,
+    pub(crate) objects: ObjectTable,
+    pub(crate) store: ObjectStore,
+    pub(crate) sched: Mutex<LocalQueue<Dispatch>>,
+    pub(crate) pool: CpuPool,
+    pub(crate) gcs: Mutex<Gcs>,
+    /// Actors kept alive by the runtime itself (named or detached).
+    pub(crate) pinned_actors: Mutex<HashMap<ActorId, Arc<ActorCell>>>,
+    pub(crate) tokio: tokio::runtime::Handle,
+    /// A tokio runtime created by the blocking facade, kept alive here.
+    pub(crate) owned_tokio: Mutex<Option<tokio::runtime::Runtime>>,
+    pub(crate) settings: Settings,
+    shut_down: AtomicBool,
+}
+
+impl Runtime {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        worker: WorkerId,
+        node: NodeId,
+        job: JobId,
+        total: ResourceSet,
+        parallelism: usize,
+        store: ObjectStore,
+        gcs: Gcs,
+        tokio: tokio::runtime::Handle,
+        settings: Settings,
+    ) -> Self {
+        Self {
+            worker,
+            node,
+            job,
+            next_seq: AtomicU64::new(1),
+            objects: ObjectTable::new(),
+            store,
+            sched: Mutex::new(LocalQueue::new(total)),
+            pool: CpuPool::new(parallelism, "ray-cpu"),
+            gcs: Mutex::new(gcs),
+            pinned_actors: Mutex::new(HashMap::new()),
+            tokio,
+            owned_tokio: Mutex::new(None),
+            settings,
+            shut_down: AtomicBool::new(false),
+        }
+    }
+
+    /// A fresh sequence number: tasks, puts and actors share one counter.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.next_seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn new_task_id(&self) -> TaskId {
+        TaskId::new(self.worker, self.next_seq())
+    }
+
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.shut_down.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn check_running(&self) -> Result<()> {
+        if self.is_shut_down() {
+            Err(Error::ShutDown)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Fails at once if no amount of waiting could satisfy `req` here.
+    pub(crate) fn check_feasible(&self, what: &str, req: &ResourceSet) -> Result<()> {
+        let sched = self.sched.lock();
+        if sched.resources().is_feasible(req) {
+            Ok(())
+        } else {
+            Err(Error::Infeasible {
+                what: what.to_string(),
+                request: req.clone(),
+                total: sched.resources().total().clone(),
+            })
+        }
+    }
+
+    /// Queues a task once its arguments are ready.
+    pub(crate) fn enqueue_task(self: &Arc<Self>, spec: TaskSpec) {
+        let deps = spec.pending_deps(self);
+        if deps.is_empty() {
+            self.admit(spec);
+            return;
+        }
+        let rt = self.clone();
+        self.tokio.spawn(async move {
+            for dep in &deps {
+                // A failed dependency fails the task when it resolves its args.
+                let _ = dep.buffer().await;
+            }
+            rt.admit(spec);
+        });
+    }
+
+    /// Hands a task to admission: it runs now or waits for resources.
+    pub(crate) fn admit(self: &Arc<Self>, spec: TaskSpec) {
+        let req = spec.resources.clone();
+        self.admit_dispatch(req, Dispatch::Task(Box::new(spec)));
+    }
+
+    pub(crate) fn admit_dispatch(self: &Arc<Self>, req: ResourceSet, d: Dispatch) {
+        if self.is_shut_down() {
+            self.fail_dispatch(d, Error::ShutDown);
+            return;
+        }
+        let admission = self.sched.lock().submit(req, d);
+        match admission {
+            Admission::Run(d) => self.run_dispatch(d),
+            Admission::Queued => {}
+            Admission::Infeasible(d, inf) => {
+                let what = dispatch_name(&d);
+                self.fail_dispatch(
+                    d,
+                    Error::Infeasible {
+                        what,
+                        request: inf.request,
+                        total: inf.total,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Sends admitted work to the pool.
+    fn run_dispatch(self: &Arc<Self>, d: Dispatch) {
+        let rt = self.clone();
+        let job = Box::new(move || match d {
+            Dispatch::Task(spec) => rt.run_task(*spec),
+            Dispatch::CreateActor(cell) => cell.construct(&rt),
+        });
+        if self.pool.execute(job).is_err() {
+            // The pool is shut down; shutdown fails every pending object.
+            tracing::debug!(target: "ray::task", "dispatch after shutdown dropped");
+        }
+    }
+
+    fn fail_dispatch(&self, d: Dispatch, err: Error) {
+        match d {
+            Dispatch::Task(spec) => self.complete_object(spec.task.return_object(), Err(err)),
+            Dispatch::CreateActor(cell) => cell.fail(err.to_string()),
+        }
+    }
+
+    /// Gives resources back and starts whatever now fits.
+    pub(crate) fn release_resources(self: &Arc<Self>, req: &ResourceSet) {
+        if req.is_empty() {
+            return;
+        }
+        let mut ready = Vec::new();
+        {
+            let mut sched = self.sched.lock();
+            sched.release(req);
+            while let Some((_, d)) = sched.pop_runnable() {
+                ready.push(d);
+            }
+        }
+        for d in ready {
+            self.run_dispatch(d);
+        }
+    }
+
+    /// Takes resources back after a blocking wait, even past the total.
+    pub(crate) fn acquire_resources_forced(&self, req: &ResourceSet) {
+        if !req.is_empty() {
+            self.sched.lock().acquire_forced(req);
+        }
+    }
+
+    /// Where a finished value goes: inline if small, else the object store.
+    pub(crate) fn store_value(&self, id: ObjectId, buf: ObjectBuffer) -> Result<Value> {
+        if buf.len() <= self.settings.max_inline_bytes {
+            return Ok(Value::Inline(buf));
+        }
+        match self.store.try_put(id, buf.clone()) {
+            Ok(()) => Ok(Value::Stored),
+            Err(ray_store::StoreError::Full { .. }) => {
+                let timeout = self.settings.put_timeout;
+                let put = self.store.put(id, buf, timeout);
+                let _enter = self.tokio.enter();
+                futures::executor::block_on(put)?;
+                Ok(Value::Stored)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The bytes of a ready value.
+    pub(crate) fn read_value(&self, id: ObjectId, value: Value) -> Result<ObjectBuffer> {
+        match value {
+            Value::Inline(buf) => Ok(buf),
+            Value::Stored => self.store.get(id).ok_or_else(|| Error::ObjectLost {
+                object: id,
+                cause: "missing from the object store".into(),
+            }),
+            Value::Failed(e) => Err(e),
+        }
+    }
+
+    /// The last reference to `id` is gone: free it.
+    pub(crate) fn release_object(&self, id: ObjectId) {
+        if let Some(removed) = self.objects.remove(id) {
+            if removed.stored {
+                self.store.delete(id);
+            }
+            // `removed` drops here, outside every lock: nested refs it held
+            // may release further objects.
+        }
+    }
+
+    /// Stops the runtime: queued work fails with `ShutDown`, actors die,
+    /// pool threads exit after their current job.
+    pub(crate) fn shutdown(self: &Arc<Self>) {
+        if self.shut_down.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let queued = self.sched.lock().drain_queued();
+        for (_, d) in queued {
+            self.fail_dispatch(d, Error::ShutDown);
+        }
+        drop(self.pool.shutdown());
+        let actors: Vec<_> = self.pinned_actors.lock().drain().map(|(_, a)| a).collect();
+        for a in &actors {
+            a.fail("the runtime shut down".into());
+        }
+        drop(actors);
+        self.objects.fail_pending(&Error::ShutDown);
+        if let Some(rt) = self.owned_tokio.lock().take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+fn dispatch_name(d: &Dispatch) -> String {
+    match d {
+        Dispatch::Task(spec) => spec.function.name.to_string(),
+        Dispatch::CreateActor(cell) => cell.class.name.to_string(),
+    }
+}

@@ -1,0 +1,143 @@
+//! Tasks: the spec a submission produces and how the node runs it.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use ray_proto::TaskId;
+use ray_sched::ResourceSet;
+use ray_store::ObjectBuffer;
+
+use crate::context;
+use crate::error::Error;
+use crate::object::Encoded;
+use crate::object_ref::{ArgKind, ObjectRef, TaskArg};
+use crate::ownership::Value;
+use crate::registry::{InvokeError, RemoteFunction, Returned};
+use crate::runtime::Runtime;
+
+/// A submitted task: what to run, on what, with which resources.
+pub(crate) struct TaskSpec {
+    pub(crate) task: TaskId,
+    pub(crate) function: &'static RemoteFunction,
+    pub(crate) args: Vec<TaskArg>,
+    pub(crate) resources: ResourceSet,
+    pub(crate) max_retries: u32,
+    pub(crate) retry_exceptions: bool,
+    pub(crate) attempt: u32,
+    pub(crate) parent: Option<TaskId>,
+}
+
+impl TaskSpec {
+    /// Refs among the arguments whose values are not there yet.
+    pub(crate) fn pending_deps(&self, rt: &Runtime) -> Vec<ObjectRef<()>> {
+        self.args
+            .iter()
+            .filter_map(|a| match a {
+                TaskArg(ArgKind::Ref(h)) if !rt.objects.is_ready(h.id) => {
+                    Some(ObjectRef::from_handle(h.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Waits for (if needed) and collects the argument bytes.
+///
+/// A failed dependency fails the task with the dependency's error.
+pub(crate) fn resolve_args(args: &[TaskArg]) -> Result<Vec<ObjectBuffer>, Error> {
+    let mut out = Vec::with_capacity(args.len());
+    for arg in args {
+        match arg {
+            TaskArg(ArgKind::Value(buf, _)) => out.push(buf.clone()),
+            TaskArg(ArgKind::Ref(h)) => {
+                let r = ObjectRef::<()>::from_handle(h.clone());
+                out.push(futures::executor::block_on(r.buffer())?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Runs user code, turning panics and user errors into [`Error`]s.
+pub(crate) fn invoke_guarded(
+    task: TaskId,
+    name: &'static str,
+    f: impl FnOnce() -> Result<Returned, InvokeError>,
+) -> Result<Encoded, Error> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(Returned(enc))) => Ok(enc),
+        Ok(Err(InvokeError::User(error))) => Err(Error::TaskFailed {
+            task,
+            function: name,
+            error,
+        }),
+        Ok(Err(InvokeError::Failed(e))) => Err(e),
+        Err(payload) => Err(Error::TaskPanicked {
+            task,
+            function: name,
+            message: panic_message(payload.as_ref()),
+        }),
+    }
+}
+
+/// The text of a panic payload.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}
+
+impl Runtime {
+    /// Runs a task on this pool thread; its resources are already acquired.
+    pub(crate) fn run_task(self: &Arc<Self>, mut spec: TaskSpec) {
+        let span = tracing::trace_span!(
+            target: "ray::task",
+            "task.run",
+            task_id = %spec.task,
+            function = spec.function.name,
+            attempt = spec.attempt,
+            parent_task = spec.parent.map(tracing::field::display),
+        );
+        let _enter = span.enter();
+        let outcome = context::with_task(self, spec.task, Some(spec.resources.clone()), || {
+            let args = resolve_args(&spec.args)?;
+            invoke_guarded(spec.task, spec.function.name, || {
+                (spec.function.invoke)(&args)
+            })
+        });
+        self.release_resources(&spec.resources);
+        match outcome {
+            Ok(enc) => self.complete_object(spec.task.return_object(), Ok(enc)),
+            Err(e) if spec.retry_exceptions && spec.attempt < spec.max_retries && is_retryable(&e) => {
+                spec.attempt += 1;
+                tracing::debug!(target: "ray::task", task_id = %spec.task, attempt = spec.attempt, error = %e, "task.retry");
+                self.admit(spec);
+            }
+            Err(e) => self.complete_object(spec.task.return_object(), Err(e)),
+        }
+    }
+
+    /// Sets an object's value from a task outcome, storing large values.
+    pub(crate) fn complete_object(&self, id: ray_proto::ObjectId, outcome: Result<Encoded, Error>) {
+        let (value, nested) = match outcome {
+            Ok(enc) => match self.store_value(id, enc.buf) {
+                Ok(v) => (v, enc.nested),
+                Err(e) => (Value::Failed(e), Vec::new()),
+            },
+            Err(e) => (Value::Failed(e), Vec::new()),
+        };
+        let stored = matches!(value, Value::Stored);
+        if !self.objects.complete(id, value, nested) && stored {
+            self.store.delete(id);
+        }
+    }
+}
+
+fn is_retryable(e: &Error) -> bool {
+    matches!(e, Error::TaskPanicked { .. } | Error::TaskFailed { .. })
+}

@@ -1,0 +1,179 @@
+//! The bounded queue of full batches between recording threads and the collector.
+//!
+//! Recording threads hand over a whole batch at a time, so the lock here is
+//! taken once per batch, never per record, and is held only to move a `Vec`.
+//! When the queue is full the batch is dropped and counted: an instrumented
+//! thread never waits for the collector.
+
+use std::collections::VecDeque;
+use std::mem;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::record::Record;
+
+/// Emptied batch buffers kept for reuse, so steady-state recording does not
+/// allocate a fresh batch per hand-off.
+const MAX_SPARE_BATCHES: usize = 16;
+
+/// Preallocation limit for the queue itself; it grows past this on demand.
+const MAX_PREALLOCATED_SLOTS: usize = 1024;
+
+/// State shared by one layer, the per-thread buffers that record for it, and
+/// its collector.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    queue: Mutex<Queue>,
+    batch_size: usize,
+    max_queued_batches: usize,
+    /// Records that reached the queue.
+    recorded: AtomicU64,
+    /// Records discarded: queue full, or no thread buffer to put them in.
+    dropped: AtomicU64,
+    /// Set when the layer is dropped: no more records will come, so thread
+    /// buffers for it can be flushed and forgotten.
+    layer_gone: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    batches: VecDeque<Vec<Record>>,
+    spare: Vec<Vec<Record>>,
+}
+
+impl Shared {
+    pub(crate) fn new(batch_size: usize, max_queued_batches: usize) -> Self {
+        Self {
+            queue: Mutex::new(Queue {
+                batches: VecDeque::with_capacity(max_queued_batches.min(MAX_PREALLOCATED_SLOTS)),
+                spare: Vec::new(),
+            }),
+            batch_size,
+            max_queued_batches,
+            recorded: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            layer_gone: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn batch_size(&self) -> usize {
+        self.batch_size
+    }
+
+    /// Moves the records of `batch` into the queue, or drops and counts them
+    /// when the queue is full. Leaves `batch` empty and ready for reuse.
+    pub(crate) fn hand_off(&self, batch: &mut Vec<Record>) {
+        if batch.is_empty() {
+            return;
+        }
+        let len = batch.len() as u64;
+        let accepted = {
+            let mut queue = self.queue.lock();
+            if queue.batches.len() < self.max_queued_batches {
+                let fresh = queue.spare.pop().unwrap_or_default();
+                queue.batches.push_back(mem::replace(batch, fresh));
+                true
+            } else {
+                false
+            }
+        };
+        if accepted {
+            self.recorded.fetch_add(len, Ordering::Relaxed);
+            // Allocate outside the lock when no spare buffer was available.
+            batch.reserve(self.batch_size);
+        } else {
+            // Clearing frees the records' field strings; done outside the lock.
+            batch.clear();
+            self.dropped.fetch_add(len, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts `n` records that never got into a batch.
+    pub(crate) fn count_dropped(&self, n: u64) {
+        self.dropped.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Takes every queued batch, oldest first.
+    pub(crate) fn take_batches(&self) -> VecDeque<Vec<Record>> {
+        mem::take(&mut self.queue.lock().batches)
+    }
+
+    /// Returns an emptied batch buffer for reuse by recording threads.
+    pub(crate) fn recycle(&self, mut batch: Vec<Record>) {
+        batch.clear();
+        let mut queue = self.queue.lock();
+        if queue.spare.len() < MAX_SPARE_BATCHES.min(self.max_queued_batches) {
+            queue.spare.push(batch);
+        }
+    }
+
+    pub(crate) fn queued_batches(&self) -> usize {
+        self.queue.lock().batches.len()
+    }
+
+    pub(crate) fn recorded(&self) -> u64 {
+        self.recorded.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn mark_layer_gone(&self) {
+        self.layer_gone.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn layer_gone(&self) -> bool {
+        self.layer_gone.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Fields, RecordKind};
+
+    fn batch(n: usize) -> Vec<Record> {
+        (0..n)
+            .map(|i| Record {
+                kind: RecordKind::Event,
+                span: 0,
+                parent: 0,
+                name: "e",
+                target: "ray_test",
+                at_nanos: i as u64,
+                thread: 0,
+                fields: Fields::new(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn full_queue_drops_and_counts_the_whole_batch() {
+        let shared = Shared::new(4, 1);
+        let mut first = batch(4);
+        shared.hand_off(&mut first);
+        let mut second = batch(3);
+        shared.hand_off(&mut second);
+        assert!(first.is_empty() && second.is_empty());
+        assert_eq!(shared.recorded(), 4);
+        assert_eq!(shared.dropped(), 3);
+        assert_eq!(shared.queued_batches(), 1);
+    }
+
+    #[test]
+    fn recycled_buffers_are_reused_by_the_next_hand_off() {
+        let shared = Shared::new(4, 2);
+        let mut b = batch(4);
+        shared.hand_off(&mut b);
+        for drained in shared.take_batches() {
+            shared.recycle(drained);
+        }
+        let mut again = batch(2);
+        shared.hand_off(&mut again);
+        // The replacement came from the spare list: it has the old capacity.
+        assert!(again.capacity() >= 4);
+        assert_eq!(shared.recorded(), 6);
+    }
+}

@@ -1,0 +1,272 @@
+//! The compact record: one span opening, one span closing, or one event.
+//!
+//! A [`Record`] keeps only what the views need: what happened ([`RecordKind`]),
+//! which span it belongs to and that span's parent, the callsite's static name and
+//! target, when (nanoseconds since the layer's epoch), on which thread, and every
+//! field the span or event carried (`task_id`, `object_id`, `bytes`, …) as typed
+//! [`FieldValue`]s. Names, targets and field keys are `&'static str` taken from the
+//! callsite metadata, so recording them costs no allocation.
+
+use std::fmt;
+
+use tracing::field::{Field, Visit};
+
+/// What a [`Record`] stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RecordKind {
+    /// A span was created; its fields are the ones given at creation.
+    SpanNew,
+    /// A span was closed (its last handle dropped); its fields are the ones
+    /// recorded after creation with `Span::record`, if any.
+    SpanClose,
+    /// An event was emitted; `span` is 0 and `parent` is the enclosing span.
+    Event,
+}
+
+/// One recorded span opening, span closing or event.
+///
+/// Span ids are assigned by the layer, not taken from the subscriber: the
+/// registry reuses its ids once a span closes, while these stay unique for the
+/// life of the process (the recording thread's index in the high bits, a
+/// per-thread sequence in the low 40 bits), so an append-only log can key on them.
+/// A parent id names the nearest *recorded* ancestor: spans outside the target
+/// prefix are skipped, so the records always form a closed tree.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    /// Span opening, span closing or event.
+    pub kind: RecordKind,
+    /// The span this record opens or closes; 0 for events.
+    pub span: u64,
+    /// The nearest recorded ancestor span (for events: the enclosing span); 0 for none.
+    pub parent: u64,
+    /// The callsite's name (`task.submit`, or `event file.rs:12` for unnamed events).
+    pub name: &'static str,
+    /// The callsite's target (by default its module path, e.g. `ray_core::task`).
+    pub target: &'static str,
+    /// Nanoseconds since the layer's epoch (the moment the layer was built).
+    pub at_nanos: u64,
+    /// A small per-thread index, assigned on a thread's first record, process-wide.
+    pub thread: u32,
+    /// Every field the span or event recorded, in callsite order.
+    pub fields: Fields,
+}
+
+impl Record {
+    /// The value of field `key`, if this record carries it.
+    pub fn field(&self, key: &str) -> Option<&FieldValue> {
+        self.fields.get(key)
+    }
+}
+
+/// A typed field value, as `tracing` handed it to us.
+///
+/// Integers that do not fit 64 bits, `Debug` values, errors and strings become
+/// [`FieldValue::Str`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum FieldValue {
+    /// An unsigned integer (`task_id = 7u64`, `bytes = 4096`).
+    U64(u64),
+    /// A signed integer.
+    I64(i64),
+    /// A floating-point number.
+    F64(f64),
+    /// A boolean.
+    Bool(bool),
+    /// A string, or the `Debug`/`Display` rendering of any other value.
+    Str(Box<str>),
+}
+
+impl FieldValue {
+    /// The value as a `u64`, if it is a non-negative integer.
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            FieldValue::U64(v) => Some(v),
+            FieldValue::I64(v) => u64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+
+    /// The value as an `i64`, if it is an integer that fits.
+    pub fn as_i64(&self) -> Option<i64> {
+        match *self {
+            FieldValue::I64(v) => Some(v),
+            FieldValue::U64(v) => i64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+
+    /// The value as an `f64`, if it is a floating-point number.
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            FieldValue::F64(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The value as a `bool`, if it is one.
+    pub fn as_bool(&self) -> Option<bool> {
+        match *self {
+            FieldValue::Bool(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The value as a string slice, if it is a [`FieldValue::Str`].
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            FieldValue::Str(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for FieldValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FieldValue::U64(v) => v.fmt(f),
+            FieldValue::I64(v) => v.fmt(f),
+            FieldValue::F64(v) => v.fmt(f),
+            FieldValue::Bool(v) => v.fmt(f),
+            FieldValue::Str(v) => v.fmt(f),
+        }
+    }
+}
+
+/// The fields of one record: `(key, value)` pairs in the order they were recorded.
+///
+/// Small by design (a span carries a handful of ids), so lookup is a linear scan.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Fields {
+    entries: Vec<(&'static str, FieldValue)>,
+}
+
+impl Fields {
+    /// An empty field list.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty field list with room for `capacity` fields.
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self {
+            entries: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// Appends a field; an earlier field with the same key is kept as well.
+    pub fn push(&mut self, key: &'static str, value: FieldValue) {
+        self.entries.push((key, value));
+    }
+
+    /// The value of the last field named `key`, if any.
+    pub fn get(&self, key: &str) -> Option<&FieldValue> {
+        self.entries
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v)
+    }
+
+    /// The fields in recording order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &FieldValue)> + '_ {
+        self.entries.iter().map(|(k, v)| (*k, v))
+    }
+
+    /// How many fields there are.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are no fields.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Appends every field of `other`.
+    pub fn append(&mut self, other: &mut Fields) {
+        self.entries.append(&mut other.entries);
+    }
+}
+
+impl FromIterator<(&'static str, FieldValue)> for Fields {
+    fn from_iter<I: IntoIterator<Item = (&'static str, FieldValue)>>(iter: I) -> Self {
+        Self {
+            entries: iter.into_iter().collect(),
+        }
+    }
+}
+
+/// Collects `tracing` field values into [`Fields`].
+pub(crate) struct FieldCollector<'a>(pub(crate) &'a mut Fields);
+
+impl Visit for FieldCollector<'_> {
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.0.push(field.name(), FieldValue::F64(value));
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.0.push(field.name(), FieldValue::I64(value));
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.0.push(field.name(), FieldValue::U64(value));
+    }
+
+    fn record_i128(&mut self, field: &Field, value: i128) {
+        let value = match i64::try_from(value) {
+            Ok(v) => FieldValue::I64(v),
+            Err(_) => FieldValue::Str(value.to_string().into()),
+        };
+        self.0.push(field.name(), value);
+    }
+
+    fn record_u128(&mut self, field: &Field, value: u128) {
+        let value = match u64::try_from(value) {
+            Ok(v) => FieldValue::U64(v),
+            Err(_) => FieldValue::Str(value.to_string().into()),
+        };
+        self.0.push(field.name(), value);
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.0.push(field.name(), FieldValue::Bool(value));
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.push(field.name(), FieldValue::Str(value.into()));
+    }
+
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        self.0
+            .push(field.name(), FieldValue::Str(value.to_string().into()));
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.0
+            .push(field.name(), FieldValue::Str(format!("{value:?}").into()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_lookup_returns_the_last_value_for_a_key() {
+        let mut fields = Fields::new();
+        fields.push("task_id", FieldValue::U64(1));
+        fields.push("task_id", FieldValue::U64(2));
+        assert_eq!(fields.get("task_id"), Some(&FieldValue::U64(2)));
+        assert_eq!(fields.get("object_id"), None);
+        assert_eq!(fields.len(), 2);
+    }
+
+    #[test]
+    fn integer_accessors_convert_only_when_the_value_fits() {
+        assert_eq!(FieldValue::I64(5).as_u64(), Some(5));
+        assert_eq!(FieldValue::I64(-5).as_u64(), None);
+        assert_eq!(FieldValue::U64(u64::MAX).as_i64(), None);
+        assert_eq!(FieldValue::Str("x".into()).as_str(), Some("x"));
+        assert_eq!(FieldValue::Bool(true).to_string(), "true");
+    }
+}

@@ -1,0 +1,216 @@
+//! Where records go once recorded: the [`Sink`] trait, the [`Collector`] that
+//! feeds sinks from a layer's queue, and [`MemorySink`].
+
+use std::sync::Arc;
+
+use crate::layer;
+use crate::queue::Shared;
+use crate::record::Record;
+
+/// A consumer of record batches: a log writer, a view builder, a network shipper.
+///
+/// Sinks run on the collector's side (whoever calls [`Collector::drain_into`]),
+/// never on an instrumented thread, so they may take their time.
+pub trait Sink: Send {
+    /// Takes in one batch of records, oldest first.
+    fn accept(&mut self, batch: &[Record]);
+
+    /// Takes in one batch that the sink may move records out of (leaving
+    /// `batch` partly or wholly empty); the collector clears what remains.
+    ///
+    /// The default forwards to [`Sink::accept`]; sinks that keep records
+    /// override it to avoid cloning them.
+    fn accept_owned(&mut self, batch: &mut Vec<Record>) {
+        self.accept(batch);
+    }
+}
+
+/// The receiving end of an [`InsightLayer`](crate::InsightLayer): moves the
+/// batches the layer queued into sinks and reports what was recorded or lost.
+///
+/// Records still sitting in a thread's partial batch are not visible here until
+/// that thread hands them over: when its batch fills, when it calls
+/// [`InsightLayer::flush_current_thread`](crate::InsightLayer::flush_current_thread),
+/// or when it exits. The collector cannot reach into other threads' buffers, so
+/// callers flush the threads they own before draining for a complete picture.
+/// Cloning a collector gives another handle to the same queue.
+#[derive(Debug, Clone)]
+pub struct Collector {
+    shared: Arc<Shared>,
+}
+
+impl Collector {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+
+    /// Moves every queued batch into `sink`, oldest first, and returns how many
+    /// records it moved.
+    ///
+    /// The queue's lock is held only to take the batches, not while the sink
+    /// runs, so recording threads are not held up by a slow sink.
+    pub fn drain_into(&self, sink: &mut dyn Sink) -> usize {
+        let mut moved = 0;
+        for mut batch in self.shared.take_batches() {
+            moved += batch.len();
+            sink.accept_owned(&mut batch);
+            self.shared.recycle(batch);
+        }
+        moved
+    }
+
+    /// Hands this layer's partial batch on the calling thread to the queue.
+    ///
+    /// Unlike [`InsightLayer::flush_current_thread`](crate::InsightLayer::flush_current_thread)
+    /// it leaves other layers' buffers on this thread alone.
+    pub fn flush_current_thread(&self) {
+        layer::flush_thread_buffer_for(&self.shared);
+    }
+
+    /// Total records that reached the queue since the layer was built
+    /// (whether or not they have been drained since).
+    pub fn recorded(&self) -> u64 {
+        self.shared.recorded()
+    }
+
+    /// Total records discarded since the layer was built: batches that found
+    /// the queue full, and records that found no usable thread buffer (emitted
+    /// during thread teardown, or re-entrantly from inside the layer).
+    ///
+    /// Once every recording thread has flushed, `recorded() + dropped()` is the
+    /// number of records the layer captured.
+    pub fn dropped(&self) -> u64 {
+        self.shared.dropped()
+    }
+
+    /// How many full batches wait in the queue now.
+    pub fn queued_batches(&self) -> usize {
+        self.shared.queued_batches()
+    }
+}
+
+/// A sink that keeps records in memory, up to a cap; used by tests and by the
+/// embedded (single-process) mode.
+///
+/// When full it keeps the oldest records and counts the newer ones it discards.
+#[derive(Debug, Clone, Default)]
+pub struct MemorySink {
+    records: Vec<Record>,
+    cap: usize,
+    discarded: u64,
+}
+
+impl MemorySink {
+    /// An empty sink that keeps at most `cap` records.
+    pub fn new(cap: usize) -> Self {
+        Self {
+            records: Vec::new(),
+            cap,
+            discarded: 0,
+        }
+    }
+
+    /// The records kept, in arrival order.
+    pub fn records(&self) -> &[Record] {
+        &self.records
+    }
+
+    /// Takes the records kept so far, leaving the sink empty (the discard
+    /// count is kept).
+    pub fn take_records(&mut self) -> Vec<Record> {
+        std::mem::take(&mut self.records)
+    }
+
+    /// How many records the sink holds.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether the sink holds no records.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// The most records the sink keeps.
+    pub fn cap(&self) -> usize {
+        self.cap
+    }
+
+    /// How many records arrived after the sink was full and were discarded.
+    pub fn discarded(&self) -> u64 {
+        self.discarded
+    }
+
+    fn room(&self) -> usize {
+        self.cap.saturating_sub(self.records.len())
+    }
+}
+
+impl Sink for MemorySink {
+    fn accept(&mut self, batch: &[Record]) {
+        let keep = batch.len().min(self.room());
+        self.records.extend_from_slice(&batch[..keep]);
+        self.discarded += (batch.len() - keep) as u64;
+    }
+
+    fn accept_owned(&mut self, batch: &mut Vec<Record>) {
+        let keep = batch.len().min(self.room());
+        self.discarded += (batch.len() - keep) as u64;
+        self.records.extend(batch.drain(..keep));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::record::{Fields, RecordKind};
+
+    fn records(n: usize) -> Vec<Record> {
+        (0..n)
+            .map(|i| Record {
+                kind: RecordKind::Event,
+                span: 0,
+                parent: 0,
+                name: "e",
+                target: "ray_test",
+                at_nanos: i as u64,
+                thread: 0,
+                fields: Fields::new(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn memory_sink_keeps_the_oldest_records_and_counts_the_rest() {
+        let mut sink = MemorySink::new(3);
+        sink.accept(&records(2));
+        sink.accept_owned(&mut records(2));
+        assert_eq!(sink.len(), 3);
+        assert_eq!(sink.discarded(), 1);
+        let kept: Vec<u64> = sink.records().iter().map(|r| r.at_nanos).collect();
+        assert_eq!(kept, vec![0, 1, 0]);
+    }
+
+    proptest! {
+        #[test]
+        fn memory_sink_never_exceeds_its_cap_and_loses_nothing_uncounted(
+            cap in 0usize..64,
+            batches in proptest::collection::vec((0usize..32, any::<bool>()), 0..16),
+        ) {
+            let mut sink = MemorySink::new(cap);
+            let mut offered = 0u64;
+            for (n, owned) in batches {
+                offered += n as u64;
+                if owned {
+                    sink.accept_owned(&mut records(n));
+                } else {
+                    sink.accept(&records(n));
+                }
+                prop_assert!(sink.len() <= cap);
+            }
+            prop_assert_eq!(sink.len() as u64 + sink.discarded(), offered);
+        }
+    }
+}

@@ -1,0 +1,337 @@
+//! Node-local admission queue: runs a request at once when it fits, queues it
+//! otherwise, and hands queued requests out as resources come back.
+//!
+//! Requests are grouped into *scheduling classes* by identical
+//! [`ResourceSet`]; each class is FIFO. When resources are released, the
+//! caller drains [`LocalQueue::pop_runnable`], which picks, among the class
+//! heads that fit now, the one submitted earliest. A small request may thus
+//! pass a big one that does not fit yet, but never an older one of its own
+//! class.
+
+use std::collections::VecDeque;
+
+use thiserror::Error;
+
+use crate::node::NodeResources;
+use crate::resources::ResourceSet;
+
+/// A request that can never run on this node: it asks for more than the
+/// node has in total.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("request {request} can never be satisfied: node total is {total}")]
+pub struct Infeasible {
+    /// What was asked for.
+    pub request: ResourceSet,
+    /// What the node has in total.
+    pub total: ResourceSet,
+}
+
+/// What [`LocalQueue::submit`] decided.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a Run item must be started and an Infeasible one reported"]
+pub enum Admission<T> {
+    /// The resources are acquired: start the item now, and release the same
+    /// [`ResourceSet`] when it finishes.
+    Run(T),
+    /// The item waits in the queue; [`LocalQueue::pop_runnable`] hands it out
+    /// once it fits.
+    Queued,
+    /// The item can never run here; it is handed back with the reason.
+    Infeasible(T, Infeasible),
+}
+
+/// One scheduling class: queued items that ask for the same resources.
+#[derive(Debug)]
+struct Class<T> {
+    req: ResourceSet,
+    /// Items with their global submission number, oldest first.
+    items: VecDeque<(u64, T)>,
+}
+
+/// The admission queue of one node (sans-IO: it never starts anything
+/// itself; the caller runs what it hands out).
+///
+/// Invariant: `submit` and `pop_runnable` never push `used` past `total`;
+/// only [`LocalQueue::acquire_forced`] may.
+#[derive(Debug)]
+pub struct LocalQueue<T> {
+    node: NodeResources,
+    /// Classes in no particular order. Emptied classes are kept and reused,
+    /// so a class flipping between empty and one item does not allocate.
+    classes: Vec<Class<T>>,
+    queued: usize,
+    next_seq: u64,
+}
+
+impl<T> LocalQueue<T> {
+    /// An empty queue for a node with `total` resources, none in use.
+    pub fn new(total: ResourceSet) -> Self {
+        Self {
+            node: NodeResources::new(total),
+            classes: Vec::new(),
+            queued: 0,
+            next_seq: 0,
+        }
+    }
+
+    /// The node's accounting: total, used, available.
+    pub fn resources(&self) -> &NodeResources {
+        &self.node
+    }
+
+    /// Offers `item`, which needs `req`, to the node.
+    ///
+    /// - `req` exceeds the node's total: [`Admission::Infeasible`] at once.
+    /// - it fits now and no item of its class waits: resources are acquired,
+    ///   [`Admission::Run`].
+    /// - otherwise [`Admission::Queued`].
+    pub fn submit(&mut self, req: ResourceSet, item: T) -> Admission<T> {
+        if !self.node.is_feasible(&req) {
+            let total = self.node.total().clone();
+            return Admission::Infeasible(
+                item,
+                Infeasible {
+                    request: req,
+                    total,
+                },
+            );
+        }
+        let class = if self.queued == 0 {
+            None
+        } else {
+            self.classes.iter().position(|c| c.req == req)
+        };
+        let class_waiting = class.is_some_and(|i| !self.classes[i].items.is_empty());
+        if !class_waiting && self.node.try_acquire(&req) {
+            return Admission::Run(item);
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.queued += 1;
+        let i = class.unwrap_or_else(|| self.class_slot(req));
+        self.classes[i].items.push_back((seq, item));
+        Admission::Queued
+    }
+
+    /// Gives `req` back to the node. Does not dispatch: call
+    /// [`LocalQueue::pop_runnable`] in a loop afterwards.
+    pub fn release(&mut self, req: &ResourceSet) {
+        self.node.release(req);
+    }
+
+    /// Takes `req` without checking, for a task resuming after it gave its
+    /// resources back while blocked; `used` may exceed `total` until
+    /// released.
+    pub fn acquire_forced(&mut self, req: &ResourceSet) {
+        self.node.acquire_forced(req);
+    }
+
+    /// The oldest queued item whose class head fits now, with its resources
+    /// already acquired; `None` when nothing queued fits.
+    pub fn pop_runnable(&mut self) -> Option<(ResourceSet, T)> {
+        if self.queued == 0 {
+            return None;
+        }
+        let mut best: Option<(usize, u64)> = None;
+        for (i, class) in self.classes.iter().enumerate() {
+            let Some(&(seq, _)) = class.items.front() else {
+                continue;
+            };
+            if best.is_none_or(|(_, best_seq)| seq < best_seq) && self.node.can_acquire(&class.req)
+            {
+                best = Some((i, seq));
+            }
+        }
+        let (i, _) = best?;
+        let class = &mut self.classes[i];
+        let (_, item) = class.items.pop_front().expect("chosen class has a head");
+        self.node.acquire_forced(&class.req); // checked by can_acquire above
+        self.queued -= 1;
+        Some((class.req.clone(), item))
+    }
+
+    /// Number of items waiting.
+    pub fn queued_len(&self) -> usize {
+        self.queued
+    }
+
+    /// Hands back every queued item, oldest first, leaving the queue empty
+    /// (for shutdown). Resources in use are untouched.
+    pub fn drain_queued(&mut self) -> Vec<(ResourceSet, T)> {
+        let mut all: Vec<(u64, ResourceSet, T)> = Vec::with_capacity(self.queued);
+        for class in self.classes.drain(..) {
+            let req = class.req;
+            all.extend(
+                class
+                    .items
+                    .into_iter()
+                    .map(|(seq, item)| (seq, req.clone(), item)),
+            );
+        }
+        all.sort_unstable_by_key(|(seq, _, _)| *seq);
+        self.queued = 0;
+        all.into_iter().map(|(_, req, item)| (req, item)).collect()
+    }
+
+    /// Index of a class for `req`, known to be absent or empty: an existing
+    /// one for `req`, else a reused empty one, else a new one.
+    fn class_slot(&mut self, req: ResourceSet) -> usize {
+        if let Some(i) = self.classes.iter().position(|c| c.req == req) {
+            return i;
+        }
+        if let Some(i) = self.classes.iter().position(|c| c.items.is_empty()) {
+            self.classes[i].req = req;
+            return i;
+        }
+        self.classes.push(Class {
+            req,
+            items: VecDeque::new(),
+        });
+        self.classes.len() - 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quantity::Quantity;
+    use crate::resources::GPU;
+
+    fn cpus(x: f64) -> ResourceSet {
+        ResourceSet::cpu(Quantity::from_f64(x).unwrap())
+    }
+
+    fn run<T: std::fmt::Debug>(a: Admission<T>) -> T {
+        match a {
+            Admission::Run(t) => t,
+            other => panic!("expected Run, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn fits_and_nothing_queued_runs_at_once() {
+        let mut q = LocalQueue::new(cpus(2.0));
+        assert_eq!(run(q.submit(cpus(1.0), 'a')), 'a');
+        assert_eq!(run(q.submit(cpus(1.0), 'b')), 'b');
+        assert_eq!(q.submit(cpus(1.0), 'c'), Admission::Queued);
+        assert_eq!(q.resources().used(), &cpus(2.0));
+        assert_eq!(q.queued_len(), 1);
+    }
+
+    #[test]
+    fn infeasible_is_reported_at_once_with_request_and_total() {
+        let mut q = LocalQueue::new(cpus(2.0));
+        let Admission::Infeasible(item, why) = q.submit(cpus(4.0), 7) else {
+            panic!("expected Infeasible");
+        };
+        assert_eq!(item, 7);
+        assert_eq!(
+            why.to_string(),
+            "request {CPU: 4} can never be satisfied: node total is {CPU: 2}"
+        );
+        assert_eq!(q.queued_len(), 0);
+        assert!(q.resources().used().is_empty());
+        let gpu = ResourceSet::new().with(GPU, Quantity::ONE);
+        assert!(matches!(q.submit(gpu, 8), Admission::Infeasible(8, _)));
+    }
+
+    #[test]
+    fn items_of_one_class_run_in_submission_order() {
+        let mut q = LocalQueue::new(cpus(1.0));
+        run(q.submit(cpus(1.0), 0));
+        for i in 1..=5 {
+            assert_eq!(q.submit(cpus(1.0), i), Admission::Queued);
+        }
+        for i in 1..=5 {
+            q.release(&cpus(1.0));
+            assert_eq!(q.pop_runnable(), Some((cpus(1.0), i)));
+            assert_eq!(q.pop_runnable(), None);
+        }
+        assert_eq!(q.queued_len(), 0);
+    }
+
+    #[test]
+    fn submit_queues_behind_a_waiting_item_of_its_class_even_if_it_fits() {
+        let mut q = LocalQueue::new(cpus(2.0));
+        run(q.submit(cpus(2.0), "hold"));
+        assert_eq!(q.submit(cpus(1.0), "first"), Admission::Queued);
+        // Release without draining: the class head still waits, so the
+        // newcomer of the same class must not jump it.
+        q.release(&cpus(2.0));
+        assert_eq!(q.submit(cpus(1.0), "second"), Admission::Queued);
+        assert_eq!(q.pop_runnable(), Some((cpus(1.0), "first")));
+        assert_eq!(q.pop_runnable(), Some((cpus(1.0), "second")));
+    }
+
+    #[test]
+    fn older_class_head_goes_first_when_both_fit() {
+        let mut q = LocalQueue::new(cpus(4.0));
+        run(q.submit(cpus(4.0), "hold"));
+        assert_eq!(q.submit(cpus(2.0), "big"), Admission::Queued);
+        assert_eq!(q.submit(cpus(1.0), "small"), Admission::Queued);
+        q.release(&cpus(4.0));
+        assert_eq!(q.pop_runnable(), Some((cpus(2.0), "big")));
+        assert_eq!(q.pop_runnable(), Some((cpus(1.0), "small")));
+    }
+
+    #[test]
+    fn small_request_passes_a_big_one_that_does_not_fit_yet() {
+        let mut q = LocalQueue::new(cpus(4.0));
+        run(q.submit(cpus(3.0), "hold"));
+        assert_eq!(q.submit(cpus(2.0), "big"), Admission::Queued);
+        // A new class that fits runs at once, past the waiting big one.
+        assert_eq!(run(q.submit(cpus(1.0), "small")), "small");
+        assert_eq!(q.pop_runnable(), None);
+        q.release(&cpus(1.0));
+        assert_eq!(q.pop_runnable(), None);
+        q.release(&cpus(3.0));
+        assert_eq!(q.pop_runnable(), Some((cpus(2.0), "big")));
+    }
+
+    #[test]
+    fn acquire_forced_blocks_dispatch_until_released() {
+        let mut q = LocalQueue::new(cpus(1.0));
+        run(q.submit(cpus(1.0), "a"));
+        q.release(&cpus(1.0)); // "a" blocks in get() and lends its CPU
+        run(q.submit(cpus(1.0), "b"));
+        q.acquire_forced(&cpus(1.0)); // "a" resumes
+        assert_eq!(q.resources().used(), &cpus(2.0));
+        assert_eq!(q.submit(cpus(1.0), "c"), Admission::Queued);
+        q.release(&cpus(1.0));
+        assert_eq!(q.pop_runnable(), None);
+        q.release(&cpus(1.0));
+        assert_eq!(q.pop_runnable(), Some((cpus(1.0), "c")));
+    }
+
+    #[test]
+    fn drain_queued_hands_back_everything_oldest_first() {
+        let mut q = LocalQueue::new(cpus(1.0));
+        run(q.submit(cpus(1.0), 0));
+        assert_eq!(q.submit(cpus(0.5), 1), Admission::Queued);
+        assert_eq!(q.submit(cpus(1.0), 2), Admission::Queued);
+        assert_eq!(q.submit(cpus(0.5), 3), Admission::Queued);
+        let drained = q.drain_queued();
+        assert_eq!(
+            drained,
+            vec![(cpus(0.5), 1), (cpus(1.0), 2), (cpus(0.5), 3)]
+        );
+        assert_eq!(q.queued_len(), 0);
+        assert_eq!(q.pop_runnable(), None);
+        assert_eq!(q.resources().used(), &cpus(1.0));
+    }
+
+    #[test]
+    fn emptied_class_slots_are_reused_for_new_classes() {
+        let mut q = LocalQueue::new(cpus(1.0));
+        run(q.submit(cpus(1.0), 0));
+        for (i, amount) in [0.25, 0.5, 0.75, 1.0].into_iter().enumerate() {
+            assert_eq!(q.submit(cpus(amount), i), Admission::Queued);
+            q.release(&cpus(1.0));
+            let (req, item) = q.pop_runnable().expect("fits after release");
+            assert_eq!((req.clone(), item), (cpus(amount), i));
+            q.release(&req);
+            run(q.submit(cpus(1.0), 99));
+        }
+        assert_eq!(q.classes.len(), 1);
+    }
+}

@@ -1,0 +1,172 @@
+//! [`ObjectBuffer`]: the immutable, 16-byte-aligned bytes of one object.
+
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+
+use rkyv::util::AlignedVec;
+
+/// Alignment, in bytes, of the first byte of every [`ObjectBuffer`].
+///
+/// rkyv archives of the types ray-rs sends need at most 16-byte alignment,
+/// so a buffer can be accessed in place without copying.
+pub const BUFFER_ALIGNMENT: usize = 16;
+
+/// An empty slice whose address is 16-aligned.
+///
+/// An empty `AlignedVec` holds a dangling pointer with alignment 1, so empty
+/// buffers hand out this slice instead to keep the alignment promise.
+#[repr(align(16))]
+struct AlignedEmpty([u8; 0]);
+
+static EMPTY: AlignedEmpty = AlignedEmpty([]);
+
+/// The immutable bytes of one object, starting at a 16-byte-aligned address.
+///
+/// Cloning is cheap (a reference count) and every clone shares the same
+/// memory. A clone *pins* the bytes: they stay valid for as long as it is
+/// held, even after the object is deleted from the store.
+#[derive(Clone)]
+pub struct ObjectBuffer(Arc<AlignedVec<BUFFER_ALIGNMENT>>);
+
+impl ObjectBuffer {
+    /// Wraps `v` without copying its bytes (an rkyv serializer's output).
+    pub fn from_aligned(v: AlignedVec<BUFFER_ALIGNMENT>) -> Self {
+        Self(Arc::new(v))
+    }
+
+    /// Copies `bytes` into newly allocated, 16-aligned memory.
+    pub fn copy_from_slice(bytes: &[u8]) -> Self {
+        let mut v = AlignedVec::<BUFFER_ALIGNMENT>::with_capacity(bytes.len());
+        v.extend_from_slice(bytes);
+        Self::from_aligned(v)
+    }
+
+    /// The object's bytes; the slice starts at a 16-aligned address, even when
+    /// empty.
+    pub fn as_bytes(&self) -> &[u8] {
+        if self.0.is_empty() {
+            &EMPTY.0
+        } else {
+            self.0.as_slice()
+        }
+    }
+
+    /// Number of bytes in the object.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the object holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether `self` and `other` share the same memory (one is a clone of the
+    /// other), as opposed to merely holding equal bytes.
+    pub fn ptr_eq(&self, other: &ObjectBuffer) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl From<AlignedVec<BUFFER_ALIGNMENT>> for ObjectBuffer {
+    fn from(v: AlignedVec<BUFFER_ALIGNMENT>) -> Self {
+        Self::from_aligned(v)
+    }
+}
+
+impl fmt::Debug for ObjectBuffer {
+    /// Prints the length only: object bytes can be large and are rarely text.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObjectBuffer")
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl AsRef<[u8]> for ObjectBuffer {
+    fn as_ref(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl Deref for ObjectBuffer {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is_aligned(bytes: &[u8]) -> bool {
+        (bytes.as_ptr() as usize) & (BUFFER_ALIGNMENT - 1) == 0
+    }
+
+    #[test]
+    fn copy_from_slice_is_16_aligned_for_every_length() {
+        for len in 0..100 {
+            let data: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            // Copy from an odd offset so the source itself is misaligned.
+            let mut padded = vec![0u8; 1];
+            padded.extend_from_slice(&data);
+            let buf = ObjectBuffer::copy_from_slice(&padded[1..]);
+            assert!(is_aligned(buf.as_bytes()), "len {len}");
+            assert_eq!(buf.as_bytes(), &data[..]);
+            assert_eq!(buf.len(), len);
+        }
+    }
+
+    #[test]
+    fn empty_buffers_are_16_aligned() {
+        let from_slice = ObjectBuffer::copy_from_slice(&[]);
+        let from_new = ObjectBuffer::from_aligned(AlignedVec::new());
+        let from_cap = ObjectBuffer::from_aligned(AlignedVec::with_capacity(64));
+        for buf in [from_slice, from_new, from_cap] {
+            assert!(buf.is_empty());
+            assert_eq!(buf.len(), 0);
+            assert!(is_aligned(buf.as_bytes()));
+            assert!(is_aligned(&buf));
+        }
+    }
+
+    #[test]
+    fn from_aligned_keeps_the_allocation_without_copying() {
+        let mut v = AlignedVec::<BUFFER_ALIGNMENT>::new();
+        v.extend_from_slice(b"hello object");
+        let before = v.as_ptr();
+        let buf = ObjectBuffer::from_aligned(v);
+        assert_eq!(buf.as_bytes().as_ptr(), before);
+        assert!(is_aligned(buf.as_bytes()));
+        assert_eq!(&*buf, b"hello object");
+    }
+
+    #[test]
+    fn rkyv_archive_is_readable_in_place() {
+        let id = ray_proto::ObjectId::new(ray_proto::WorkerId(4), 11);
+        let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&id).expect("serialize");
+        let buf = ObjectBuffer::from_aligned(bytes);
+        let back: ray_proto::ObjectId =
+            rkyv::from_bytes::<_, rkyv::rancor::Error>(&buf).expect("deserialize");
+        assert_eq!(back, id);
+    }
+
+    #[test]
+    fn clones_share_memory_and_equal_copies_do_not() {
+        let a = ObjectBuffer::copy_from_slice(b"abc");
+        let b = a.clone();
+        let c = ObjectBuffer::copy_from_slice(b"abc");
+        assert!(a.ptr_eq(&b));
+        assert!(!a.ptr_eq(&c));
+        assert_eq!(a.as_ref(), c.as_ref());
+    }
+
+    #[test]
+    fn debug_prints_length_not_bytes() {
+        let buf = ObjectBuffer::copy_from_slice(&[7u8; 300]);
+        assert_eq!(format!("{buf:?}"), "ObjectBuffer { len: 300 }");
+    }
+}
