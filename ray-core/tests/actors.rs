@@ -1,0 +1,275 @@
+//! Actors on the embedded runtime.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use ray_core::prelude::*;
+use ray_core::{Config, Error};
+
+#[remote]
+struct Counter {
+    n: u64,
+    log: Vec<u64>,
+}
+
+#[remote]
+impl Counter {
+    fn new(start: u64) -> Self {
+        Counter { n: start, log: Vec::new() }
+    }
+
+    fn incr(&mut self, by: u64) -> u64 {
+        self.n += by;
+        self.log.push(by);
+        self.n
+    }
+
+    fn value(&self) -> u64 {
+        self.n
+    }
+
+    fn log(&self) -> Vec<u64> {
+        self.log.clone()
+    }
+
+    async fn slow_value(&self, ms: u64) -> u64 {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        self.n
+    }
+
+    fn fail(&self) -> Result<u64, String> {
+        Err("counter says no".into())
+    }
+
+    fn explode(&mut self) -> u64 {
+        panic!("counter exploded")
+    }
+}
+
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+static MAX_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+#[remote]
+struct Sleeper;
+
+#[remote]
+impl Sleeper {
+    fn new() -> Self {
+        Sleeper
+    }
+
+    fn nap(&self, ms: u64) -> u64 {
+        let now = IN_FLIGHT.fetch_add(1, Ordering::SeqCst) + 1;
+        MAX_IN_FLIGHT.fetch_max(now, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(ms));
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+        ms
+    }
+}
+
+#[remote]
+struct Broken;
+
+#[remote]
+impl Broken {
+    fn new(fail: bool) -> Self {
+        if fail {
+            panic!("constructor refused");
+        }
+        Broken
+    }
+
+    fn ping(&self) -> u8 {
+        1
+    }
+}
+
+/// An actor that creates a child actor and calls it, from inside a call.
+#[remote]
+struct Parent {
+    child: Option<ActorHandle<Counter>>,
+}
+
+#[remote]
+impl Parent {
+    fn new() -> Self {
+        Parent { child: None }
+    }
+
+    fn spawn_and_call(&mut self, times: u64) -> u64 {
+        let ray = Ray::current().expect("inside an actor");
+        let child = Counter::remote(&ray, 0).expect("spawn child");
+        let mut last = 0;
+        for _ in 0..times {
+            last = child.incr(1).expect("call").get_blocking().expect("result");
+        }
+        self.child = Some(child);
+        last
+    }
+}
+
+async fn small() -> Ray {
+    ray_core::init_with(Config {
+        num_cpus: Some(2.0),
+        ..Config::default()
+    })
+    .await
+    .expect("init")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_run_one_at_a_time_in_submission_order() {
+    let ray = small().await;
+    let c = Counter::remote(&ray, 10).unwrap();
+    let refs: Vec<_> = (1..=100).map(|i| c.incr(i).unwrap()).collect();
+    let last = refs.last().unwrap().get().await.unwrap();
+    assert_eq!(last, 10 + (1..=100).sum::<u64>());
+    assert_eq!(c.log().unwrap().get().await.unwrap(), (1..=100).collect::<Vec<u64>>());
+    // Each call saw the state left by the one before.
+    let mut expect = 10;
+    for (i, r) in refs.iter().enumerate() {
+        expect += i as u64 + 1;
+        assert_eq!(r.get().await.unwrap(), expect);
+    }
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_methods_and_user_errors_and_panics() {
+    let ray = small().await;
+    let c = Counter::remote(&ray, 3).unwrap();
+    assert_eq!(c.slow_value(5).unwrap().get().await.unwrap(), 3);
+    let err = c.fail().unwrap().get().await.unwrap_err();
+    assert!(matches!(&err, Error::TaskFailed { error, .. } if error.message() == "counter says no"), "{err:?}");
+    let err = c.explode().unwrap().get().await.unwrap_err();
+    assert!(matches!(&err, Error::TaskPanicked { message, function, .. }
+        if message == "counter exploded" && function.ends_with("Counter::explode")), "{err:?}");
+    // The actor survives a panicking call.
+    assert_eq!(c.incr(1).unwrap().get().await.unwrap(), 4);
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_concurrency_lets_shared_calls_overlap() {
+    let ray = ray_core::init_with(Config {
+        num_cpus: Some(4.0),
+        ..Config::default()
+    })
+    .await
+    .unwrap();
+    MAX_IN_FLIGHT.store(0, Ordering::SeqCst);
+    let s = Sleeper::options().max_concurrency(4).remote(&ray).unwrap();
+    let refs: Vec<_> = (0..8).map(|_| s.nap(30).unwrap()).collect();
+    for r in refs {
+        r.get().await.unwrap();
+    }
+    assert!(MAX_IN_FLIGHT.load(Ordering::SeqCst) > 1, "calls overlapped");
+    assert!(MAX_IN_FLIGHT.load(Ordering::SeqCst) <= 4, "never above max_concurrency");
+
+    MAX_IN_FLIGHT.store(0, Ordering::SeqCst);
+    let serial = Sleeper::remote(&ray).unwrap();
+    let refs: Vec<_> = (0..4).map(|_| serial.nap(10).unwrap()).collect();
+    for r in refs {
+        r.get().await.unwrap();
+    }
+    assert_eq!(MAX_IN_FLIGHT.load(Ordering::SeqCst), 1, "default is one call at a time");
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_constructor_makes_calls_fail_with_actor_died() {
+    let ray = small().await;
+    let b = Broken::remote(&ray, true).unwrap();
+    let err = b.ping().unwrap().get().await.unwrap_err();
+    assert!(matches!(&err, Error::ActorDied { cause, .. } if cause.contains("constructor refused")), "{err:?}");
+    let ok = Broken::remote(&ray, false).unwrap();
+    assert_eq!(ok.ping().unwrap().get().await.unwrap(), 1);
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_actors_are_found_by_name_and_names_are_unique() {
+    let ray = small().await;
+    let c = Counter::options().name("tally").remote(&ray, 1).unwrap();
+    c.incr(1).unwrap().get().await.unwrap();
+    let again: ActorHandle<Counter> = ray.get_actor("tally").unwrap();
+    assert_eq!(again.value().unwrap().get().await.unwrap(), 2);
+    let taken = Counter::options().name("tally").remote(&ray, 0).unwrap_err();
+    assert!(matches!(taken, Error::NameTaken { .. }), "{taken:?}");
+    // Same name in another namespace is fine.
+    Counter::options().name("tally").namespace("other").remote(&ray, 0).unwrap();
+    assert!(matches!(ray.get_actor::<Counter>("nobody"), Err(Error::ActorNotFound { .. })));
+    assert!(matches!(ray.get_actor::<Sleeper>("tally"), Err(Error::ActorClassMismatch { .. })));
+    // A killed actor frees its name.
+    again.kill();
+    assert!(matches!(c.value().unwrap().get().await, Err(Error::ActorDied { .. })));
+    Counter::options().name("tally").remote(&ray, 0).unwrap();
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actor_resources_are_held_for_life_and_infeasible_fails_fast() {
+    let ray = small().await;
+    let err = Counter::options().num_gpus(1.0).remote(&ray, 0).unwrap_err();
+    assert!(matches!(err, Error::Infeasible { .. }), "{err:?}");
+    let c = Counter::options().num_cpus(1.5).remote(&ray, 0).unwrap();
+    c.incr(1).unwrap().get().await.unwrap();
+    assert_eq!(ray.stats().available.get("CPU").to_f64(), 0.5);
+    drop(c);
+    // Dropping the last handle ends the actor and returns its CPUs.
+    let mut returned = false;
+    for _ in 0..100 {
+        if ray.stats().available.get("CPU").to_f64() == 2.0 {
+            returned = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(returned, "resources came back: {:?}", ray.stats().available);
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actors_create_actors_and_block_on_them_without_deadlock() {
+    let ray = ray_core::init_with(Config {
+        num_cpus: Some(1.0),
+        ..Config::default()
+    })
+    .await
+    .unwrap();
+    let p = Parent::remote(&ray).unwrap();
+    let r = p.spawn_and_call(5).unwrap();
+    assert_eq!(r.get_timeout(Duration::from_secs(30)).await.unwrap(), 5);
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_kills_actors() {
+    let ray = small().await;
+    let c = Counter::options().name("x").remote(&ray, 0).unwrap();
+    c.incr(1).unwrap().get().await.unwrap();
+    ray.shutdown();
+    assert!(matches!(c.incr(1), Err(Error::ShutDown)));
+}
+
+#[test]
+fn registry_lists_actor_classes_and_methods() {
+    let reg = ray_core::registry::registry();
+    let class = reg
+        .actor_classes()
+        .into_iter()
+        .find(|c| c.name == "actors::Counter")
+        .expect("Counter registered");
+    let methods: Vec<&str> = reg.methods_of(class.id).iter().map(|m| m.name).collect();
+    assert_eq!(
+        methods,
+        [
+            "actors::Counter::explode",
+            "actors::Counter::fail",
+            "actors::Counter::incr",
+            "actors::Counter::log",
+            "actors::Counter::slow_value",
+            "actors::Counter::value",
+        ]
+    );
+}
