@@ -77,7 +77,10 @@ impl ActorCell {
                 Ok(Ok(state)) => Ok(state),
                 Ok(Err(InvokeError::Failed(e))) => Err(e.to_string()),
                 Ok(Err(InvokeError::User(e))) => Err(format!("constructor failed: {e}")),
-                Err(p) => Err(format!("constructor panicked: {}", panic_message(p.as_ref()))),
+                Err(p) => Err(format!(
+                    "constructor panicked: {}",
+                    panic_message(p.as_ref())
+                )),
             }
             .map_err(|cause| Error::ActorDied {
                 actor: self.id,
@@ -100,10 +103,10 @@ impl ActorCell {
                         n
                     }
                 };
-                let _ = rt.gcs.lock().set_actor_state(
-                    self.id,
-                    GcsActorState::Alive { node: rt.node },
-                );
+                let _ = rt
+                    .gcs
+                    .lock()
+                    .set_actor_state(self.id, GcsActorState::Alive { node: rt.node });
                 for _ in 0..spawn {
                     self.spawn_drainer();
                 }
@@ -145,7 +148,12 @@ impl ActorCell {
 
     fn spawn_drainer(self: &Arc<Self>) {
         let cell = self.clone();
-        if self.rt.pool.execute(Box::new(move || cell.drain())).is_err() {
+        if self
+            .rt
+            .pool
+            .execute(Box::new(move || cell.drain()))
+            .is_err()
+        {
             self.mailbox.lock().drainers -= 1;
         }
     }
@@ -323,11 +331,17 @@ pub struct RawActorHandle {
 impl RawActorHandle {
     /// Submits a call of `method` (generated code calls this).
     #[doc(hidden)]
-    pub fn __call<R>(&self, method: &'static ActorMethod, args: Vec<TaskArg>) -> Result<ObjectRef<R>> {
+    pub fn __call<R>(
+        &self,
+        method: &'static ActorMethod,
+        args: Vec<TaskArg>,
+    ) -> Result<ObjectRef<R>> {
         let rt = &self.cell.rt;
         rt.check_running()?;
         let task = rt.new_task_id();
-        let handle = rt.objects.insert(rt, task.return_object(), None, Vec::new());
+        let handle = rt
+            .objects
+            .insert(rt, task.return_object(), None, Vec::new());
         tracing::trace!(target: "ray::actor", task_id = %task, actor_id = %self.cell.id, method = method.name, "actor.submit");
         self.cell.enqueue(ActorCall { task, method, args });
         Ok(ObjectRef::from_handle(handle))
@@ -402,13 +416,26 @@ impl<A: RemoteActor> Deref for ActorHandle<A> {
 }
 
 /// Looks up a named actor of class `A`.
-pub(crate) fn lookup<A: RemoteActor>(rt: &Arc<Runtime>, name: &str, namespace: &str) -> Result<ActorHandle<A>> {
+pub(crate) fn lookup<A: RemoteActor>(
+    rt: &Arc<Runtime>,
+    name: &str,
+    namespace: &str,
+) -> Result<ActorHandle<A>> {
     let not_found = || Error::ActorNotFound {
         namespace: namespace.to_string(),
         name: name.to_string(),
     };
-    let id = rt.gcs.lock().named_actor(namespace, name).ok_or_else(not_found)?;
-    let cell = rt.pinned_actors.lock().get(&id).cloned().ok_or_else(not_found)?;
+    let id = rt
+        .gcs
+        .lock()
+        .named_actor(namespace, name)
+        .ok_or_else(not_found)?;
+    let cell = rt
+        .pinned_actors
+        .lock()
+        .get(&id)
+        .cloned()
+        .ok_or_else(not_found)?;
     if cell.class.id != A::CLASS.id {
         return Err(Error::ActorClassMismatch {
             name: name.to_string(),

@@ -90,7 +90,11 @@ pub mod __private {
     }
 
     /// Decodes argument `i` as a `T`.
-    pub fn decode_arg<T: Object>(args: &[ObjectBuffer], i: usize, name: &str) -> Result<T, InvokeError> {
+    pub fn decode_arg<T: Object>(
+        args: &[ObjectBuffer],
+        i: usize,
+        name: &str,
+    ) -> Result<T, InvokeError> {
         let (rt, _) = crate::context::current().ok_or(InvokeError::Failed(Error::NoRuntime(
             "arguments decode only inside a task",
         )))?;
@@ -112,7 +116,8 @@ pub mod __private {
             Ok(v) => encode_return(&v),
             Err(e) => {
                 let message = e.to_string();
-                let enc = object::encode(&e, std::any::type_name::<E>()).map_err(InvokeError::Failed)?;
+                let enc =
+                    object::encode(&e, std::any::type_name::<E>()).map_err(InvokeError::Failed)?;
                 Err(InvokeError::User(UserError::new(
                     std::any::type_name::<E>(),
                     message,
@@ -128,7 +133,9 @@ pub mod __private {
     }
 
     /// The concrete state of an actor (shared access).
-    pub fn state_ref<A: 'static>(state: &(dyn std::any::Any + Send + Sync)) -> Result<&A, InvokeError> {
+    pub fn state_ref<A: 'static>(
+        state: &(dyn std::any::Any + Send + Sync),
+    ) -> Result<&A, InvokeError> {
         state.downcast_ref::<A>().ok_or_else(|| {
             InvokeError::Failed(Error::InvalidArgument(format!(
                 "actor state is not a {}",

@@ -9,13 +9,13 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
+use ray_store::ObjectBuffer;
 use rkyv::api::high::{HighDeserializer, HighSerializer, HighValidator};
 use rkyv::bytecheck::CheckBytes;
 use rkyv::rancor;
 use rkyv::ser::allocator::ArenaHandle;
 use rkyv::util::AlignedVec;
 use rkyv::{Archive, Deserialize, Serialize};
-use ray_store::ObjectBuffer;
 
 use crate::error::{Error, Result};
 use crate::ownership::RefHandle;
@@ -74,7 +74,9 @@ thread_local! {
 pub(crate) fn encode<T: Object>(value: &T, what: &str) -> Result<Encoded> {
     let prev = NESTED.with(|n| n.borrow_mut().replace(Vec::new()));
     let bytes = value.__encode();
-    let nested = NESTED.with(|n| std::mem::replace(&mut *n.borrow_mut(), prev)).unwrap_or_default();
+    let nested = NESTED
+        .with(|n| std::mem::replace(&mut *n.borrow_mut(), prev))
+        .unwrap_or_default();
     let bytes = bytes.map_err(|e| Error::Serialization {
         op: "encode",
         what: what.to_string(),

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use rkyv::rancor::{Fallible, Source};
-use rkyv::{Archive, Deserialize, Place, Serialize};
 use ray_proto::{ArchivedObjectId, ObjectId};
 use ray_store::ObjectBuffer;
+use rkyv::rancor::{Fallible, Source};
+use rkyv::{Archive, Deserialize, Place, Serialize};
 
 use crate::context::{begin_blocking, BlockGuard};
 use crate::error::{Error, Result};
@@ -186,7 +186,12 @@ impl<T: Object> Deref for ArchivedRef<T> {
 
 impl<T: Object> fmt::Debug for ArchivedRef<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ArchivedRef<{}>({} bytes)", std::any::type_name::<T>(), self.buf.len())
+        write!(
+            f,
+            "ArchivedRef<{}>({} bytes)",
+            std::any::type_name::<T>(),
+            self.buf.len()
+        )
     }
 }
 

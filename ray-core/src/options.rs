@@ -201,7 +201,9 @@ impl ActorOptions {
             ));
         }
         if self.name.as_deref() == Some("") {
-            return Err(Error::InvalidArgument("actor name must not be empty".into()));
+            return Err(Error::InvalidArgument(
+                "actor name must not be empty".into(),
+            ));
         }
         self.resources.checked()
     }

@@ -100,7 +100,12 @@ impl ObjectTable {
     ///
     /// Returns `false` when nobody references the object any more (the caller
     /// then frees whatever it stored for it).
-    pub(crate) fn complete(&self, id: ObjectId, value: Value, contained: Vec<Arc<RefHandle>>) -> bool {
+    pub(crate) fn complete(
+        &self,
+        id: ObjectId,
+        value: Value,
+        contained: Vec<Arc<RefHandle>>,
+    ) -> bool {
         let waiters = {
             let mut shard = self.shard(id).lock();
             let Some(entry) = shard.get_mut(&id) else {
@@ -149,7 +154,10 @@ impl ObjectTable {
 
     /// A new counted reference to a live object (used when a ref is decoded).
     pub(crate) fn handle(&self, id: ObjectId) -> Option<Arc<RefHandle>> {
-        self.shard(id).lock().get(&id).and_then(|e| e.handle.upgrade())
+        self.shard(id)
+            .lock()
+            .get(&id)
+            .and_then(|e| e.handle.upgrade())
     }
 
     /// Removes the object. The caller drops the result outside any lock.

@@ -95,7 +95,9 @@ fn start(config: Config, handle: tokio::runtime::Handle) -> Result<Ray> {
     let q = |name: &str, x: f64| {
         Quantity::from_f64(x).map_err(|e| Error::InvalidArgument(format!("{name}: {e}")))
     };
-    let mut total = ResourceSet::new().with(CPU, q(CPU, cpus)?).with(GPU, q(GPU, config.num_gpus)?);
+    let mut total = ResourceSet::new()
+        .with(CPU, q(CPU, cpus)?)
+        .with(GPU, q(GPU, config.num_gpus)?);
     for (name, amount) in &config.resources {
         total.set(name, q(name, *amount)?);
     }
@@ -169,7 +171,9 @@ impl Ray {
     pub fn current() -> Result<Ray> {
         crate::context::current()
             .map(|(rt, _)| Ray { rt })
-            .ok_or(Error::NoRuntime("Ray::current() is only available inside a task or actor"))
+            .ok_or(Error::NoRuntime(
+                "Ray::current() is only available inside a task or actor",
+            ))
     }
 
     /// Stores `value` as an immutable object.
@@ -245,7 +249,11 @@ impl Ray {
     }
 
     /// The live named actor `name` in `namespace`.
-    pub fn get_actor_in<A: RemoteActor>(&self, name: &str, namespace: &str) -> Result<ActorHandle<A>> {
+    pub fn get_actor_in<A: RemoteActor>(
+        &self,
+        name: &str,
+        namespace: &str,
+    ) -> Result<ActorHandle<A>> {
         actor::lookup(&self.rt, name, namespace)
     }
 
@@ -282,7 +290,9 @@ impl Ray {
         let resources = opts.resources.checked()?;
         rt.check_feasible(function.name, resources)?;
         let task = rt.new_task_id();
-        let handle = rt.objects.insert(rt, task.return_object(), None, Vec::new());
+        let handle = rt
+            .objects
+            .insert(rt, task.return_object(), None, Vec::new());
         tracing::trace!(target: "ray::task", task_id = %task, function = function.name, "task.submit");
         rt.enqueue_task(TaskSpec {
             task,
@@ -311,7 +321,12 @@ impl<T> Future for WaitFuture<'_, T> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let mut ready = 0;
         for r in self.refs {
-            if r.handle.rt.objects.poll(r.handle.id, Some(cx.waker())).is_ready() {
+            if r.handle
+                .rt
+                .objects
+                .poll(r.handle.id, Some(cx.waker()))
+                .is_ready()
+            {
                 ready += 1;
             }
         }

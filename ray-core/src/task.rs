@@ -113,7 +113,9 @@ impl Runtime {
         self.release_resources(&spec.resources);
         match outcome {
             Ok(enc) => self.complete_object(spec.task.return_object(), Ok(enc)),
-            Err(e) if spec.retry_exceptions && spec.attempt < spec.max_retries && is_retryable(&e) => {
+            Err(e)
+                if spec.retry_exceptions && spec.attempt < spec.max_retries && is_retryable(&e) =>
+            {
                 spec.attempt += 1;
                 tracing::debug!(target: "ray::task", task_id = %spec.task, attempt = spec.attempt, error = %e, "task.retry");
                 self.admit(spec);

@@ -15,7 +15,10 @@ struct Counter {
 #[remote]
 impl Counter {
     fn new(start: u64) -> Self {
-        Counter { n: start, log: Vec::new() }
+        Counter {
+            n: start,
+            log: Vec::new(),
+        }
     }
 
     fn incr(&mut self, by: u64) -> u64 {
@@ -124,7 +127,10 @@ async fn calls_run_one_at_a_time_in_submission_order() {
     let refs: Vec<_> = (1..=100).map(|i| c.incr(i).unwrap()).collect();
     let last = refs.last().unwrap().get().await.unwrap();
     assert_eq!(last, 10 + (1..=100).sum::<u64>());
-    assert_eq!(c.log().unwrap().get().await.unwrap(), (1..=100).collect::<Vec<u64>>());
+    assert_eq!(
+        c.log().unwrap().get().await.unwrap(),
+        (1..=100).collect::<Vec<u64>>()
+    );
     // Each call saw the state left by the one before.
     let mut expect = 10;
     for (i, r) in refs.iter().enumerate() {
@@ -140,10 +146,16 @@ async fn async_methods_and_user_errors_and_panics() {
     let c = Counter::remote(&ray, 3).unwrap();
     assert_eq!(c.slow_value(5).unwrap().get().await.unwrap(), 3);
     let err = c.fail().unwrap().get().await.unwrap_err();
-    assert!(matches!(&err, Error::TaskFailed { error, .. } if error.message() == "counter says no"), "{err:?}");
+    assert!(
+        matches!(&err, Error::TaskFailed { error, .. } if error.message() == "counter says no"),
+        "{err:?}"
+    );
     let err = c.explode().unwrap().get().await.unwrap_err();
-    assert!(matches!(&err, Error::TaskPanicked { message, function, .. }
-        if message == "counter exploded" && function.ends_with("Counter::explode")), "{err:?}");
+    assert!(
+        matches!(&err, Error::TaskPanicked { message, function, .. }
+        if message == "counter exploded" && function.ends_with("Counter::explode")),
+        "{err:?}"
+    );
     // The actor survives a panicking call.
     assert_eq!(c.incr(1).unwrap().get().await.unwrap(), 4);
     ray.shutdown();
@@ -164,7 +176,10 @@ async fn max_concurrency_lets_shared_calls_overlap() {
         r.get().await.unwrap();
     }
     assert!(MAX_IN_FLIGHT.load(Ordering::SeqCst) > 1, "calls overlapped");
-    assert!(MAX_IN_FLIGHT.load(Ordering::SeqCst) <= 4, "never above max_concurrency");
+    assert!(
+        MAX_IN_FLIGHT.load(Ordering::SeqCst) <= 4,
+        "never above max_concurrency"
+    );
 
     MAX_IN_FLIGHT.store(0, Ordering::SeqCst);
     let serial = Sleeper::remote(&ray).unwrap();
@@ -172,7 +187,11 @@ async fn max_concurrency_lets_shared_calls_overlap() {
     for r in refs {
         r.get().await.unwrap();
     }
-    assert_eq!(MAX_IN_FLIGHT.load(Ordering::SeqCst), 1, "default is one call at a time");
+    assert_eq!(
+        MAX_IN_FLIGHT.load(Ordering::SeqCst),
+        1,
+        "default is one call at a time"
+    );
     ray.shutdown();
 }
 
@@ -181,7 +200,10 @@ async fn failed_constructor_makes_calls_fail_with_actor_died() {
     let ray = small().await;
     let b = Broken::remote(&ray, true).unwrap();
     let err = b.ping().unwrap().get().await.unwrap_err();
-    assert!(matches!(&err, Error::ActorDied { cause, .. } if cause.contains("constructor refused")), "{err:?}");
+    assert!(
+        matches!(&err, Error::ActorDied { cause, .. } if cause.contains("constructor refused")),
+        "{err:?}"
+    );
     let ok = Broken::remote(&ray, false).unwrap();
     assert_eq!(ok.ping().unwrap().get().await.unwrap(), 1);
     ray.shutdown();
@@ -194,15 +216,31 @@ async fn named_actors_are_found_by_name_and_names_are_unique() {
     c.incr(1).unwrap().get().await.unwrap();
     let again: ActorHandle<Counter> = ray.get_actor("tally").unwrap();
     assert_eq!(again.value().unwrap().get().await.unwrap(), 2);
-    let taken = Counter::options().name("tally").remote(&ray, 0).unwrap_err();
+    let taken = Counter::options()
+        .name("tally")
+        .remote(&ray, 0)
+        .unwrap_err();
     assert!(matches!(taken, Error::NameTaken { .. }), "{taken:?}");
     // Same name in another namespace is fine.
-    Counter::options().name("tally").namespace("other").remote(&ray, 0).unwrap();
-    assert!(matches!(ray.get_actor::<Counter>("nobody"), Err(Error::ActorNotFound { .. })));
-    assert!(matches!(ray.get_actor::<Sleeper>("tally"), Err(Error::ActorClassMismatch { .. })));
+    Counter::options()
+        .name("tally")
+        .namespace("other")
+        .remote(&ray, 0)
+        .unwrap();
+    assert!(matches!(
+        ray.get_actor::<Counter>("nobody"),
+        Err(Error::ActorNotFound { .. })
+    ));
+    assert!(matches!(
+        ray.get_actor::<Sleeper>("tally"),
+        Err(Error::ActorClassMismatch { .. })
+    ));
     // A killed actor frees its name.
     again.kill();
-    assert!(matches!(c.value().unwrap().get().await, Err(Error::ActorDied { .. })));
+    assert!(matches!(
+        c.value().unwrap().get().await,
+        Err(Error::ActorDied { .. })
+    ));
     Counter::options().name("tally").remote(&ray, 0).unwrap();
     ray.shutdown();
 }
@@ -210,7 +248,10 @@ async fn named_actors_are_found_by_name_and_names_are_unique() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn actor_resources_are_held_for_life_and_infeasible_fails_fast() {
     let ray = small().await;
-    let err = Counter::options().num_gpus(1.0).remote(&ray, 0).unwrap_err();
+    let err = Counter::options()
+        .num_gpus(1.0)
+        .remote(&ray, 0)
+        .unwrap_err();
     assert!(matches!(err, Error::Infeasible { .. }), "{err:?}");
     let c = Counter::options().num_cpus(1.5).remote(&ray, 0).unwrap();
     c.incr(1).unwrap().get().await.unwrap();

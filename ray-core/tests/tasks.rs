@@ -27,16 +27,15 @@ fn boom(msg: String) -> u64 {
 
 #[remote]
 fn checked_div(a: u64, b: u64) -> Result<u64, String> {
-    if b == 0 {
-        Err(format!("cannot divide {a} by zero"))
-    } else {
-        Ok(a / b)
-    }
+    a.checked_div(b)
+        .ok_or_else(|| format!("cannot divide {a} by zero"))
 }
 
 #[remote]
 fn sum_nested(refs: Vec<ObjectRef<u64>>) -> u64 {
-    refs.iter().map(|r| r.get_blocking().expect("nested ref readable")).sum()
+    refs.iter()
+        .map(|r| r.get_blocking().expect("nested ref readable"))
+        .sum()
 }
 
 /// Fans out `n` children and waits for them: needs the parent's CPU back.
@@ -49,7 +48,9 @@ fn fan_out(depth: u32, n: u32) -> u64 {
     let kids: Vec<_> = (0..n)
         .map(|_| fan_out::remote(&ray, depth - 1, n).expect("submit child"))
         .collect();
-    kids.iter().map(|k| k.get_blocking().expect("child result")).sum()
+    kids.iter()
+        .map(|k| k.get_blocking().expect("child result"))
+        .sum()
 }
 
 static FLAKY_CALLS: AtomicU32 = AtomicU32::new(0);
@@ -87,7 +88,9 @@ async fn task_runs_with_values_and_refs_as_arguments() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_remote_functions_run() {
     let ray = small().await;
-    let refs: Vec<_> = (0..10).map(|i| async_double::remote(&ray, i).unwrap()).collect();
+    let refs: Vec<_> = (0..10)
+        .map(|i| async_double::remote(&ray, i).unwrap())
+        .collect();
     let got = ray.get_all(&refs).await.unwrap();
     assert_eq!(got, (0..10).map(|i| i * 2).collect::<Vec<u64>>());
     ray.shutdown();
@@ -98,7 +101,9 @@ async fn panic_becomes_typed_error_naming_the_function_and_runtime_keeps_working
     let ray = small().await;
     let r = boom::remote(&ray, "kaput".to_string()).unwrap();
     match r.get().await {
-        Err(Error::TaskPanicked { function, message, .. }) => {
+        Err(Error::TaskPanicked {
+            function, message, ..
+        }) => {
             assert!(function.ends_with("::boom"), "{function}");
             assert_eq!(message, "kaput");
         }
@@ -112,13 +117,27 @@ async fn panic_becomes_typed_error_naming_the_function_and_runtime_keeps_working
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn user_error_reaches_the_caller_typed() {
     let ray = small().await;
-    assert_eq!(checked_div::remote(&ray, 9, 3).unwrap().get().await.unwrap(), 3);
-    let err = checked_div::remote(&ray, 9, 0).unwrap().get().await.unwrap_err();
+    assert_eq!(
+        checked_div::remote(&ray, 9, 3)
+            .unwrap()
+            .get()
+            .await
+            .unwrap(),
+        3
+    );
+    let err = checked_div::remote(&ray, 9, 0)
+        .unwrap()
+        .get()
+        .await
+        .unwrap_err();
     let Error::TaskFailed { error, .. } = err else {
         panic!("expected TaskFailed, got {err:?}");
     };
     assert_eq!(error.message(), "cannot divide 9 by zero");
-    assert_eq!(error.downcast::<String>().as_deref(), Some("cannot divide 9 by zero"));
+    assert_eq!(
+        error.downcast::<String>().as_deref(),
+        Some("cannot divide 9 by zero")
+    );
     assert_eq!(error.downcast::<u64>(), None);
     ray.shutdown();
 }
@@ -129,7 +148,10 @@ async fn infeasible_request_fails_fast() {
     let err = noop::options().num_cpus(3.0).remote(&ray).unwrap_err();
     assert!(matches!(err, Error::Infeasible { .. }), "{err:?}");
     assert!(err.to_string().contains("CPU: 3"), "{err}");
-    let err = noop::options().resource("tpu", 1.0).remote(&ray).unwrap_err();
+    let err = noop::options()
+        .resource("tpu", 1.0)
+        .remote(&ray)
+        .unwrap_err();
     assert!(matches!(err, Error::Infeasible { .. }), "{err:?}");
     let err = noop::options().num_cpus(-1.0).remote(&ray).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
@@ -195,9 +217,17 @@ async fn retries_rerun_a_failing_task_when_asked() {
         .unwrap();
     assert_eq!(r.get().await.unwrap(), 2);
     FLAKY_CALLS.store(0, Ordering::SeqCst);
-    let r = flaky::options().max_retries(1).retry_exceptions(true).remote(&ray, 5).unwrap();
+    let r = flaky::options()
+        .max_retries(1)
+        .retry_exceptions(true)
+        .remote(&ray, 5)
+        .unwrap();
     assert!(matches!(r.get().await, Err(Error::TaskPanicked { .. })));
-    assert_eq!(FLAKY_CALLS.load(Ordering::SeqCst), 2, "one run and one retry");
+    assert_eq!(
+        FLAKY_CALLS.load(Ordering::SeqCst),
+        2,
+        "one run and one retry"
+    );
     ray.shutdown();
 }
 
@@ -207,7 +237,11 @@ async fn wait_returns_ready_and_not_ready_in_order() {
     let fast = ray.put(1u64).await.unwrap();
     let slow = async_double::remote(&ray, 21).unwrap();
     let (ready, not_ready) = ray
-        .wait(&[fast.clone(), slow.clone()], 1, Some(Duration::from_secs(5)))
+        .wait(
+            &[fast.clone(), slow.clone()],
+            1,
+            Some(Duration::from_secs(5)),
+        )
         .await
         .unwrap();
     assert!(ready.contains(&fast));
@@ -222,10 +256,17 @@ async fn wait_returns_ready_and_not_ready_in_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_times_out_with_partial_results() {
     let ray = small().await;
-    let never = async_double::options().resource("CPU", 2.0).remote(&ray, 1).unwrap();
+    let never = async_double::options()
+        .resource("CPU", 2.0)
+        .remote(&ray, 1)
+        .unwrap();
     // Occupy the node so `never` waits for resources during the wait.
     let (ready, not_ready) = ray
-        .wait(&[never.clone()], 1, Some(Duration::from_millis(1)))
+        .wait(
+            std::slice::from_ref(&never),
+            1,
+            Some(Duration::from_millis(1)),
+        )
         .await
         .unwrap();
     assert_eq!(ready.len() + not_ready.len(), 1);
@@ -241,7 +282,9 @@ async fn shutdown_fails_pending_gets_instead_of_hanging() {
     })
     .await
     .unwrap();
-    let refs: Vec<_> = (0..50).map(|i| async_double::remote(&ray, i).unwrap()).collect();
+    let refs: Vec<_> = (0..50)
+        .map(|i| async_double::remote(&ray, i).unwrap())
+        .collect();
     ray.shutdown();
     let mut shut = 0;
     for r in &refs {
@@ -272,11 +315,21 @@ fn blocking_facade_runs_tasks_without_async() {
 fn registry_lists_every_remote_function_under_stable_ids() {
     let reg = ray_core::registry::registry();
     let names: Vec<&str> = reg.functions().iter().map(|f| f.name).collect();
-    for want in ["tasks::add", "tasks::noop", "tasks::boom", "tasks::checked_div", "tasks::fan_out"] {
+    for want in [
+        "tasks::add",
+        "tasks::noop",
+        "tasks::boom",
+        "tasks::checked_div",
+        "tasks::fan_out",
+    ] {
         assert!(names.contains(&want), "{want} missing from {names:?}");
     }
     assert!(reg.duplicates().is_empty());
-    let add = reg.functions().into_iter().find(|f| f.name == "tasks::add").unwrap();
+    let add = reg
+        .functions()
+        .into_iter()
+        .find(|f| f.name == "tasks::add")
+        .unwrap();
     let expected = ray_core::FunctionId(ray_core::__private::fnv1a64(
         b"tasks::add(Vec < f64 >, Vec < f64 >) -> Vec < f64 >",
     ));

@@ -27,9 +27,12 @@ use syn::{
 pub fn remote(attr: TokenStream, item: TokenStream) -> TokenStream {
     if !attr.is_empty() {
         let attr = TokenStream2::from(attr);
-        return syn::Error::new_spanned(attr, "#[remote] takes no arguments; use `.options()` at the call site")
-            .to_compile_error()
-            .into();
+        return syn::Error::new_spanned(
+            attr,
+            "#[remote] takes no arguments; use `.options()` at the call site",
+        )
+        .to_compile_error()
+        .into();
     }
     let item = parse_macro_input!(item as Item);
     let out = match item {
@@ -114,7 +117,9 @@ fn params<'a>(inputs: impl Iterator<Item = &'a FnArg>) -> syn::Result<Vec<Param>
             FnArg::Typed(pt) => {
                 check_type(&pt.ty)?;
                 let name = match &*pt.pat {
-                    Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => pi.ident.clone(),
+                    Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => {
+                        pi.ident.clone()
+                    }
                     other => {
                         return Err(syn::Error::new_spanned(
                             other,
@@ -173,7 +178,10 @@ fn output(ret: &ReturnType) -> syn::Result<Output> {
 
 /// The string hashed into a stable id: the signature's tokens.
 fn signature_string(params: &[Param], out: &Output) -> String {
-    let tys: Vec<String> = params.iter().map(|p| p.ty.to_token_stream().to_string()).collect();
+    let tys: Vec<String> = params
+        .iter()
+        .map(|p| p.ty.to_token_stream().to_string())
+        .collect();
     format!("({}) -> {}", tys.join(", "), out.value.to_token_stream())
 }
 
@@ -235,7 +243,10 @@ fn ray_ident(params: &[Param]) -> Ident {
 fn remote_fn(f: ItemFn) -> syn::Result<TokenStream2> {
     reject_generics(&f.sig)?;
     if let Some(recv) = f.sig.receiver() {
-        return Err(syn::Error::new_spanned(recv, "#[remote] on a method: put #[remote] on the whole `impl` block"));
+        return Err(syn::Error::new_spanned(
+            recv,
+            "#[remote] on a method: put #[remote] on the whole `impl` block",
+        ));
     }
     let params = params(f.sig.inputs.iter())?;
     let out = output(&f.sig.output)?;
@@ -249,7 +260,9 @@ fn remote_fn(f: ItemFn) -> syn::Result<TokenStream2> {
     let (decl, conv) = stub_params(&params);
     let ray = ray_ident(&params);
     let value = &out.value;
-    let doc = format!("Remote stub of the task [`{name}`](fn@{name}): `{name}::remote(&ray, …)` submits it.");
+    let doc = format!(
+        "Remote stub of the task [`{name}`](fn@{name}): `{name}::remote(&ray, …)` submits it."
+    );
     Ok(quote! {
         #f
 
@@ -334,13 +347,10 @@ fn remote_struct(s: ItemStruct) -> syn::Result<TokenStream2> {
 fn replace_self(ts: TokenStream2, self_ty: &TokenStream2) -> TokenStream2 {
     ts.into_iter()
         .map(|tt| match tt {
-            TokenTree::Ident(id) if id == "Self" => {
-                let mut out = TokenStream2::new();
-                out.extend(self_ty.clone());
-                return out;
-            }
+            TokenTree::Ident(id) if id == "Self" => self_ty.clone(),
             TokenTree::Group(g) => {
-                let mut ng = proc_macro2::Group::new(g.delimiter(), replace_self(g.stream(), self_ty));
+                let mut ng =
+                    proc_macro2::Group::new(g.delimiter(), replace_self(g.stream(), self_ty));
                 ng.set_span(g.span());
                 TokenTree::Group(ng).into()
             }
@@ -379,7 +389,12 @@ fn remote_impl(imp: ItemImpl) -> syn::Result<TokenStream2> {
             .last()
             .map(|s| s.ident.clone())
             .ok_or_else(|| syn::Error::new_spanned(self_ty, "expected a type name"))?,
-        other => return Err(syn::Error::new_spanned(other, "#[remote] actor classes must be named types")),
+        other => {
+            return Err(syn::Error::new_spanned(
+                other,
+                "#[remote] actor classes must be named types",
+            ))
+        }
     };
     let self_tokens = self_ty.to_token_stream();
     let qualified_class = format!("::{type_name}");
@@ -405,7 +420,7 @@ fn remote_impl(imp: ItemImpl) -> syn::Result<TokenStream2> {
     let returns_self = |f: &ImplItemFn| match &f.sig.output {
         ReturnType::Type(_, ty) => {
             let s = ty.to_token_stream().to_string();
-            s == "Self" || s == type_name.to_string()
+            s == "Self" || type_name == s
         }
         ReturnType::Default => false,
     };
@@ -427,7 +442,12 @@ fn remote_impl(imp: ItemImpl) -> syn::Result<TokenStream2> {
     reject_generics(&ctor.sig)?;
     let ctor_params = params(ctor.sig.inputs.iter())?
         .into_iter()
-        .map(|p| Ok(Param { name: p.name, ty: retype(&p.ty, &self_tokens)? }))
+        .map(|p| {
+            Ok(Param {
+                name: p.name,
+                ty: retype(&p.ty, &self_tokens)?,
+            })
+        })
         .collect::<syn::Result<Vec<_>>>()?;
     let ctor_name = &ctor.sig.ident;
     let ctor_async = ctor.sig.asyncness.is_some();
@@ -457,15 +477,20 @@ fn remote_impl(imp: ItemImpl) -> syn::Result<TokenStream2> {
     let mut method_items = Vec::new();
     let mut stub_methods = Vec::new();
     for f in &fns {
-        let Some(recv) = f.sig.receiver() else { continue };
+        let Some(recv) = f.sig.receiver() else {
+            continue;
+        };
         reject_generics(&f.sig)?;
         let receiver = if recv.reference.is_none() {
             return Err(syn::Error::new_spanned(
-                &recv.self_token,
+                recv.self_token,
                 "`self` by value is not supported on #[remote] actor methods: take `&self` or `&mut self`",
             ));
         } else if recv.colon_token.is_some() {
-            return Err(syn::Error::new_spanned(recv, "typed receivers are not supported: use `&self` or `&mut self`"));
+            return Err(syn::Error::new_spanned(
+                recv,
+                "typed receivers are not supported: use `&self` or `&mut self`",
+            ));
         } else if recv.mutability.is_some() {
             Receiver::Exclusive
         } else {
@@ -473,13 +498,23 @@ fn remote_impl(imp: ItemImpl) -> syn::Result<TokenStream2> {
         };
         let ps = params(f.sig.inputs.iter().skip(1))?
             .into_iter()
-            .map(|p| Ok(Param { name: p.name, ty: retype(&p.ty, &self_tokens)? }))
+            .map(|p| {
+                Ok(Param {
+                    name: p.name,
+                    ty: retype(&p.ty, &self_tokens)?,
+                })
+            })
             .collect::<syn::Result<Vec<_>>>()?;
         let mut out = output(&f.sig.output)?;
         out.value = retype(&out.value, &self_tokens)?;
         let mname = &f.sig.ident;
         let names: Vec<&Ident> = ps.iter().map(|p| &p.name).collect();
-        let body = invoke_body(&ps, &out, quote! { __this.#mname(#(#names),*) }, f.sig.asyncness.is_some());
+        let body = invoke_body(
+            &ps,
+            &out,
+            quote! { __this.#mname(#(#names),*) },
+            f.sig.asyncness.is_some(),
+        );
         let static_name = format_ident!("METHOD_{}", mname);
         let invoke_name = format_ident!("__invoke_{}", mname);
         let qualified = format!("::{type_name}::{mname}");

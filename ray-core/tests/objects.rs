@@ -1,0 +1,134 @@
+//! Objects: put/get, zero-copy views, reference counting, store capacity.
+
+use std::time::{Duration, Instant};
+
+use ray_core::prelude::*;
+use ray_core::{Config, Error};
+
+#[remote]
+fn len_of(bytes: Vec<u8>) -> u64 {
+    bytes.len() as u64
+}
+
+#[remote]
+fn make_big(n: u64) -> Vec<u8> {
+    vec![7u8; n as usize]
+}
+
+async fn with_store(bytes: u64, put_timeout: Duration) -> Ray {
+    ray_core::init_with(Config {
+        num_cpus: Some(2.0),
+        object_store_bytes: bytes,
+        put_timeout,
+        ..Config::default()
+    })
+    .await
+    .expect("init")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_get_round_trips_values() {
+    let ray = with_store(1 << 30, Duration::from_secs(1)).await;
+    let s = ray.put("hello".to_string()).await.unwrap();
+    assert_eq!(s.get().await.unwrap(), "hello");
+    let v = ray
+        .put(vec![(1u32, "a".to_string()), (2, "b".to_string())])
+        .await
+        .unwrap();
+    assert_eq!(v.get().await.unwrap()[1].1, "b");
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_archived_is_a_zero_copy_view_of_the_stored_bytes() {
+    let ray = with_store(1 << 30, Duration::from_secs(1)).await;
+    let big = ray.put(vec![3u8; 8 << 20]).await.unwrap();
+    let a = big.get_archived().await.unwrap();
+    let b = big.get_archived().await.unwrap();
+    assert_eq!(a.len(), 8 << 20);
+    assert_eq!(a[12345], 3);
+    // Both views point into the same stored buffer: nothing was copied.
+    assert_eq!(a.as_ptr(), b.as_ptr());
+    assert_eq!(a.bytes().as_ptr(), b.bytes().as_ptr());
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_last_ref_frees_store_memory() {
+    let ray = with_store(1 << 30, Duration::from_secs(1)).await;
+    let before = ray.stats().store_used_bytes;
+    let r = ray.put(vec![1u8; 32 << 20]).await.unwrap();
+    let r2 = r.clone();
+    let used = ray.stats().store_used_bytes;
+    assert!(used >= before + (32 << 20), "stored: {used}");
+    // A task holding the ref as an argument keeps it alive while queued.
+    let n = len_of::remote(&ray, &r).unwrap();
+    drop(r);
+    assert!(
+        ray.stats().store_used_bytes >= 32 << 20,
+        "a clone is still alive"
+    );
+    assert_eq!(n.get().await.unwrap(), 32 << 20);
+    drop(r2);
+    drop(n);
+    let stats = ray.stats();
+    assert_eq!(stats.store_used_bytes, before, "memory came back");
+    assert_eq!(stats.objects, 0);
+    // Task returns that are large land in the store and are freed the same way.
+    let big = make_big::remote(&ray, 1 << 20).unwrap();
+    assert_eq!(big.get().await.unwrap().len(), 1 << 20);
+    assert!(ray.stats().store_used_bytes > 0);
+    drop(big);
+    assert_eq!(ray.stats().store_used_bytes, 0);
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_waits_for_space_then_succeeds_when_memory_is_freed() {
+    let ray = with_store(24 << 20, Duration::from_secs(10)).await;
+    let first = ray.put(vec![0u8; 16 << 20]).await.unwrap();
+    let ray2 = ray.clone();
+    let waiter = tokio::spawn(async move { ray2.put(vec![1u8; 16 << 20]).await.map(|r| r.id()) });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!waiter.is_finished(), "second put waits for space");
+    drop(first);
+    let id = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("put finished after the free")
+        .unwrap()
+        .unwrap();
+    assert_ne!(id.seq, 0);
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_into_a_full_store_times_out_with_object_store_full() {
+    let ray = with_store(24 << 20, Duration::from_millis(100)).await;
+    let _held = ray.put(vec![0u8; 16 << 20]).await.unwrap();
+    let start = Instant::now();
+    let err = ray.put(vec![1u8; 16 << 20]).await.unwrap_err();
+    assert!(matches!(err, Error::ObjectStoreFull(_)), "{err:?}");
+    assert!(start.elapsed() >= Duration::from_millis(100));
+    assert!(err.to_string().contains("object store full"), "{err}");
+    // Too large for the whole store fails at once.
+    let err = ray.put(vec![1u8; 32 << 20]).await.unwrap_err();
+    assert!(matches!(err, Error::ObjectStoreFull(_)), "{err:?}");
+    // The store still works.
+    let small = ray.put(vec![2u8; 1 << 20]).await.unwrap();
+    assert_eq!(small.get().await.unwrap().len(), 1 << 20);
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_tasks_leave_no_objects_behind() {
+    let ray = with_store(1 << 30, Duration::from_secs(1)).await;
+    let refs: Vec<_> = (0..2000)
+        .map(|i| len_of::remote(&ray, vec![0u8; i % 64]).unwrap())
+        .collect();
+    for (i, r) in refs.iter().enumerate() {
+        assert_eq!(r.get().await.unwrap(), (i % 64) as u64);
+    }
+    drop(refs);
+    assert_eq!(ray.stats().objects, 0);
+    ray.shutdown();
+}

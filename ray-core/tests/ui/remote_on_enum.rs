@@ -1,0 +1,9 @@
+use ray_core::prelude::*;
+
+#[remote]
+enum State {
+    Idle,
+    Busy,
+}
+
+fn main() {}
