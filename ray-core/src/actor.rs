@@ -206,7 +206,10 @@ impl ActorCell {
                 }
             })
         });
-        rt.complete_object(call.task.return_object(), outcome);
+        let ActorCall { task, args, .. } = call;
+        // Argument refs go before the result becomes visible (see run_task).
+        drop(args);
+        rt.complete_object(task.return_object(), outcome);
     }
 
     /// The actor dies: queued calls fail, its state drops, resources return.

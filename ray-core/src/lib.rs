@@ -49,7 +49,10 @@ pub use actor::{ActorHandle, RawActorHandle, RemoteActor};
 pub use error::{Error, Result, UserError};
 pub use object::Object;
 pub use object_ref::{ArchivedRef, IntoArg, ObjectRef, TaskArg};
-pub use options::{ActorOptions, ActorOptionsBuilder, TaskOptions, TaskOptionsBuilder};
+pub use options::{
+    ActorOptions, ActorOptionsBuilder, ResourceOptions, ResourceRequest, TaskOptions,
+    TaskOptionsBuilder,
+};
 pub use ray::{init, init_blocking, init_with, Config, Ray, RuntimeStats};
 pub use ray_macros::remote;
 pub use ray_proto::{ActorId, FunctionId, JobId, NodeId, ObjectId, TaskId, WorkerId};
@@ -58,7 +61,8 @@ pub use ray_sched::{Quantity, ResourceSet};
 /// The names most programs need: `use ray_core::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        remote, ActorHandle, ActorOptionsBuilder, Error, ObjectRef, Ray, TaskOptionsBuilder,
+        remote, ActorHandle, ActorOptionsBuilder, Error, ObjectRef, Ray, ResourceOptions,
+        TaskOptionsBuilder,
     };
 }
 

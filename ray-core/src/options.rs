@@ -4,15 +4,15 @@ use ray_sched::{Quantity, ResourceSet, CPU, GPU, MEMORY};
 
 use crate::error::{Error, Result};
 
-/// Resource requests shared by tasks and actors; invalid amounts are kept
-/// as an error and reported when the call is submitted.
+/// The resources a task or actor asks for. Invalid amounts are kept as an
+/// error and reported when the call is submitted.
 #[derive(Clone, Debug)]
-pub(crate) struct Resources {
+pub struct ResourceRequest {
     pub(crate) set: ResourceSet,
     pub(crate) invalid: Option<String>,
 }
 
-impl Resources {
+impl ResourceRequest {
     fn with_cpu(cpu: Quantity) -> Self {
         Self {
             set: ResourceSet::cpu(cpu),
@@ -41,7 +41,7 @@ impl Resources {
 /// Options of one task submission. Build them with [`TaskOptionsBuilder`].
 #[derive(Clone, Debug)]
 pub struct TaskOptions {
-    pub(crate) resources: Resources,
+    pub(crate) resources: ResourceRequest,
     pub(crate) max_retries: u32,
     pub(crate) retry_exceptions: bool,
 }
@@ -50,41 +50,50 @@ impl Default for TaskOptions {
     /// One CPU, no retries: Ray's defaults for a task.
     fn default() -> Self {
         Self {
-            resources: Resources::with_cpu(Quantity::ONE),
+            resources: ResourceRequest::with_cpu(Quantity::ONE),
             max_retries: 0,
             retry_exceptions: false,
         }
     }
 }
 
-/// Builder methods shared by everything that holds [`TaskOptions`].
-pub trait TaskOptionsBuilder: Sized {
-    /// The options being built.
-    fn task_options(&mut self) -> &mut TaskOptions;
+/// Resource builder methods of tasks and actors.
+///
+/// A task holds its resources while it runs (default: 1 CPU); an actor holds
+/// them for its whole life (default: none).
+pub trait ResourceOptions: Sized {
+    /// The request being built.
+    fn resource_request(&mut self) -> &mut ResourceRequest;
 
-    /// CPUs the task needs while it runs (fractional allowed; default 1).
+    /// CPUs needed (fractional allowed).
     fn num_cpus(mut self, n: f64) -> Self {
-        self.task_options().resources.set(CPU, n);
+        self.resource_request().set(CPU, n);
         self
     }
 
-    /// GPUs the task needs (fractional allowed; default 0).
+    /// GPUs needed (fractional allowed; default 0).
     fn num_gpus(mut self, n: f64) -> Self {
-        self.task_options().resources.set(GPU, n);
+        self.resource_request().set(GPU, n);
         self
     }
 
-    /// Memory in bytes the task reserves (default 0).
+    /// Memory in bytes reserved (default 0).
     fn memory(mut self, bytes: u64) -> Self {
-        self.task_options().resources.set(MEMORY, bytes as f64);
+        self.resource_request().set(MEMORY, bytes as f64);
         self
     }
 
     /// An amount of a custom resource the node must have.
     fn resource(mut self, name: &str, amount: f64) -> Self {
-        self.task_options().resources.set(name, amount);
+        self.resource_request().set(name, amount);
         self
     }
+}
+
+/// Builder methods shared by everything that holds [`TaskOptions`].
+pub trait TaskOptionsBuilder: ResourceOptions {
+    /// The options being built.
+    fn task_options(&mut self) -> &mut TaskOptions;
 
     /// How many times the task is run again after it fails (default 0).
     ///
@@ -102,6 +111,12 @@ pub trait TaskOptionsBuilder: Sized {
     }
 }
 
+impl ResourceOptions for TaskOptions {
+    fn resource_request(&mut self) -> &mut ResourceRequest {
+        &mut self.resources
+    }
+}
+
 impl TaskOptionsBuilder for TaskOptions {
     fn task_options(&mut self) -> &mut TaskOptions {
         self
@@ -111,7 +126,7 @@ impl TaskOptionsBuilder for TaskOptions {
 /// Options of one actor creation. Build them with [`ActorOptionsBuilder`].
 #[derive(Clone, Debug)]
 pub struct ActorOptions {
-    pub(crate) resources: Resources,
+    pub(crate) resources: ResourceRequest,
     pub(crate) name: Option<String>,
     pub(crate) namespace: Option<String>,
     pub(crate) max_concurrency: usize,
@@ -122,7 +137,7 @@ impl Default for ActorOptions {
     /// No resources held for life, unnamed, one call at a time.
     fn default() -> Self {
         Self {
-            resources: Resources::with_cpu(Quantity::ZERO),
+            resources: ResourceRequest::with_cpu(Quantity::ZERO),
             name: None,
             namespace: None,
             max_concurrency: 1,
@@ -132,33 +147,9 @@ impl Default for ActorOptions {
 }
 
 /// Builder methods shared by everything that holds [`ActorOptions`].
-pub trait ActorOptionsBuilder: Sized {
+pub trait ActorOptionsBuilder: ResourceOptions {
     /// The options being built.
     fn actor_options(&mut self) -> &mut ActorOptions;
-
-    /// CPUs the actor holds for its whole life (default 0).
-    fn num_cpus(mut self, n: f64) -> Self {
-        self.actor_options().resources.set(CPU, n);
-        self
-    }
-
-    /// GPUs the actor holds for its whole life (default 0).
-    fn num_gpus(mut self, n: f64) -> Self {
-        self.actor_options().resources.set(GPU, n);
-        self
-    }
-
-    /// Memory in bytes the actor reserves (default 0).
-    fn memory(mut self, bytes: u64) -> Self {
-        self.actor_options().resources.set(MEMORY, bytes as f64);
-        self
-    }
-
-    /// An amount of a custom resource the actor holds.
-    fn resource(mut self, name: &str, amount: f64) -> Self {
-        self.actor_options().resources.set(name, amount);
-        self
-    }
 
     /// A name, unique in its namespace, to find the actor with `get_actor`.
     fn name(mut self, name: impl Into<String>) -> Self {
@@ -184,6 +175,12 @@ pub trait ActorOptionsBuilder: Sized {
     fn detached(mut self, yes: bool) -> Self {
         self.actor_options().detached = yes;
         self
+    }
+}
+
+impl ResourceOptions for ActorOptions {
+    fn resource_request(&mut self) -> &mut ResourceRequest {
+        &mut self.resources
     }
 }
 

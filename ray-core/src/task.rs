@@ -111,11 +111,17 @@ impl Runtime {
             })
         });
         self.release_resources(&spec.resources);
+        let retry = outcome.as_ref().is_err_and(|e| {
+            spec.retry_exceptions && spec.attempt < spec.max_retries && is_retryable(e)
+        });
+        if !retry {
+            // Release argument refs before the result is visible, so a caller
+            // that saw the result sees the arguments' counts already dropped.
+            drop(std::mem::take(&mut spec.args));
+        }
         match outcome {
             Ok(enc) => self.complete_object(spec.task.return_object(), Ok(enc)),
-            Err(e)
-                if spec.retry_exceptions && spec.attempt < spec.max_retries && is_retryable(&e) =>
-            {
+            Err(e) if retry => {
                 spec.attempt += 1;
                 tracing::debug!(target: "ray::task", task_id = %spec.task, attempt = spec.attempt, error = %e, "task.retry");
                 self.admit(spec);

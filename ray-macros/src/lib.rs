@@ -185,8 +185,9 @@ fn signature_string(params: &[Param], out: &Output) -> String {
     format!("({}) -> {}", tys.join(", "), out.value.to_token_stream())
 }
 
-/// Decodes each argument and evaluates `call` with them; encodes the result.
-fn invoke_body(params: &[Param], out: &Output, call: TokenStream2, is_async: bool) -> TokenStream2 {
+/// Checks the argument count and decodes each argument into a local named
+/// like the parameter, then evaluates `call` (awaiting it if `is_async`).
+fn decode_and_call(params: &[Param], call: TokenStream2, is_async: bool) -> TokenStream2 {
     let n = params.len();
     let decodes = params.iter().enumerate().map(|(i, p)| {
         let name = &p.name;
@@ -199,15 +200,23 @@ fn invoke_body(params: &[Param], out: &Output, call: TokenStream2, is_async: boo
     } else {
         call
     };
+    quote! {
+        ::ray_core::__private::check_arity(__args, #n, "remote call")?;
+        #(#decodes)*
+        #call
+    }
+}
+
+/// Decodes the arguments, evaluates `call` with them and encodes the result.
+fn invoke_body(params: &[Param], out: &Output, call: TokenStream2, is_async: bool) -> TokenStream2 {
+    let call = decode_and_call(params, call, is_async);
     let encode = if out.is_result {
         quote! { ::ray_core::__private::encode_result(__out) }
     } else {
         quote! { ::ray_core::__private::encode_return(&__out) }
     };
     quote! {
-        ::ray_core::__private::check_arity(__args, #n, "remote call")?;
-        #(#decodes)*
-        let __out = #call;
+        let __out = { #call };
         #encode
     }
 }
@@ -293,6 +302,12 @@ fn remote_fn(f: ItemFn) -> syn::Result<TokenStream2> {
             /// Options of one submission; finish with `.remote(&ray, …)`.
             pub struct Call {
                 opts: ::ray_core::TaskOptions,
+            }
+
+            impl ::ray_core::ResourceOptions for Call {
+                fn resource_request(&mut self) -> &mut ::ray_core::ResourceRequest {
+                    ::ray_core::ResourceOptions::resource_request(&mut self.opts)
+                }
             }
 
             impl ::ray_core::TaskOptionsBuilder for Call {
@@ -452,18 +467,11 @@ fn remote_impl(imp: ItemImpl) -> syn::Result<TokenStream2> {
     let ctor_name = &ctor.sig.ident;
     let ctor_async = ctor.sig.asyncness.is_some();
     let ctor_names: Vec<&Ident> = ctor_params.iter().map(|p| &p.name).collect();
-    let ctor_call = if ctor_async {
-        quote! { ::ray_core::__private::block_on(#self_tokens::#ctor_name(#(#ctor_names),*)) }
-    } else {
-        quote! { #self_tokens::#ctor_name(#(#ctor_names),*) }
-    };
-    let n_ctor = ctor_params.len();
-    let ctor_decodes = ctor_params.iter().enumerate().map(|(i, p)| {
-        let name = &p.name;
-        let ty = &p.ty;
-        let label = name.to_string();
-        quote! { let #name: #ty = ::ray_core::__private::decode_arg::<#ty>(__args, #i, #label)?; }
-    });
+    let ctor_body = decode_and_call(
+        &ctor_params,
+        quote! { #self_tokens::#ctor_name(#(#ctor_names),*) },
+        ctor_async,
+    );
     let ctor_sig = signature_string(
         &ctor_params,
         &Output {
@@ -593,9 +601,7 @@ fn remote_impl(imp: ItemImpl) -> syn::Result<TokenStream2> {
             fn __construct(
                 __args: &[::ray_core::__private::ObjectBuffer],
             ) -> ::core::result::Result<::ray_core::__private::ActorState, ::ray_core::__private::InvokeError> {
-                ::ray_core::__private::check_arity(__args, #n_ctor, "actor constructor")?;
-                #(#ctor_decodes)*
-                ::core::result::Result::Ok(::ray_core::__private::boxed_state(#ctor_call))
+                ::core::result::Result::Ok(::ray_core::__private::boxed_state({ #ctor_body }))
             }
 
             #(#method_items)*
@@ -625,6 +631,12 @@ fn remote_impl(imp: ItemImpl) -> syn::Result<TokenStream2> {
             /// Options of one actor creation; finish with `.remote(&ray, …)`.
             pub struct Options {
                 opts: ::ray_core::ActorOptions,
+            }
+
+            impl ::ray_core::ResourceOptions for Options {
+                fn resource_request(&mut self) -> &mut ::ray_core::ResourceRequest {
+                    ::ray_core::ResourceOptions::resource_request(&mut self.opts)
+                }
             }
 
             impl ::ray_core::ActorOptionsBuilder for Options {
