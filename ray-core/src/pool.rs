@@ -6,8 +6,9 @@
 //! a parent waiting on its children gives its slot to them.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -22,11 +23,15 @@ struct State {
     idle: usize,
     /// Threads alive.
     threads: usize,
+    /// Whether one idle thread is spinning for new work (at most one is).
+    spinning: bool,
     shutdown: bool,
 }
 
 struct Inner {
     state: Mutex<State>,
+    /// `state.queue.len()`, readable without the lock by the spinning thread.
+    queued: AtomicUsize,
     work: Condvar,
     parallelism: usize,
     name: String,
@@ -41,6 +46,11 @@ pub(crate) struct CpuPool {
 /// Threads above the target parallelism exit after this long without work.
 const EXCESS_IDLE: Duration = Duration::from_secs(5);
 
+/// How long an idle thread spins for new work before it sleeps. A job that
+/// arrives meanwhile starts without a futex wake-up, which is most of the
+/// latency of a short synchronous task.
+const SPIN: Duration = Duration::from_micros(50);
+
 impl CpuPool {
     pub(crate) fn new(parallelism: usize, name: &str) -> Self {
         Self {
@@ -50,8 +60,10 @@ impl CpuPool {
                     running: 0,
                     idle: 0,
                     threads: 0,
+                    spinning: false,
                     shutdown: false,
                 }),
+                queued: AtomicUsize::new(0),
                 work: Condvar::new(),
                 parallelism: parallelism.max(1),
                 name: name.to_string(),
@@ -66,13 +78,15 @@ impl CpuPool {
             return Err(job);
         }
         st.queue.push_back(job);
+        self.inner.queued.store(st.queue.len(), Ordering::Release);
         self.wake_or_spawn(&mut st);
         Ok(())
     }
 
     /// Makes sure someone picks up queued work if a slot is free.
     fn wake_or_spawn(&self, st: &mut State) {
-        if st.running >= self.inner.parallelism || st.queue.is_empty() {
+        if st.running >= self.inner.parallelism || st.queue.is_empty() || st.spinning {
+            // Either no slot, nothing to do, or a spinning thread will take it.
             return;
         }
         if st.idle > 0 {
@@ -110,6 +124,7 @@ impl CpuPool {
         let mut st = self.inner.state.lock();
         st.shutdown = true;
         let left = st.queue.drain(..).collect();
+        self.inner.queued.store(0, Ordering::Release);
         self.inner.work.notify_all();
         left
     }
@@ -129,11 +144,25 @@ fn worker_loop(inner: Arc<Inner>) {
         }
         if st.running < inner.parallelism {
             if let Some(job) = st.queue.pop_front() {
+                inner.queued.store(st.queue.len(), Ordering::Release);
                 st.running += 1;
                 drop(st);
                 job();
                 st = inner.state.lock();
                 st.running -= 1;
+                continue;
+            }
+        }
+        if !st.spinning && st.running < inner.parallelism {
+            st.spinning = true;
+            drop(st);
+            let deadline = Instant::now() + SPIN;
+            while inner.queued.load(Ordering::Acquire) == 0 && Instant::now() < deadline {
+                std::hint::spin_loop();
+            }
+            st = inner.state.lock();
+            st.spinning = false;
+            if !st.queue.is_empty() || st.shutdown {
                 continue;
             }
         }
