@@ -336,3 +336,13 @@ fn registry_lists_every_remote_function_under_stable_ids() {
     assert_eq!(add.id, expected, "id = hash of path, name and signature");
     assert!(std::ptr::eq(reg.function(add.id).unwrap(), add));
 }
+
+#[tokio::test]
+async fn works_on_a_current_thread_tokio_runtime() {
+    let ray = small().await;
+    let x = ray.put(vec![1.0]).await.unwrap();
+    assert_eq!(add::remote(&ray, &x, &x).unwrap().get().await.unwrap(), vec![2.0]);
+    // Timers inside async remote functions are driven by the driver's runtime.
+    assert_eq!(async_double::remote(&ray, 4).unwrap().get().await.unwrap(), 8);
+    ray.shutdown();
+}
