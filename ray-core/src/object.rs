@@ -26,6 +26,11 @@ use crate::runtime::Runtime;
 ///
 /// Implemented automatically; derive `rkyv::{Archive, Serialize, Deserialize}`
 /// on your types to make them objects.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a ray-rs object (argument, return value or put)",
+    label = "not archivable by rkyv",
+    note = "derive `rkyv::Archive, rkyv::Serialize, rkyv::Deserialize` on `{Self}` (and on the types inside it)"
+)]
 pub trait Object: Archive + Send + 'static {
     #[doc(hidden)]
     fn __encode(&self) -> Result<AlignedVec, rancor::Error>;

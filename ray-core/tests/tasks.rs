@@ -341,8 +341,14 @@ fn registry_lists_every_remote_function_under_stable_ids() {
 async fn works_on_a_current_thread_tokio_runtime() {
     let ray = small().await;
     let x = ray.put(vec![1.0]).await.unwrap();
-    assert_eq!(add::remote(&ray, &x, &x).unwrap().get().await.unwrap(), vec![2.0]);
+    assert_eq!(
+        add::remote(&ray, &x, &x).unwrap().get().await.unwrap(),
+        vec![2.0]
+    );
     // Timers inside async remote functions are driven by the driver's runtime.
-    assert_eq!(async_double::remote(&ray, 4).unwrap().get().await.unwrap(), 8);
+    assert_eq!(
+        async_double::remote(&ray, 4).unwrap().get().await.unwrap(),
+        8
+    );
     ray.shutdown();
 }

@@ -83,6 +83,12 @@ fn check_type(ty: &Type) -> syn::Result<()> {
         )),
         Type::Ptr(p) => Err(syn::Error::new_spanned(p, "raw pointers cannot be sent to a remote task")),
         _ => {
+            if let Some(amp) = find_borrow(ty.to_token_stream()) {
+                return Err(syn::Error::new(
+                    amp,
+                    "borrowed types are not supported on #[remote] items, even nested: use owned types (`String`, `Vec<T>`)",
+                ));
+            }
             let mut lifetimes = false;
             scan_lifetimes(ty.to_token_stream(), &mut lifetimes);
             if lifetimes {
@@ -95,6 +101,22 @@ fn check_type(ty: &Type) -> syn::Result<()> {
             }
         }
     }
+}
+
+/// The span of the first `&` anywhere inside a type.
+fn find_borrow(ts: TokenStream2) -> Option<Span> {
+    for tt in ts {
+        match tt {
+            TokenTree::Punct(p) if p.as_char() == '&' => return Some(p.span()),
+            TokenTree::Group(g) => {
+                if let Some(s) = find_borrow(g.stream()) {
+                    return Some(s);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 fn scan_lifetimes(ts: TokenStream2, found: &mut bool) {

@@ -16,7 +16,8 @@ fn norm(p: Point) -> f64 {
 
 #[remote]
 fn checked_div(a: u64, b: u64) -> Result<u64, String> {
-    a.checked_div(b).ok_or_else(|| format!("cannot divide {a} by zero"))
+    a.checked_div(b)
+        .ok_or_else(|| format!("cannot divide {a} by zero"))
 }
 
 #[remote]
