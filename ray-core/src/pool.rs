@@ -1,9 +1,13 @@
 //! The CPU pool: threads that run user code.
 //!
-//! At most `parallelism` jobs run at once, except that a job blocked waiting
-//! for an object (see [`CpuPool::begin_blocking`]) stops counting, and another
-//! thread takes its place. This is how nested tasks cannot deadlock the pool:
-//! a parent waiting on its children gives its slot to them.
+//! What may run is decided before a job gets here: tasks are admitted by the
+//! node's resources (ray-sched), actors hold theirs for life. So the pool runs
+//! every job it is given at once, as Ray runs each admitted task and each
+//! actor in a process of its own — up to `max_running`, a safety cap against
+//! runaway thread creation. A job blocked waiting for an object (see
+//! [`CpuPool::begin_blocking`]) stops counting against the cap, so nested
+//! work can never starve behind its waiting parents. Threads are reused;
+//! idle ones beyond `keep_threads` exit after a while.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -33,17 +37,18 @@ struct Inner {
     /// `state.queue.len()`, readable without the lock by the spinning thread.
     queued: AtomicUsize,
     work: Condvar,
-    parallelism: usize,
+    max_running: usize,
+    keep_threads: usize,
     name: String,
 }
 
-/// Elastic thread pool with a target parallelism.
+/// Elastic thread pool.
 #[derive(Clone)]
 pub(crate) struct CpuPool {
     inner: Arc<Inner>,
 }
 
-/// Threads above the target parallelism exit after this long without work.
+/// Threads above `keep_threads` exit after this long without work.
 const EXCESS_IDLE: Duration = Duration::from_secs(5);
 
 /// How long an idle thread spins for new work before it sleeps. A job that
@@ -52,7 +57,9 @@ const EXCESS_IDLE: Duration = Duration::from_secs(5);
 const SPIN: Duration = Duration::from_micros(50);
 
 impl CpuPool {
-    pub(crate) fn new(parallelism: usize, name: &str) -> Self {
+    /// A pool running at most `max_running` unblocked jobs at once and
+    /// keeping up to `keep_threads` idle threads.
+    pub(crate) fn new(max_running: usize, keep_threads: usize, name: &str) -> Self {
         Self {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
@@ -65,7 +72,8 @@ impl CpuPool {
                 }),
                 queued: AtomicUsize::new(0),
                 work: Condvar::new(),
-                parallelism: parallelism.max(1),
+                max_running: max_running.max(1),
+                keep_threads: keep_threads.max(1),
                 name: name.to_string(),
             }),
         }
@@ -85,7 +93,7 @@ impl CpuPool {
 
     /// Makes sure someone picks up queued work if a slot is free.
     fn wake_or_spawn(&self, st: &mut State) {
-        if st.running >= self.inner.parallelism || st.queue.is_empty() || st.spinning {
+        if st.running >= self.inner.max_running || st.queue.is_empty() || st.spinning {
             // Either no slot, nothing to do, or a spinning thread will take it.
             return;
         }
@@ -142,7 +150,7 @@ fn worker_loop(inner: Arc<Inner>) {
         if st.shutdown {
             break;
         }
-        if st.running < inner.parallelism {
+        if st.running < inner.max_running {
             if let Some(job) = st.queue.pop_front() {
                 inner.queued.store(st.queue.len(), Ordering::Release);
                 st.running += 1;
@@ -153,7 +161,7 @@ fn worker_loop(inner: Arc<Inner>) {
                 continue;
             }
         }
-        if !st.spinning && st.running < inner.parallelism {
+        if !st.spinning && st.running < inner.max_running {
             st.spinning = true;
             drop(st);
             let deadline = Instant::now() + SPIN;
@@ -167,7 +175,7 @@ fn worker_loop(inner: Arc<Inner>) {
             }
         }
         st.idle += 1;
-        let excess = st.threads > inner.parallelism;
+        let excess = st.threads > inner.keep_threads;
         let timed_out = if excess {
             inner.work.wait_for(&mut st, EXCESS_IDLE).timed_out()
         } else {
@@ -175,7 +183,7 @@ fn worker_loop(inner: Arc<Inner>) {
             false
         };
         st.idle -= 1;
-        if timed_out && st.queue.is_empty() && st.threads > inner.parallelism {
+        if timed_out && st.queue.is_empty() && st.threads > inner.keep_threads {
             break;
         }
     }
@@ -190,7 +198,7 @@ mod tests {
 
     #[test]
     fn runs_every_job() {
-        let pool = CpuPool::new(2, "t");
+        let pool = CpuPool::new(2, 2, "t");
         let n = Arc::new(AtomicUsize::new(0));
         let (tx, rx) = mpsc::channel();
         for _ in 0..1000 {
@@ -212,9 +220,9 @@ mod tests {
 
     #[test]
     fn blocked_job_gives_its_slot_to_queued_work() {
-        // Parallelism 1: the first job waits for the second; without handing
-        // its slot over this would never finish.
-        let pool = CpuPool::new(1, "t");
+        // One slot: the first job waits for the second; without handing its
+        // slot over this would never finish.
+        let pool = CpuPool::new(1, 1, "t");
         let (tx, rx) = mpsc::channel::<()>();
         let (done_tx, done_rx) = mpsc::channel::<()>();
         let p2 = pool.clone();
@@ -238,7 +246,7 @@ mod tests {
 
     #[test]
     fn shutdown_returns_queued_jobs_and_refuses_new_ones() {
-        let pool = CpuPool::new(1, "t");
+        let pool = CpuPool::new(1, 1, "t");
         let (tx, rx) = mpsc::channel::<()>();
         let (started_tx, started_rx) = mpsc::channel::<()>();
         pool.execute(Box::new(move || {

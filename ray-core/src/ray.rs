@@ -23,7 +23,8 @@ use crate::task::TaskSpec;
 /// How to start a runtime. `Config::default()` is what [`init`] uses.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// CPUs of the node (default: the machine's cores). Sizes the CPU pool.
+    /// CPUs of the node (default: the machine's cores). Tasks are admitted
+    /// against it (1 CPU each unless asked otherwise).
     pub num_cpus: Option<f64>,
     /// GPUs of the node (default 0).
     pub num_gpus: f64,
@@ -101,7 +102,7 @@ fn start(config: Config, handle: tokio::runtime::Handle) -> Result<Ray> {
     for (name, amount) in &config.resources {
         total.set(name, q(name, *amount)?);
     }
-    let parallelism = q(CPU, cpus)?.ceil_units().max(1) as usize;
+    let keep_threads = q(CPU, cpus)?.ceil_units().max(1) as usize;
     let mut gcs = Gcs::in_memory();
     let job = gcs.next_job_id();
     let node = NodeId(1);
@@ -134,7 +135,7 @@ fn start(config: Config, handle: tokio::runtime::Handle) -> Result<Ray> {
         node,
         job,
         total,
-        parallelism,
+        keep_threads,
         store,
         gcs,
         handle,

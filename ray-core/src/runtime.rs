@@ -18,6 +18,9 @@ use crate::ownership::{ObjectTable, Value};
 use crate::pool::CpuPool;
 use crate::task::TaskSpec;
 
+/// Safety cap on user code running at once on one node (threads).
+const MAX_RUNNING_JOBS: usize = 1024;
+
 /// Work waiting for resources on this node.
 pub(crate) enum Dispatch {
     Task(Box<TaskSpec>),
@@ -58,7 +61,7 @@ impl Runtime {
         node: NodeId,
         job: JobId,
         total: ResourceSet,
-        parallelism: usize,
+        keep_threads: usize,
         store: ObjectStore,
         gcs: Gcs,
         tokio: tokio::runtime::Handle,
@@ -72,7 +75,7 @@ impl Runtime {
             objects: ObjectTable::new(),
             store,
             sched: Mutex::new(LocalQueue::new(total)),
-            pool: CpuPool::new(parallelism, "ray-cpu"),
+            pool: CpuPool::new(MAX_RUNNING_JOBS, keep_threads, "ray-cpu"),
             gcs: Mutex::new(gcs),
             pinned_actors: Mutex::new(HashMap::new()),
             tokio,
@@ -166,9 +169,17 @@ impl Runtime {
     /// Sends admitted work to the pool.
     fn run_dispatch(self: &Arc<Self>, d: Dispatch) {
         let rt = self.clone();
-        let job = Box::new(move || match d {
-            Dispatch::Task(spec) => rt.run_task(*spec),
-            Dispatch::CreateActor(cell) => cell.construct(&rt),
+        let job = Box::new(move || {
+            let mut next = Some(d);
+            while let Some(d) = next.take() {
+                next = match d {
+                    Dispatch::Task(spec) => rt.run_task(*spec),
+                    Dispatch::CreateActor(cell) => {
+                        cell.construct(&rt);
+                        None
+                    }
+                };
+            }
         });
         if self.pool.execute(job).is_err() {
             // The pool is shut down; shutdown fails every pending object.
@@ -185,8 +196,19 @@ impl Runtime {
 
     /// Gives resources back and starts whatever now fits.
     pub(crate) fn release_resources(self: &Arc<Self>, req: &ResourceSet) {
+        if let Some(d) = self.release_resources_take_next(req) {
+            self.run_dispatch(d);
+        }
+    }
+
+    /// Gives resources back; of the work that now fits, returns the first
+    /// for the caller to run and sends the rest to the pool.
+    pub(crate) fn release_resources_take_next(
+        self: &Arc<Self>,
+        req: &ResourceSet,
+    ) -> Option<Dispatch> {
         if req.is_empty() {
-            return;
+            return None;
         }
         let mut ready = Vec::new();
         {
@@ -196,9 +218,12 @@ impl Runtime {
                 ready.push(d);
             }
         }
+        let mut ready = ready.into_iter();
+        let first = ready.next();
         for d in ready {
             self.run_dispatch(d);
         }
+        first
     }
 
     /// Takes resources back after a blocking wait, even past the total.

@@ -13,7 +13,7 @@ use crate::object::Encoded;
 use crate::object_ref::{ArgKind, ObjectRef, TaskArg};
 use crate::ownership::Value;
 use crate::registry::{InvokeError, RemoteFunction, Returned};
-use crate::runtime::Runtime;
+use crate::runtime::{Dispatch, Runtime};
 
 /// A submitted task: what to run, on what, with which resources.
 pub(crate) struct TaskSpec {
@@ -94,7 +94,11 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 
 impl Runtime {
     /// Runs a task on this pool thread; its resources are already acquired.
-    pub(crate) fn run_task(self: &Arc<Self>, mut spec: TaskSpec) {
+    ///
+    /// Returns work that the freed resources admitted, for this thread to
+    /// run next: the thread that frees a CPU takes the next task without a
+    /// round trip through the pool's queue.
+    pub(crate) fn run_task(self: &Arc<Self>, mut spec: TaskSpec) -> Option<Dispatch> {
         let span = tracing::trace_span!(
             target: "ray::task",
             "task.run",
@@ -110,23 +114,29 @@ impl Runtime {
                 (spec.function.invoke)(&args)
             })
         });
-        self.release_resources(&spec.resources);
-        let retry = outcome.as_ref().is_err_and(|e| {
-            spec.retry_exceptions && spec.attempt < spec.max_retries && is_retryable(e)
-        });
-        if !retry {
-            // Release argument refs before the result is visible, so a caller
-            // that saw the result sees the arguments' counts already dropped.
-            drop(std::mem::take(&mut spec.args));
-        }
         match outcome {
-            Ok(enc) => self.complete_object(spec.task.return_object(), Ok(enc)),
-            Err(e) if retry => {
+            Err(e)
+                if spec.retry_exceptions && spec.attempt < spec.max_retries && is_retryable(&e) =>
+            {
                 spec.attempt += 1;
                 tracing::debug!(target: "ray::task", task_id = %spec.task, attempt = spec.attempt, error = %e, "task.retry");
+                let next = self.release_resources_take_next(&spec.resources);
                 self.admit(spec);
+                next
             }
-            Err(e) => self.complete_object(spec.task.return_object(), Err(e)),
+            outcome => {
+                // Release argument refs before the result is visible, so a
+                // caller that saw the result sees their counts dropped.
+                let TaskSpec {
+                    task,
+                    resources,
+                    args,
+                    ..
+                } = spec;
+                drop(args);
+                self.complete_object(task.return_object(), outcome);
+                self.release_resources_take_next(&resources)
+            }
         }
     }
 
