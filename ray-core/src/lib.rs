@@ -118,22 +118,56 @@ pub mod __private {
     ) -> Result<Returned, InvokeError> {
         match value {
             Ok(v) => encode_return(&v),
-            Err(e) => {
-                let message = e.to_string();
-                let enc =
-                    object::encode(&e, std::any::type_name::<E>()).map_err(InvokeError::Failed)?;
-                Err(InvokeError::User(UserError::new(
-                    std::any::type_name::<E>(),
-                    message,
-                    enc.buf,
-                )))
+            Err(e) => Err(user_error(&e)?),
+        }
+    }
+
+    /// What an actor constructor may return: the state, or a `Result` of it.
+    pub trait Constructed {
+        /// The boxed state, or the constructor's error.
+        fn into_state(self) -> Result<ActorState, InvokeError>;
+    }
+
+    impl<A: crate::RemoteActor> Constructed for A {
+        fn into_state(self) -> Result<ActorState, InvokeError> {
+            Ok(Box::new(self))
+        }
+    }
+
+    impl<A: crate::RemoteActor, E: Object + std::fmt::Display> Constructed for Result<A, E> {
+        fn into_state(self) -> Result<ActorState, InvokeError> {
+            match self {
+                Ok(state) => Ok(Box::new(state)),
+                Err(e) => Err(user_error(&e)?),
             }
         }
     }
 
-    /// Boxes an actor's state after construction.
-    pub fn boxed_state<A: Send + Sync + 'static>(state: A) -> ActorState {
-        Box::new(state)
+    /// Boxes what a constructor returned.
+    pub fn constructed<C: Constructed>(c: C) -> Result<ActorState, InvokeError> {
+        c.into_state()
+    }
+
+    /// A user's `Err` value as a typed error.
+    fn user_error<E: Object + std::fmt::Display>(e: &E) -> Result<InvokeError, InvokeError> {
+        let message = e.to_string();
+        let enc = object::encode(e, std::any::type_name::<E>()).map_err(InvokeError::Failed)?;
+        Ok(InvokeError::User(UserError::new(
+            std::any::type_name::<E>(),
+            message,
+            enc.buf,
+        )))
+    }
+
+    /// Decodes argument `i` as a zero-copy view of a `T`.
+    pub fn decode_archived_arg<T: Object>(
+        args: &[ObjectBuffer],
+        i: usize,
+        name: &str,
+    ) -> Result<crate::ArchivedRef<T>, InvokeError> {
+        crate::ArchivedRef::new(args[i].clone()).map_err(|e| {
+            InvokeError::Failed(Error::InvalidArgument(format!("argument {name}: {e}")))
+        })
     }
 
     /// The concrete state of an actor (shared access).

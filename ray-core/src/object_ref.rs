@@ -153,7 +153,7 @@ pub struct ArchivedRef<T: Object> {
 }
 
 impl<T: Object> ArchivedRef<T> {
-    fn new(buf: ObjectBuffer) -> Result<Self> {
+    pub(crate) fn new(buf: ObjectBuffer) -> Result<Self> {
         // Validate once; every later access trusts these immutable bytes.
         T::__access(buf.as_bytes()).map_err(|e| Error::Serialization {
             op: "access",

@@ -314,3 +314,37 @@ fn registry_lists_actor_classes_and_methods() {
         ]
     );
 }
+
+#[remote]
+struct Account {
+    balance: u64,
+}
+
+#[remote]
+impl Account {
+    fn open(initial: u64) -> Result<Self, String> {
+        if initial == 0 {
+            Err("an account needs a deposit".into())
+        } else {
+            Ok(Account { balance: initial })
+        }
+    }
+
+    fn balance(&self) -> u64 {
+        self.balance
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn constructor_returning_err_kills_the_actor_with_the_message() {
+    let ray = small().await;
+    let ok = Account::remote(&ray, 5).unwrap();
+    assert_eq!(ok.balance().unwrap().get().await.unwrap(), 5);
+    let bad = Account::remote(&ray, 0).unwrap();
+    let err = bad.balance().unwrap().get().await.unwrap_err();
+    assert!(
+        matches!(&err, Error::ActorDied { cause, .. } if cause.contains("an account needs a deposit")),
+        "{err:?}"
+    );
+    ray.shutdown();
+}

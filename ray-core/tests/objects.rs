@@ -132,3 +132,45 @@ async fn many_tasks_leave_no_objects_behind() {
     assert_eq!(ray.stats().objects, 0);
     ray.shutdown();
 }
+
+#[remote]
+fn archived_len(bytes: ray_core::ArchivedRef<Vec<u8>>) -> u64 {
+    bytes.len() as u64
+}
+
+#[remote]
+fn first_byte_addr(bytes: ray_core::ArchivedRef<Vec<u8>>) -> u64 {
+    bytes.as_ptr() as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn archived_ref_parameters_read_the_stored_object_without_copying() {
+    let ray = with_store(1 << 30, Duration::from_secs(1)).await;
+    let big = ray.put(vec![9u8; 4 << 20]).await.unwrap();
+    assert_eq!(
+        archived_len::remote(&ray, &big)
+            .unwrap()
+            .get()
+            .await
+            .unwrap(),
+        4 << 20
+    );
+    // The task saw the very bytes the driver's view sees.
+    let view = big.get_archived().await.unwrap();
+    let addr = first_byte_addr::remote(&ray, &big)
+        .unwrap()
+        .get()
+        .await
+        .unwrap();
+    assert_eq!(addr, view.as_ptr() as u64);
+    // A plain value works too: it is encoded once and viewed in place.
+    assert_eq!(
+        archived_len::remote(&ray, vec![1u8, 2, 3])
+            .unwrap()
+            .get()
+            .await
+            .unwrap(),
+        3
+    );
+    ray.shutdown();
+}

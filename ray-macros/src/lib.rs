@@ -50,7 +50,39 @@ pub fn remote(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// One argument of a remote function or method.
 struct Param {
     name: Ident,
+    /// The type the function declares.
     ty: Type,
+    /// For an `ArchivedRef<T>` parameter, `T`: callers pass a `T` or an
+    /// `ObjectRef<T>` and the function gets a zero-copy view of it.
+    archived: Option<Type>,
+}
+
+impl Param {
+    fn new(name: Ident, ty: Type) -> Self {
+        let archived = archived_inner(&ty);
+        Param { name, ty, archived }
+    }
+
+    /// What callers pass for this parameter.
+    fn arg_ty(&self) -> &Type {
+        self.archived.as_ref().unwrap_or(&self.ty)
+    }
+}
+
+/// `T` if `ty` is `ArchivedRef<T>` (by its last path segment).
+fn archived_inner(ty: &Type) -> Option<Type> {
+    let Type::Path(tp) = ty else { return None };
+    let last = tp.path.segments.last()?;
+    if last.ident != "ArchivedRef" {
+        return None;
+    }
+    let PathArguments::AngleBracketed(ab) = &last.arguments else {
+        return None;
+    };
+    match ab.args.first() {
+        Some(GenericArgument::Type(t)) if ab.args.len() == 1 => Some(t.clone()),
+        _ => None,
+    }
 }
 
 /// What a function returns, as seen by the caller.
@@ -149,10 +181,7 @@ fn params<'a>(inputs: impl Iterator<Item = &'a FnArg>) -> syn::Result<Vec<Param>
                         ))
                     }
                 };
-                out.push(Param {
-                    name,
-                    ty: (*pt.ty).clone(),
-                });
+                out.push(Param::new(name, (*pt.ty).clone()));
             }
         }
     }
@@ -215,7 +244,14 @@ fn decode_and_call(params: &[Param], call: TokenStream2, is_async: bool) -> Toke
         let name = &p.name;
         let ty = &p.ty;
         let label = name.to_string();
-        quote! { let #name: #ty = ::ray_core::__private::decode_arg::<#ty>(__args, #i, #label)?; }
+        match &p.archived {
+            Some(inner) => quote! {
+                let #name: #ty = ::ray_core::__private::decode_archived_arg::<#inner>(__args, #i, #label)?;
+            },
+            None => quote! {
+                let #name: #ty = ::ray_core::__private::decode_arg::<#ty>(__args, #i, #label)?;
+            },
+        }
     });
     let call = if is_async {
         quote! { ::ray_core::__private::block_on(#call) }
@@ -248,14 +284,14 @@ fn stub_params(params: &[Param]) -> (Vec<TokenStream2>, Vec<TokenStream2>) {
     let decl = params
         .iter()
         .map(|p| {
-            let (name, ty) = (&p.name, &p.ty);
+            let (name, ty) = (&p.name, p.arg_ty());
             quote! { #name: impl ::ray_core::IntoArg<#ty> }
         })
         .collect();
     let conv = params
         .iter()
         .map(|p| {
-            let (name, ty) = (&p.name, &p.ty);
+            let (name, ty) = (&p.name, p.arg_ty());
             quote! { ::ray_core::IntoArg::<#ty>::into_arg(#name)? }
         })
         .collect();
@@ -400,6 +436,17 @@ fn retype(ty: &Type, self_ty: &TokenStream2) -> syn::Result<Type> {
     syn::parse2(replace_self(ty.to_token_stream(), self_ty))
 }
 
+/// Parameters of an actor constructor or method, with `Self` spelled out.
+fn params_of<'a>(
+    inputs: impl Iterator<Item = &'a FnArg>,
+    self_ty: &TokenStream2,
+) -> syn::Result<Vec<Param>> {
+    params(inputs)?
+        .into_iter()
+        .map(|p| Ok(Param::new(p.name, retype(&p.ty, self_ty)?)))
+        .collect()
+}
+
 enum Receiver {
     Shared,
     Exclusive,
@@ -454,12 +501,13 @@ fn remote_impl(imp: ItemImpl) -> syn::Result<TokenStream2> {
     }
 
     // The constructor: a function without receiver returning Self (prefer `new`).
-    let returns_self = |f: &ImplItemFn| match &f.sig.output {
-        ReturnType::Type(_, ty) => {
-            let s = ty.to_token_stream().to_string();
+    // `Self`, the type's name, or a `Result` of either.
+    let returns_self = |f: &ImplItemFn| match output(&f.sig.output) {
+        Ok(out) => {
+            let s = out.value.to_token_stream().to_string();
             s == "Self" || type_name == s
         }
-        ReturnType::Default => false,
+        Err(_) => false,
     };
     let ctors: Vec<&&ImplItemFn> = fns
         .iter()
@@ -473,19 +521,11 @@ fn remote_impl(imp: ItemImpl) -> syn::Result<TokenStream2> {
         .ok_or_else(|| {
             syn::Error::new_spanned(
                 self_ty,
-                "#[remote] actor class needs a constructor: `fn new(..) -> Self`",
+                "#[remote] actor class needs a constructor: `fn new(..) -> Self` (or `-> Result<Self, E>`)",
             )
         })?;
     reject_generics(&ctor.sig)?;
-    let ctor_params = params(ctor.sig.inputs.iter())?
-        .into_iter()
-        .map(|p| {
-            Ok(Param {
-                name: p.name,
-                ty: retype(&p.ty, &self_tokens)?,
-            })
-        })
-        .collect::<syn::Result<Vec<_>>>()?;
+    let ctor_params = params_of(ctor.sig.inputs.iter(), &self_tokens)?;
     let ctor_name = &ctor.sig.ident;
     let ctor_async = ctor.sig.asyncness.is_some();
     let ctor_names: Vec<&Ident> = ctor_params.iter().map(|p| &p.name).collect();
@@ -526,15 +566,7 @@ fn remote_impl(imp: ItemImpl) -> syn::Result<TokenStream2> {
         } else {
             Receiver::Shared
         };
-        let ps = params(f.sig.inputs.iter().skip(1))?
-            .into_iter()
-            .map(|p| {
-                Ok(Param {
-                    name: p.name,
-                    ty: retype(&p.ty, &self_tokens)?,
-                })
-            })
-            .collect::<syn::Result<Vec<_>>>()?;
+        let ps = params_of(f.sig.inputs.iter().skip(1), &self_tokens)?;
         let mut out = output(&f.sig.output)?;
         out.value = retype(&out.value, &self_tokens)?;
         let mname = &f.sig.ident;
@@ -623,7 +655,7 @@ fn remote_impl(imp: ItemImpl) -> syn::Result<TokenStream2> {
             fn __construct(
                 __args: &[::ray_core::__private::ObjectBuffer],
             ) -> ::core::result::Result<::ray_core::__private::ActorState, ::ray_core::__private::InvokeError> {
-                ::core::result::Result::Ok(::ray_core::__private::boxed_state({ #ctor_body }))
+                ::ray_core::__private::constructed({ #ctor_body })
             }
 
             #(#method_items)*
