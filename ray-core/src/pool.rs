@@ -1,13 +1,18 @@
 //! The CPU pool: threads that run user code.
 //!
 //! What may run is decided before a job gets here: tasks are admitted by the
-//! node's resources (ray-sched), actors hold theirs for life. So the pool runs
-//! every job it is given at once, as Ray runs each admitted task and each
-//! actor in a process of its own — up to `max_running`, a safety cap against
-//! runaway thread creation. A job blocked waiting for an object (see
-//! [`CpuPool::begin_blocking`]) stops counting against the cap, so nested
-//! work can never starve behind its waiting parents. Threads are reused;
-//! idle ones beyond `keep_threads` exit after a while.
+//! node's resources (ray-sched), actors hold theirs for life. The pool keeps
+//! as many jobs running as the node has CPUs (`keep_threads`), and a job
+//! blocked waiting for an object (see [`CpuPool::begin_blocking`]) stops
+//! counting, so nested work never starves behind its waiting parents.
+//!
+//! Ray runs each admitted task and each actor in a process of its own, so a
+//! job that holds its thread without using CPU (sleeping, waiting on I/O)
+//! must not hold up the others either. A monitor watches the queue: when the
+//! oldest job has waited longer than [`STALL`], it raises the running limit
+//! by one (up to `max_running`) and starts another thread. The limit falls
+//! back when the queue is empty. Short bursts thus run on as many threads as
+//! there are CPUs, and only work that really waits makes the pool grow.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,15 +25,23 @@ use parking_lot::{Condvar, Mutex};
 pub(crate) type Job = Box<dyn FnOnce() + Send + 'static>;
 
 struct State {
-    queue: VecDeque<Job>,
+    /// Jobs with the time they were queued.
+    queue: VecDeque<(Job, Instant)>,
     /// Jobs running and not blocked.
     running: usize,
+    /// How many jobs may run now: `keep_threads`, raised by the monitor.
+    limit: usize,
     /// Threads waiting for work.
     idle: usize,
     /// Threads alive.
     threads: usize,
     /// Whether one idle thread is spinning for new work (at most one is).
     spinning: bool,
+    /// Whether the monitor thread exists.
+    monitor: bool,
+    /// Whether the monitor sleeps until told that work is queued (when it
+    /// is not, it already looks at the queue on a timer).
+    monitor_parked: bool,
     shutdown: bool,
 }
 
@@ -37,6 +50,8 @@ struct Inner {
     /// `state.queue.len()`, readable without the lock by the spinning thread.
     queued: AtomicUsize,
     work: Condvar,
+    /// Wakes the monitor when work is queued.
+    watch: Condvar,
     max_running: usize,
     keep_threads: usize,
     name: String,
@@ -56,24 +71,32 @@ const EXCESS_IDLE: Duration = Duration::from_secs(5);
 /// latency of a short synchronous task.
 const SPIN: Duration = Duration::from_micros(50);
 
+/// How long the oldest queued job may wait before the pool grows.
+pub(crate) const STALL: Duration = Duration::from_micros(500);
+
 impl CpuPool {
-    /// A pool running at most `max_running` unblocked jobs at once and
-    /// keeping up to `keep_threads` idle threads.
+    /// A pool running `keep_threads` jobs at once, growing up to
+    /// `max_running` while jobs stall.
     pub(crate) fn new(max_running: usize, keep_threads: usize, name: &str) -> Self {
+        let keep_threads = keep_threads.max(1);
         Self {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
                     queue: VecDeque::new(),
                     running: 0,
+                    limit: keep_threads,
                     idle: 0,
                     threads: 0,
                     spinning: false,
+                    monitor: false,
+                    monitor_parked: false,
                     shutdown: false,
                 }),
                 queued: AtomicUsize::new(0),
                 work: Condvar::new(),
-                max_running: max_running.max(1),
-                keep_threads: keep_threads.max(1),
+                watch: Condvar::new(),
+                max_running: max_running.max(keep_threads),
+                keep_threads,
                 name: name.to_string(),
             }),
         }
@@ -85,41 +108,31 @@ impl CpuPool {
         if st.shutdown {
             return Err(job);
         }
-        st.queue.push_back(job);
+        st.queue.push_back((job, Instant::now()));
         self.inner.queued.store(st.queue.len(), Ordering::Release);
-        self.wake_or_spawn(&mut st);
-        Ok(())
-    }
-
-    /// Makes sure someone picks up queued work if a slot is free.
-    fn wake_or_spawn(&self, st: &mut State) {
-        if st.running >= self.inner.max_running || st.queue.is_empty() || st.spinning {
-            // Either no slot, nothing to do, or a spinning thread will take it.
-            return;
-        }
-        if st.idle > 0 {
-            self.inner.work.notify_one();
-        } else {
-            st.threads += 1;
+        wake_or_spawn(&self.inner, &mut st);
+        if !st.monitor {
+            st.monitor = true;
             let inner = self.inner.clone();
-            let name = format!("{}-{}", self.inner.name, st.threads);
             let spawned = std::thread::Builder::new()
-                .name(name)
-                .stack_size(8 << 20)
-                .spawn(move || worker_loop(inner));
+                .name(format!("{}-monitor", self.inner.name))
+                .spawn(move || monitor_loop(inner));
             if spawned.is_err() {
-                // Out of threads: the queued work runs when a slot frees.
-                st.threads -= 1;
-                tracing::warn!(target: "ray::pool", "could not spawn a pool thread");
+                st.monitor = false;
+                tracing::warn!(target: "ray::pool", "could not spawn the pool monitor");
             }
+        } else if st.monitor_parked && st.running >= st.limit {
+            st.monitor_parked = false;
+            self.inner.watch.notify_one();
         }
+        Ok(())
     }
 
     /// The current job waits on something outside the pool: free its slot.
     pub(crate) fn begin_blocking(&self) {
         let mut st = self.inner.state.lock();
         st.running = st.running.saturating_sub(1);
-        self.wake_or_spawn(&mut st);
+        wake_or_spawn(&self.inner, &mut st);
     }
 
     /// The current job resumes; it takes a slot back even if that overcommits.
@@ -131,9 +144,10 @@ impl CpuPool {
     pub(crate) fn shutdown(&self) -> Vec<Job> {
         let mut st = self.inner.state.lock();
         st.shutdown = true;
-        let left = st.queue.drain(..).collect();
+        let left = st.queue.drain(..).map(|(job, _)| job).collect();
         self.inner.queued.store(0, Ordering::Release);
         self.inner.work.notify_all();
+        self.inner.watch.notify_all();
         left
     }
 
@@ -144,14 +158,59 @@ impl CpuPool {
     }
 }
 
+/// Wakes an idle thread or starts one if a job waits and a slot is free.
+fn wake_or_spawn(inner: &Arc<Inner>, st: &mut State) {
+    if st.running >= st.limit || st.queue.is_empty() || st.spinning {
+        // Either no slot, nothing to do, or a spinning thread will take it.
+        return;
+    }
+    if st.idle > 0 {
+        inner.work.notify_one();
+    } else {
+        st.threads += 1;
+        let worker = inner.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("{}-{}", inner.name, st.threads))
+            .stack_size(8 << 20)
+            .spawn(move || worker_loop(worker));
+        if spawned.is_err() {
+            // Out of threads: the queued work runs when a slot frees.
+            st.threads -= 1;
+            tracing::warn!(target: "ray::pool", "could not spawn a pool thread");
+        }
+    }
+}
+
+/// Grows the running limit while the oldest queued job waits too long.
+fn monitor_loop(inner: Arc<Inner>) {
+    let mut st = inner.state.lock();
+    while !st.shutdown {
+        let Some(waited) = st.queue.front().map(|(_, at)| at.elapsed()) else {
+            st.monitor_parked = true;
+            inner.watch.wait(&mut st);
+            st.monitor_parked = false;
+            continue;
+        };
+        if waited < STALL {
+            inner.watch.wait_for(&mut st, STALL - waited);
+            continue;
+        }
+        if st.running >= st.limit && st.limit < inner.max_running {
+            st.limit += 1;
+        }
+        wake_or_spawn(&inner, &mut st);
+        inner.watch.wait_for(&mut st, STALL);
+    }
+}
+
 fn worker_loop(inner: Arc<Inner>) {
     let mut st = inner.state.lock();
     loop {
         if st.shutdown {
             break;
         }
-        if st.running < inner.max_running {
-            if let Some(job) = st.queue.pop_front() {
+        if st.running < st.limit {
+            if let Some((job, _)) = st.queue.pop_front() {
                 inner.queued.store(st.queue.len(), Ordering::Release);
                 st.running += 1;
                 drop(st);
@@ -160,8 +219,10 @@ fn worker_loop(inner: Arc<Inner>) {
                 st.running -= 1;
                 continue;
             }
+            // Nothing waits: the pool need not stay grown.
+            st.limit = inner.keep_threads;
         }
-        if !st.spinning && st.running < inner.max_running {
+        if !st.spinning && st.running < st.limit {
             st.spinning = true;
             drop(st);
             let deadline = Instant::now() + SPIN;
@@ -241,6 +302,31 @@ mod tests {
             .recv_timeout(Duration::from_secs(10))
             .expect("blocked job resumed after the queued one ran");
         assert!(pool.threads() >= 2);
+        pool.shutdown();
+    }
+
+    #[test]
+    fn a_job_holding_its_thread_without_blocking_does_not_starve_the_queue() {
+        // One slot, held by a job that waits on a plain channel (not an
+        // object, so it never calls begin_blocking). Only the monitor's
+        // growth lets the second job run and answer it.
+        let pool = CpuPool::new(8, 1, "t");
+        let (tx, rx) = mpsc::channel::<()>();
+        let (done_tx, done_rx) = mpsc::channel::<bool>();
+        pool.execute(Box::new(move || {
+            let answered = rx.recv_timeout(Duration::from_secs(20)).is_ok();
+            done_tx.send(answered).expect("test alive");
+        }))
+        .ok()
+        .expect("pool open");
+        pool.execute(Box::new(move || tx.send(()).expect("first job waits")))
+            .ok()
+            .expect("pool open");
+        let answered = done_rx.recv().expect("first job finished");
+        assert!(
+            answered,
+            "the queued job ran while the first held its thread"
+        );
         pool.shutdown();
     }
 
