@@ -202,3 +202,8 @@ pub mod __private {
         }
     }
 }
+
+/// The README's example compiles and runs as a doctest.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
