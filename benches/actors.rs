@@ -3,31 +3,19 @@
 //! embedded runtime with 2 CPUs.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use std::time::Duration;
 
 // Each bench uses only part of the shared shapes.
 #[allow(dead_code)]
 #[path = "../examples/shapes/micro.rs"]
 mod micro;
+mod support;
 
 fn actors(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime for the bench");
-    let ray = rt
-        .block_on(ray_core::init_with(ray_core::Config {
-            num_cpus: Some(2.0),
-            ..Default::default()
-        }))
-        .expect("an embedded runtime");
+    let (rt, ray) = support::runtimes();
     let actor = micro::NoopActor::remote(&ray).expect("actor created");
 
     let mut group = c.benchmark_group("actors");
-    group
-        .sample_size(10)
-        .measurement_time(Duration::from_secs(3));
+    support::configure(&mut group);
     group.throughput(Throughput::Elements(micro::W3_CALLS as u64));
     group.bench_function("W3_batch_20000_calls", |b| {
         b.iter(|| {

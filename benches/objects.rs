@@ -4,30 +4,18 @@
 //! the timed part.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use std::time::Duration;
 
 // Each bench uses only part of the shared shapes.
 #[allow(dead_code)]
 #[path = "../examples/shapes/micro.rs"]
 mod micro;
+mod support;
 
 fn objects(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime for the bench");
-    let ray = rt
-        .block_on(ray_core::init_with(ray_core::Config {
-            num_cpus: Some(2.0),
-            ..Default::default()
-        }))
-        .expect("an embedded runtime");
+    let (rt, ray) = support::runtimes();
 
     let mut group = c.benchmark_group("objects");
-    group
-        .sample_size(10)
-        .measurement_time(Duration::from_secs(3));
+    support::configure(&mut group);
     for (label, len) in micro::W4_SIZES {
         let data = micro::payload(len);
         group.throughput(Throughput::Bytes(len as u64));

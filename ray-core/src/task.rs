@@ -125,8 +125,8 @@ impl Runtime {
                 next
             }
             outcome => {
-                // Release argument refs before the result is visible, so a
-                // caller that saw the result sees their counts dropped.
+                // Release argument refs and resources before the result is
+                // visible, so a caller that saw the result sees both back.
                 let TaskSpec {
                     task,
                     resources,
@@ -134,8 +134,9 @@ impl Runtime {
                     ..
                 } = spec;
                 drop(args);
+                let next = self.release_resources_take_next(&resources);
                 self.complete_object(task.return_object(), outcome);
-                self.release_resources_take_next(&resources)
+                next
             }
         }
     }

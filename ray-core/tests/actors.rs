@@ -4,7 +4,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use ray_core::prelude::*;
-use ray_core::{Config, Error};
+
+mod common;
+use ray_core::Error;
 
 #[remote]
 struct Counter {
@@ -111,18 +113,9 @@ impl Parent {
     }
 }
 
-async fn small() -> Ray {
-    ray_core::init_with(Config {
-        num_cpus: Some(2.0),
-        ..Config::default()
-    })
-    .await
-    .expect("init")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_run_one_at_a_time_in_submission_order() {
-    let ray = small().await;
+    let ray = common::runtime(2.0).await;
     let c = Counter::remote(&ray, 10).unwrap();
     let refs: Vec<_> = (1..=100).map(|i| c.incr(i).unwrap()).collect();
     let last = refs.last().unwrap().get().await.unwrap();
@@ -142,7 +135,7 @@ async fn calls_run_one_at_a_time_in_submission_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_methods_and_user_errors_and_panics() {
-    let ray = small().await;
+    let ray = common::runtime(2.0).await;
     let c = Counter::remote(&ray, 3).unwrap();
     assert_eq!(c.slow_value(5).unwrap().get().await.unwrap(), 3);
     let err = c.fail().unwrap().get().await.unwrap_err();
@@ -163,12 +156,7 @@ async fn async_methods_and_user_errors_and_panics() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_concurrency_lets_shared_calls_overlap() {
-    let ray = ray_core::init_with(Config {
-        num_cpus: Some(4.0),
-        ..Config::default()
-    })
-    .await
-    .unwrap();
+    let ray = common::runtime(4.0).await;
     MAX_IN_FLIGHT.store(0, Ordering::SeqCst);
     let s = Sleeper::options().max_concurrency(4).remote(&ray).unwrap();
     let refs: Vec<_> = (0..8).map(|_| s.nap(30).unwrap()).collect();
@@ -197,7 +185,7 @@ async fn max_concurrency_lets_shared_calls_overlap() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_constructor_makes_calls_fail_with_actor_died() {
-    let ray = small().await;
+    let ray = common::runtime(2.0).await;
     let b = Broken::remote(&ray, true).unwrap();
     let err = b.ping().unwrap().get().await.unwrap_err();
     assert!(
@@ -211,7 +199,7 @@ async fn failed_constructor_makes_calls_fail_with_actor_died() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn named_actors_are_found_by_name_and_names_are_unique() {
-    let ray = small().await;
+    let ray = common::runtime(2.0).await;
     let c = Counter::options().name("tally").remote(&ray, 1).unwrap();
     c.incr(1).unwrap().get().await.unwrap();
     let again: ActorHandle<Counter> = ray.get_actor("tally").unwrap();
@@ -247,7 +235,7 @@ async fn named_actors_are_found_by_name_and_names_are_unique() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn actor_resources_are_held_for_life_and_infeasible_fails_fast() {
-    let ray = small().await;
+    let ray = common::runtime(2.0).await;
     let err = Counter::options()
         .num_gpus(1.0)
         .remote(&ray, 0)
@@ -272,12 +260,7 @@ async fn actor_resources_are_held_for_life_and_infeasible_fails_fast() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn actors_create_actors_and_block_on_them_without_deadlock() {
-    let ray = ray_core::init_with(Config {
-        num_cpus: Some(1.0),
-        ..Config::default()
-    })
-    .await
-    .unwrap();
+    let ray = common::runtime(1.0).await;
     let p = Parent::remote(&ray).unwrap();
     let r = p.spawn_and_call(5).unwrap();
     assert_eq!(r.get_timeout(Duration::from_secs(30)).await.unwrap(), 5);
@@ -286,7 +269,7 @@ async fn actors_create_actors_and_block_on_them_without_deadlock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_kills_actors() {
-    let ray = small().await;
+    let ray = common::runtime(2.0).await;
     let c = Counter::options().name("x").remote(&ray, 0).unwrap();
     c.incr(1).unwrap().get().await.unwrap();
     ray.shutdown();
@@ -337,7 +320,7 @@ impl Account {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn constructor_returning_err_kills_the_actor_with_the_message() {
-    let ray = small().await;
+    let ray = common::runtime(2.0).await;
     let ok = Account::remote(&ray, 5).unwrap();
     assert_eq!(ok.balance().unwrap().get().await.unwrap(), 5);
     let bad = Account::remote(&ray, 0).unwrap();

@@ -1,0 +1,13 @@
+//! Set-up shared by the integration tests.
+
+use ray_core::{Config, Ray};
+
+/// An embedded runtime whose node has `cpus` CPUs.
+pub async fn runtime(cpus: f64) -> Ray {
+    ray_core::init_with(Config {
+        num_cpus: Some(cpus),
+        ..Config::default()
+    })
+    .await
+    .expect("init")
+}
