@@ -109,6 +109,11 @@ owned_id!(
     ActorId,
     "actor-"
 );
+owned_id!(
+    /// A placement group: a set of resource bundles reserved together.
+    PlacementGroupId,
+    "pg-"
+);
 
 impl TaskId {
     /// The id of the object holding this task's return value.

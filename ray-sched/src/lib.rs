@@ -34,11 +34,17 @@
 mod error;
 mod local_queue;
 mod node;
+mod policy;
 mod quantity;
 mod resources;
+mod rng;
+mod view;
 
 pub use error::SchedError;
 pub use local_queue::{Admission, Infeasible, LocalQueue};
 pub use node::NodeResources;
+pub use policy::{Decision, InfeasibleReport, Policy, Request, SchedulingStrategy};
 pub use quantity::{Quantity, MAX_UNITS};
 pub use resources::{ResourceIter, ResourceSet, CPU, GPU, MEMORY};
+pub use rng::SplitMix64;
+pub use view::{ClusterSummary, ClusterView, NodeUpdate, NodeView};

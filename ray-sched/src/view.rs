@@ -1,0 +1,331 @@
+//! The cluster view: every node's resources and labels as one node knows
+//! them, with version numbers for gossip.
+//!
+//! Each node owns the truth about itself and publishes it as a
+//! [`NodeUpdate`] with a version that only grows; others apply an update only
+//! if it is newer than what they hold. A view may therefore be stale, which
+//! is why a node receiving spilled work re-checks it against its own state
+//! (see `node_scheduler`).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use hashbrown::HashMap;
+use ray_proto::NodeId;
+
+use crate::node::NodeResources;
+use crate::resources::ResourceSet;
+
+/// One node as the view knows it.
+#[derive(Clone, Debug)]
+pub struct NodeView {
+    id: NodeId,
+    resources: NodeResources,
+    labels: BTreeMap<String, String>,
+    version: u64,
+}
+
+impl NodeView {
+    /// The node's id.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// Its total and used resources (as of `version`).
+    pub fn resources(&self) -> &NodeResources {
+        &self.resources
+    }
+
+    /// Its labels (`zone=a`, …).
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        &self.labels
+    }
+
+    /// The version of the last update applied for it.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// How busy the node is, in 1/10 000: the highest used/total ratio over
+    /// the resources it has (Ray's "critical resource utilization").
+    pub fn utilization(&self) -> u32 {
+        let used = self.resources.used();
+        let mut worst = 0u64;
+        for (name, total) in self.resources.total().iter() {
+            if total.is_zero() {
+                continue;
+            }
+            let u = used.get(name).raw().min(total.raw()) as u128 * 10_000 / total.raw() as u128;
+            worst = worst.max(u as u64);
+        }
+        worst as u32
+    }
+}
+
+/// A node's state as it publishes it: the gossip message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeUpdate {
+    /// The node described.
+    pub node: NodeId,
+    /// Grows with every change the node makes to itself.
+    pub version: u64,
+    /// Its used resources at that version.
+    pub used: ResourceSet,
+}
+
+/// All nodes one scheduler knows, in a deterministic order (by id).
+#[derive(Clone, Debug, Default)]
+pub struct ClusterView {
+    nodes: Vec<NodeView>,
+    index: HashMap<NodeId, usize>,
+    membership: u64,
+}
+
+impl ClusterView {
+    /// An empty view.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a node with nothing used. Returns `false` if it is already there.
+    pub fn add_node(
+        &mut self,
+        id: NodeId,
+        total: ResourceSet,
+        labels: BTreeMap<String, String>,
+    ) -> bool {
+        if self.index.contains_key(&id) {
+            return false;
+        }
+        let at = self.nodes.partition_point(|n| n.id < id);
+        self.nodes.insert(
+            at,
+            NodeView {
+                id,
+                resources: NodeResources::new(total),
+                labels,
+                version: 0,
+            },
+        );
+        self.reindex();
+        self.membership += 1;
+        true
+    }
+
+    /// Removes a node (it died or left). Returns whether it was there.
+    pub fn remove_node(&mut self, id: NodeId) -> bool {
+        let Some(at) = self.index.get(&id).copied() else {
+            return false;
+        };
+        self.nodes.remove(at);
+        self.reindex();
+        self.membership += 1;
+        true
+    }
+
+    fn reindex(&mut self) {
+        self.index.clear();
+        for (i, n) in self.nodes.iter().enumerate() {
+            self.index.insert(n.id, i);
+        }
+    }
+
+    /// Grows whenever a node joins or leaves.
+    pub fn membership_version(&self) -> u64 {
+        self.membership
+    }
+
+    /// The node with this id.
+    pub fn node(&self, id: NodeId) -> Option<&NodeView> {
+        self.index.get(&id).map(|&i| &self.nodes[i])
+    }
+
+    /// Every node, ordered by id.
+    pub fn nodes(&self) -> &[NodeView] {
+        &self.nodes
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether there are no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    fn node_mut(&mut self, id: NodeId) -> Option<&mut NodeView> {
+        self.index.get(&id).map(|&i| &mut self.nodes[i])
+    }
+
+    /// Takes `req` on `node` if it fits there now. `false` if it does not or
+    /// the node is unknown.
+    pub fn try_acquire(&mut self, node: NodeId, req: &ResourceSet) -> bool {
+        let Some(n) = self.node_mut(node) else {
+            return false;
+        };
+        let ok = n.resources.try_acquire(req);
+        if ok {
+            n.version += 1;
+        }
+        ok
+    }
+
+    /// Takes `req` on `node` without checking (a task resuming after a
+    /// blocking wait). Unknown nodes are ignored.
+    pub fn acquire_forced(&mut self, node: NodeId, req: &ResourceSet) {
+        if let Some(n) = self.node_mut(node) {
+            n.resources.acquire_forced(req);
+            n.version += 1;
+        }
+    }
+
+    /// Gives `req` back on `node`. Unknown nodes are ignored.
+    pub fn release(&mut self, node: NodeId, req: &ResourceSet) {
+        if let Some(n) = self.node_mut(node) {
+            n.resources.release(req);
+            n.version += 1;
+        }
+    }
+
+    /// What `node` would publish about itself now.
+    pub fn update_for(&self, node: NodeId) -> Option<NodeUpdate> {
+        self.node(node).map(|n| NodeUpdate {
+            node,
+            version: n.version,
+            used: n.resources.used().clone(),
+        })
+    }
+
+    /// Applies gossip about a node if it is newer than what the view holds.
+    /// Returns whether anything changed.
+    pub fn apply_update(&mut self, update: &NodeUpdate) -> bool {
+        let Some(n) = self.node_mut(update.node) else {
+            return false;
+        };
+        if update.version <= n.version {
+            return false;
+        }
+        let mut resources = NodeResources::new(n.resources.total().clone());
+        resources.acquire_forced(&update.used);
+        n.resources = resources;
+        n.version = update.version;
+        true
+    }
+
+    /// Whether some node could ever hold `req` (ignoring what is in use).
+    pub fn feasible_somewhere(&self, req: &ResourceSet) -> bool {
+        self.nodes.iter().any(|n| n.resources.is_feasible(req))
+    }
+
+    /// Totals of the cluster, for messages.
+    pub fn summary(&self) -> ClusterSummary {
+        let mut total = ResourceSet::new();
+        let mut available = ResourceSet::new();
+        for n in &self.nodes {
+            total.add_assign(n.resources.total());
+            available.add_assign(&n.resources.available());
+        }
+        ClusterSummary {
+            nodes: self.nodes.len(),
+            total,
+            available,
+        }
+    }
+}
+
+/// The cluster in one line: node count, total and available resources.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterSummary {
+    /// Number of nodes.
+    pub nodes: usize,
+    /// Sum of every node's total.
+    pub total: ResourceSet,
+    /// Sum of what is free.
+    pub available: ResourceSet,
+}
+
+impl fmt::Display for ClusterSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} nodes, total {}, available {}",
+            self.nodes, self.total, self.available
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quantity::Quantity;
+
+    fn cpus(n: u64) -> ResourceSet {
+        ResourceSet::cpu(Quantity::from_units(n))
+    }
+
+    #[test]
+    fn nodes_are_kept_in_id_order_and_found_by_id() {
+        let mut v = ClusterView::new();
+        assert!(v.add_node(NodeId(3), cpus(1), BTreeMap::new()));
+        assert!(v.add_node(NodeId(1), cpus(2), BTreeMap::new()));
+        assert!(!v.add_node(NodeId(1), cpus(9), BTreeMap::new()));
+        let ids: Vec<_> = v.nodes().iter().map(|n| n.id()).collect();
+        assert_eq!(ids, [NodeId(1), NodeId(3)]);
+        assert_eq!(
+            v.node(NodeId(3)).map(|n| n.resources().total().clone()),
+            Some(cpus(1))
+        );
+        assert!(v.remove_node(NodeId(1)));
+        assert!(v.node(NodeId(1)).is_none());
+        assert_eq!(v.node(NodeId(3)).map(|n| n.id()), Some(NodeId(3)));
+    }
+
+    #[test]
+    fn stale_updates_are_ignored_and_newer_ones_replace_usage() {
+        let mut owner = ClusterView::new();
+        let mut peer = ClusterView::new();
+        for v in [&mut owner, &mut peer] {
+            v.add_node(NodeId(1), cpus(4), BTreeMap::new());
+        }
+        assert!(owner.try_acquire(NodeId(1), &cpus(3)));
+        let newer = owner.update_for(NodeId(1)).expect("node known");
+        owner.release(NodeId(1), &cpus(3));
+        let newest = owner.update_for(NodeId(1)).expect("node known");
+        assert!(peer.apply_update(&newest));
+        assert!(!peer.apply_update(&newer), "older version does not win");
+        assert_eq!(
+            peer.node(NodeId(1)).map(|n| n.resources().used().clone()),
+            Some(ResourceSet::new())
+        );
+    }
+
+    #[test]
+    fn utilization_is_the_busiest_resource() {
+        let mut v = ClusterView::new();
+        let total = cpus(4).with(crate::GPU, Quantity::from_units(2));
+        v.add_node(NodeId(1), total, BTreeMap::new());
+        assert!(v.try_acquire(
+            NodeId(1),
+            &cpus(1).with(crate::GPU, Quantity::from_units(1))
+        ));
+        assert_eq!(v.node(NodeId(1)).map(NodeView::utilization), Some(5_000));
+    }
+
+    #[test]
+    fn summary_adds_up_nodes() {
+        let mut v = ClusterView::new();
+        v.add_node(NodeId(1), cpus(2), BTreeMap::new());
+        v.add_node(NodeId(2), cpus(3), BTreeMap::new());
+        assert!(v.try_acquire(NodeId(2), &cpus(1)));
+        let s = v.summary();
+        assert_eq!(
+            (s.nodes, s.total.clone(), s.available.clone()),
+            (2, cpus(5), cpus(4))
+        );
+        assert_eq!(s.to_string(), "2 nodes, total {CPU: 5}, available {CPU: 4}");
+        assert!(v.feasible_somewhere(&cpus(3)));
+        assert!(!v.feasible_somewhere(&cpus(4)));
+    }
+}
