@@ -41,7 +41,7 @@ mod rng;
 mod view;
 
 pub use error::SchedError;
-pub use local_queue::{Admission, Infeasible, LocalQueue};
+pub use local_queue::{Admission, Infeasible, LocalQueue, MAX_BYPASS};
 pub use node::NodeResources;
 pub use policy::{Decision, InfeasibleReport, Policy, Request, SchedulingStrategy};
 pub use quantity::{Quantity, MAX_UNITS};

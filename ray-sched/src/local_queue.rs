@@ -48,11 +48,20 @@ struct Class<T> {
     items: VecDeque<(u64, T)>,
 }
 
+/// How many times the oldest queued item may be passed over by younger,
+/// smaller ones before the queue holds everything else back for it.
+pub const MAX_BYPASS: u32 = 16;
+
 /// The admission queue of one node (sans-IO: it never starts anything
 /// itself; the caller runs what it hands out).
 ///
 /// Invariant: `submit` and `pop_runnable` never push `used` past `total`;
 /// only [`LocalQueue::acquire_forced`] may.
+///
+/// No starvation: a small request may pass a big one that does not fit yet,
+/// but only [`MAX_BYPASS`] times; then nothing else is admitted until the
+/// oldest item fits and runs (running work always finishes and frees its
+/// resources, so it does).
 #[derive(Debug)]
 pub struct LocalQueue<T> {
     node: NodeResources,
@@ -61,6 +70,8 @@ pub struct LocalQueue<T> {
     classes: Vec<Class<T>>,
     queued: usize,
     next_seq: u64,
+    /// The oldest queued item's number and how often it was passed over.
+    bypass: (u64, u32),
 }
 
 impl<T> LocalQueue<T> {
@@ -71,7 +82,32 @@ impl<T> LocalQueue<T> {
             classes: Vec::new(),
             queued: 0,
             next_seq: 0,
+            bypass: (0, 0),
         }
+    }
+
+    /// The submission number of the oldest queued item.
+    fn oldest(&self) -> Option<u64> {
+        self.classes
+            .iter()
+            .filter_map(|c| c.items.front().map(|&(seq, _)| seq))
+            .min()
+    }
+
+    /// Counts one pass over the oldest item; `false` if it has been passed
+    /// over too often already (the caller must not admit anything else).
+    fn note_bypass(&mut self) -> bool {
+        let Some(oldest) = self.oldest() else {
+            return true;
+        };
+        if self.bypass.0 != oldest {
+            self.bypass = (oldest, 0);
+        }
+        if self.bypass.1 >= MAX_BYPASS {
+            return false;
+        }
+        self.bypass.1 += 1;
+        true
     }
 
     /// The node's accounting: total, used, available.
@@ -102,7 +138,9 @@ impl<T> LocalQueue<T> {
             self.classes.iter().position(|c| c.req == req)
         };
         let class_waiting = class.is_some_and(|i| !self.classes[i].items.is_empty());
-        if !class_waiting && self.node.try_acquire(&req) {
+        if !class_waiting && self.node.can_acquire(&req) && (self.queued == 0 || self.note_bypass())
+        {
+            self.node.acquire_forced(&req); // checked by can_acquire
             return Admission::Run(item);
         }
         let seq = self.next_seq;
@@ -142,7 +180,11 @@ impl<T> LocalQueue<T> {
                 best = Some((i, seq));
             }
         }
-        let (i, _) = best?;
+        let (i, seq) = best?;
+        if Some(seq) != self.oldest() && !self.note_bypass() {
+            // The oldest item has waited long enough: hold the rest back.
+            return None;
+        }
         let class = &mut self.classes[i];
         let (_, item) = class.items.pop_front().expect("chosen class has a head");
         self.node.acquire_forced(&class.req); // checked by can_acquire above
@@ -286,6 +328,41 @@ mod tests {
         assert_eq!(q.pop_runnable(), None);
         q.release(&cpus(3.0));
         assert_eq!(q.pop_runnable(), Some((cpus(2.0), "big")));
+    }
+
+    #[test]
+    fn a_big_request_is_not_starved_by_a_stream_of_small_ones() {
+        // Two CPUs kept busy by 1-CPU tasks that keep arriving: the 2-CPU
+        // request needs both free at once, which small ones never allow
+        // unless the queue holds them back.
+        let mut q = LocalQueue::new(cpus(2.0));
+        run(q.submit(cpus(1.0), 0));
+        run(q.submit(cpus(1.0), 1));
+        assert_eq!(q.submit(cpus(2.0), 1000), Admission::Queued);
+        let mut next = 2;
+        let mut ran_big_after = None;
+        for step in 0..100 {
+            // One small task finishes, a new one arrives.
+            q.release(&cpus(1.0));
+            match q.submit(cpus(1.0), next) {
+                Admission::Run(_) => {}
+                Admission::Queued => {}
+                Admission::Infeasible(..) => panic!("feasible"),
+            }
+            next += 1;
+            while let Some((req, item)) = q.pop_runnable() {
+                if item == 1000 {
+                    ran_big_after = Some(step);
+                    q.release(&req);
+                }
+            }
+            if ran_big_after.is_some() {
+                break;
+            }
+        }
+        let step = ran_big_after.expect("the big request ran");
+        assert!(step <= MAX_BYPASS as usize + 2, "ran after {step} steps");
+        assert!(q.resources().used().is_subset_of(q.resources().total()));
     }
 
     #[test]
