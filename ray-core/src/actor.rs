@@ -268,7 +268,7 @@ pub(crate) fn spawn_actor(
 ) -> Result<Arc<ActorCell>> {
     rt.check_running()?;
     let req = opts.validate()?.clone();
-    rt.check_feasible(class.name, &req)?;
+    rt.check_placeable(class.name, &opts.resources)?;
     let id = ActorId::new(rt.worker, rt.next_seq());
     let namespace = opts
         .namespace

@@ -39,10 +39,12 @@ pub enum Error {
         error: UserError,
     },
     /// The request can never be satisfied by this node or cluster.
-    #[error("{what} is infeasible: request {request} can never be satisfied (node total {total})")]
+    #[error("{what} is infeasible: {reason} (request {request}, node total {total})")]
     Infeasible {
         /// What was being scheduled (a function or actor class name).
         what: String,
+        /// Why it can never be placed.
+        reason: String,
         /// The resources asked for.
         request: ResourceSet,
         /// The resources the node has in total.

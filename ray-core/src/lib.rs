@@ -56,7 +56,7 @@ pub use options::{
 pub use ray::{init, init_blocking, init_with, Config, Ray, RuntimeStats};
 pub use ray_macros::remote;
 pub use ray_proto::{ActorId, FunctionId, JobId, NodeId, ObjectId, TaskId, WorkerId};
-pub use ray_sched::{Quantity, ResourceSet};
+pub use ray_sched::{Quantity, ResourceSet, SchedulingStrategy};
 
 /// The names most programs need: `use ray_core::prelude::*;`.
 pub mod prelude {

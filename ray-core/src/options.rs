@@ -1,6 +1,7 @@
 //! Per-call options: resources, retries, actor names and concurrency.
 
-use ray_sched::{Quantity, ResourceSet, CPU, GPU, MEMORY};
+use ray_proto::NodeId;
+use ray_sched::{Quantity, ResourceSet, SchedulingStrategy, CPU, GPU, MEMORY};
 
 use crate::error::{Error, Result};
 
@@ -10,6 +11,7 @@ use crate::error::{Error, Result};
 pub struct ResourceRequest {
     pub(crate) set: ResourceSet,
     pub(crate) invalid: Option<String>,
+    pub(crate) strategy: SchedulingStrategy,
 }
 
 impl ResourceRequest {
@@ -17,6 +19,7 @@ impl ResourceRequest {
         Self {
             set: ResourceSet::cpu(cpu),
             invalid: None,
+            strategy: SchedulingStrategy::Default,
         }
     }
 
@@ -87,6 +90,23 @@ pub trait ResourceOptions: Sized {
     fn resource(mut self, name: &str, amount: f64) -> Self {
         self.resource_request().set(name, amount);
         self
+    }
+
+    /// How to choose the node (default: Ray's hybrid policy).
+    fn scheduling_strategy(mut self, strategy: SchedulingStrategy) -> Self {
+        self.resource_request().strategy = strategy;
+        self
+    }
+
+    /// Spread calls over the nodes.
+    fn spread(self) -> Self {
+        self.scheduling_strategy(SchedulingStrategy::Spread)
+    }
+
+    /// Run on `node`; if `soft`, elsewhere when it cannot. A hard affinity
+    /// to a node that cannot take the request fails with `Infeasible`.
+    fn node_affinity(self, node: NodeId, soft: bool) -> Self {
+        self.scheduling_strategy(SchedulingStrategy::NodeAffinity { node, soft })
     }
 }
 

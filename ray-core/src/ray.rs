@@ -258,6 +258,11 @@ impl Ray {
         actor::lookup(&self.rt, name, namespace)
     }
 
+    /// The node this handle's runtime runs on.
+    pub fn node_id(&self) -> ray_proto::NodeId {
+        self.rt.node
+    }
+
     /// Current figures of this runtime.
     pub fn stats(&self) -> RuntimeStats {
         let store = self.rt.store.stats();
@@ -288,8 +293,8 @@ impl Ray {
     ) -> Result<ObjectRef<R>> {
         let rt = &self.rt;
         rt.check_running()?;
-        let resources = opts.resources.checked()?;
-        rt.check_feasible(function.name, resources)?;
+        rt.check_placeable(function.name, &opts.resources)?;
+        let resources = &opts.resources.set;
         let task = rt.new_task_id();
         let handle = rt
             .objects

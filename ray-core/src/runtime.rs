@@ -9,11 +9,12 @@ use hashbrown::HashMap;
 use parking_lot::Mutex;
 use ray_gcs::Gcs;
 use ray_proto::{ActorId, JobId, NodeId, ObjectId, TaskId, WorkerId};
-use ray_sched::{Admission, LocalQueue, ResourceSet};
+use ray_sched::{Admission, LocalQueue, ResourceSet, SchedulingStrategy};
 use ray_store::{ObjectBuffer, ObjectStore};
 
 use crate::actor::ActorCell;
 use crate::error::{Error, Result};
+use crate::options::ResourceRequest;
 use crate::ownership::{ObjectTable, Value};
 use crate::pool::CpuPool;
 use crate::task::TaskSpec;
@@ -106,17 +107,32 @@ impl Runtime {
         }
     }
 
-    /// Fails at once if no amount of waiting could satisfy `req` here.
-    pub(crate) fn check_feasible(&self, what: &str, req: &ResourceSet) -> Result<()> {
-        let sched = self.sched.lock();
-        if sched.resources().is_feasible(req) {
-            Ok(())
-        } else {
-            Err(Error::Infeasible {
+    /// Fails at once if no amount of waiting could place `req` here.
+    ///
+    /// The embedded runtime is one node: every strategy places on it, except
+    /// a hard affinity to another node, which can never be met.
+    pub(crate) fn check_placeable(&self, what: &str, req: &ResourceRequest) -> Result<()> {
+        let set = req.checked()?;
+        let reason = match req.strategy {
+            SchedulingStrategy::NodeAffinity { node, soft: false } if node != self.node => {
+                Some(format!(
+                    "hard affinity to {node}, which is not in this cluster (only {})",
+                    self.node
+                ))
+            }
+            _ if !self.sched.lock().resources().is_feasible(set) => {
+                Some("the node can never hold it".to_string())
+            }
+            _ => None,
+        };
+        match reason {
+            None => Ok(()),
+            Some(reason) => Err(Error::Infeasible {
                 what: what.to_string(),
-                request: req.clone(),
-                total: sched.resources().total().clone(),
-            })
+                reason,
+                request: set.clone(),
+                total: self.sched.lock().resources().total().clone(),
+            }),
         }
     }
 
@@ -158,6 +174,7 @@ impl Runtime {
                     d,
                     Error::Infeasible {
                         what,
+                        reason: "the node can never hold it".into(),
                         request: inf.request,
                         total: inf.total,
                     },

@@ -335,3 +335,30 @@ async fn works_on_a_current_thread_tokio_runtime() {
     );
     ray.shutdown();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheduling_strategies_place_on_the_one_embedded_node() {
+    let ray = common::runtime(2.0).await;
+    let here = ray.node_id();
+    let spread = noop::options().spread().remote(&ray).unwrap();
+    let pinned = noop::options()
+        .node_affinity(here, false)
+        .remote(&ray)
+        .unwrap();
+    let elsewhere_soft = noop::options()
+        .node_affinity(ray_core::NodeId(here.0 + 7), true)
+        .remote(&ray)
+        .unwrap();
+    for r in [spread, pinned, elsewhere_soft] {
+        r.get().await.unwrap();
+    }
+    let err = noop::options()
+        .node_affinity(ray_core::NodeId(here.0 + 7), false)
+        .remote(&ray)
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Infeasible { reason, .. } if reason.contains("hard affinity")),
+        "{err:?}"
+    );
+    ray.shutdown();
+}
