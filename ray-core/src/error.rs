@@ -46,9 +46,9 @@ pub enum Error {
         /// Why it can never be placed.
         reason: String,
         /// The resources asked for.
-        request: ResourceSet,
+        request: Box<ResourceSet>,
         /// The resources the node has in total.
-        total: ResourceSet,
+        total: Box<ResourceSet>,
     },
     /// The object store had no room for an object within the put timeout.
     #[error("object store full: {0}")]

@@ -130,8 +130,8 @@ impl Runtime {
             Some(reason) => Err(Error::Infeasible {
                 what: what.to_string(),
                 reason,
-                request: set.clone(),
-                total: self.sched.lock().resources().total().clone(),
+                request: Box::new(set.clone()),
+                total: Box::new(self.sched.lock().resources().total().clone()),
             }),
         }
     }
@@ -175,8 +175,8 @@ impl Runtime {
                     Error::Infeasible {
                         what,
                         reason: "the node can never hold it".into(),
-                        request: inf.request,
-                        total: inf.total,
+                        request: Box::new(inf.request),
+                        total: Box::new(inf.total),
                     },
                 );
             }
