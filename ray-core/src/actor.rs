@@ -23,6 +23,7 @@ use crate::context;
 use crate::error::{Error, Result};
 use crate::object_ref::{ObjectRef, TaskArg};
 use crate::options::ActorOptions;
+use crate::placement::Pool;
 use crate::registry::{ActorClass, ActorMethod, ActorState, InvokeError, MethodInvoke};
 use crate::runtime::{Dispatch, Runtime};
 use crate::task::{invoke_guarded, panic_message, resolve_args};
@@ -56,6 +57,7 @@ pub(crate) struct ActorCell {
     pub(crate) class: &'static ActorClass,
     rt: Arc<Runtime>,
     resources: ResourceSet,
+    pool: Pool,
     holds_resources: AtomicBool,
     max_concurrency: usize,
     ctor_args: Mutex<Option<Vec<TaskArg>>>,
@@ -241,7 +243,7 @@ impl ActorCell {
 
     fn give_back_resources(&self) {
         if self.holds_resources.swap(false, Ordering::AcqRel) {
-            self.rt.release_resources(&self.resources);
+            self.rt.release_to(&self.pool, &self.resources);
         }
     }
 }
@@ -268,7 +270,7 @@ pub(crate) fn spawn_actor(
 ) -> Result<Arc<ActorCell>> {
     rt.check_running()?;
     let req = opts.validate()?.clone();
-    rt.check_placeable(class.name, &opts.resources)?;
+    let pool = rt.check_placeable(class.name, &opts.resources)?;
     let id = ActorId::new(rt.worker, rt.next_seq());
     let namespace = opts
         .namespace
@@ -300,6 +302,7 @@ pub(crate) fn spawn_actor(
         class,
         rt: rt.clone(),
         resources: req.clone(),
+        pool: pool.clone(),
         holds_resources: AtomicBool::new(false),
         max_concurrency: opts.max_concurrency,
         ctor_args: Mutex::new(Some(args)),
@@ -313,7 +316,7 @@ pub(crate) fn spawn_actor(
     if opts.name.is_some() || opts.detached {
         rt.pinned_actors.lock().insert(id, cell.clone());
     }
-    rt.admit_dispatch(req, Dispatch::CreateActor(cell.clone()));
+    rt.admit_in(&pool, req, Dispatch::CreateActor(cell.clone()));
     Ok(cell)
 }
 

@@ -10,14 +10,16 @@ use std::sync::Arc;
 use ray_proto::TaskId;
 use ray_sched::ResourceSet;
 
+use crate::placement::Pool;
 use crate::runtime::Runtime;
 
 /// The task (or actor call) running on this thread.
 pub(crate) struct TaskContext {
     pub(crate) rt: Arc<Runtime>,
     pub(crate) task: TaskId,
-    /// Resources the task holds while running (released while blocked).
-    pub(crate) resources: Option<ResourceSet>,
+    /// Resources the task holds while running, and where from (released
+    /// while blocked).
+    pub(crate) resources: Option<(Pool, ResourceSet)>,
     /// Number of blocking waits in progress (0 or 1: only the outermost counts).
     blocked: u32,
 }
@@ -30,7 +32,7 @@ thread_local! {
 pub(crate) fn with_task<R>(
     rt: &Arc<Runtime>,
     task: TaskId,
-    resources: Option<ResourceSet>,
+    resources: Option<(Pool, ResourceSet)>,
     f: impl FnOnce() -> R,
 ) -> R {
     let ctx = TaskContext {
@@ -65,7 +67,7 @@ pub(crate) fn current_task() -> Option<TaskId> {
 /// back to the node and its pool slot to other work.
 pub(crate) struct BlockGuard {
     rt: Arc<Runtime>,
-    resources: Option<ResourceSet>,
+    resources: Option<(Pool, ResourceSet)>,
 }
 
 /// Starts a blocking wait if this thread runs a task; `None` otherwise.
@@ -79,8 +81,8 @@ pub(crate) fn begin_blocking() -> Option<BlockGuard> {
         ctx.blocked = 1;
         Some((ctx.rt.clone(), ctx.resources.clone()))
     })?;
-    if let Some(res) = &resources {
-        rt.release_resources(res);
+    if let Some((pool, res)) = &resources {
+        rt.release_to(pool, res);
     }
     rt.pool.begin_blocking();
     Some(BlockGuard { rt, resources })
@@ -94,8 +96,8 @@ impl Drop for BlockGuard {
             }
         });
         self.rt.pool.end_blocking();
-        if let Some(res) = &self.resources {
-            self.rt.acquire_resources_forced(res);
+        if let Some((pool, res)) = &self.resources {
+            self.rt.acquire_forced_in(pool, res);
         }
     }
 }

@@ -109,6 +109,15 @@ pub enum Error {
         /// Why.
         cause: String,
     },
+    /// The placement group was removed (or could not be kept) before the
+    /// work scheduled into it ran.
+    #[error("placement group {group} is gone: {cause}")]
+    PlacementGroupRemoved {
+        /// The group.
+        group: ray_proto::PlacementGroupId,
+        /// Why it is gone.
+        cause: String,
+    },
     /// A `get` with a timeout did not see the object in time.
     #[error("timed out after {0:?} waiting for an object")]
     Timeout(std::time::Duration),

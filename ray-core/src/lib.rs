@@ -39,6 +39,7 @@ mod object;
 mod object_ref;
 mod options;
 mod ownership;
+mod placement;
 mod pool;
 mod ray;
 pub mod registry;
@@ -53,10 +54,13 @@ pub use options::{
     ActorOptions, ActorOptionsBuilder, ResourceOptions, ResourceRequest, TaskOptions,
     TaskOptionsBuilder,
 };
+pub use placement::{Bundle, PlacementGroup};
 pub use ray::{init, init_blocking, init_with, Config, Ray, RuntimeStats};
 pub use ray_macros::remote;
-pub use ray_proto::{ActorId, FunctionId, JobId, NodeId, ObjectId, TaskId, WorkerId};
-pub use ray_sched::{Quantity, ResourceSet, SchedulingStrategy};
+pub use ray_proto::{
+    ActorId, FunctionId, JobId, NodeId, ObjectId, PlacementGroupId, TaskId, WorkerId,
+};
+pub use ray_sched::{PlacementStrategy, Quantity, ResourceSet, SchedulingStrategy};
 
 /// The names most programs need: `use ray_core::prelude::*;`.
 pub mod prelude {

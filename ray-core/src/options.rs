@@ -4,6 +4,7 @@ use ray_proto::NodeId;
 use ray_sched::{Quantity, ResourceSet, SchedulingStrategy, CPU, GPU, MEMORY};
 
 use crate::error::{Error, Result};
+use crate::placement::PlacementGroup;
 
 /// The resources a task or actor asks for. Invalid amounts are kept as an
 /// error and reported when the call is submitted.
@@ -12,6 +13,8 @@ pub struct ResourceRequest {
     pub(crate) set: ResourceSet,
     pub(crate) invalid: Option<String>,
     pub(crate) strategy: SchedulingStrategy,
+    /// The group named by a `PlacementGroup` strategy.
+    pub(crate) group: Option<PlacementGroup>,
 }
 
 impl ResourceRequest {
@@ -20,7 +23,13 @@ impl ResourceRequest {
             set: ResourceSet::cpu(cpu),
             invalid: None,
             strategy: SchedulingStrategy::Default,
+            group: None,
         }
+    }
+
+    /// A request for nothing (bundles start from it).
+    pub(crate) fn empty() -> Self {
+        Self::with_cpu(Quantity::ZERO)
     }
 
     fn set(&mut self, name: &str, amount: f64) {
@@ -93,8 +102,25 @@ pub trait ResourceOptions: Sized {
     }
 
     /// How to choose the node (default: Ray's hybrid policy).
+    ///
+    /// For placement groups use [`placement_group`](Self::placement_group),
+    /// which also names the group's handle.
     fn scheduling_strategy(mut self, strategy: SchedulingStrategy) -> Self {
-        self.resource_request().strategy = strategy;
+        let r = self.resource_request();
+        r.strategy = strategy;
+        r.group = None;
+        self
+    }
+
+    /// Takes the resources from a bundle of `group` (`None`: the first
+    /// bundle that can hold the request) instead of from the node.
+    fn placement_group(mut self, group: &PlacementGroup, bundle: Option<usize>) -> Self {
+        let r = self.resource_request();
+        r.strategy = SchedulingStrategy::PlacementGroup {
+            group: group.id(),
+            bundle,
+        };
+        r.group = Some(group.clone());
         self
     }
 

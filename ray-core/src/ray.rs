@@ -258,6 +258,20 @@ impl Ray {
         actor::lookup(&self.rt, name, namespace)
     }
 
+    /// Reserves bundles of resources together, laid out by `strategy`.
+    ///
+    /// Returns at once; [`PlacementGroup::ready`] resolves when every bundle
+    /// is reserved. On the embedded runtime (one node) `STRICT_SPREAD` with
+    /// more than one bundle, or bundles adding up to more than the node has,
+    /// fail at once with [`Error::Infeasible`].
+    pub fn placement_group(
+        &self,
+        bundles: Vec<crate::placement::Bundle>,
+        strategy: ray_sched::PlacementStrategy,
+    ) -> Result<crate::placement::PlacementGroup> {
+        crate::placement::create(&self.rt, bundles, strategy)
+    }
+
     /// The node this handle's runtime runs on.
     pub fn node_id(&self) -> ray_proto::NodeId {
         self.rt.node
@@ -293,7 +307,7 @@ impl Ray {
     ) -> Result<ObjectRef<R>> {
         let rt = &self.rt;
         rt.check_running()?;
-        rt.check_placeable(function.name, &opts.resources)?;
+        let pool = rt.check_placeable(function.name, &opts.resources)?;
         let resources = &opts.resources.set;
         let task = rt.new_task_id();
         let handle = rt
@@ -305,6 +319,7 @@ impl Ray {
             function,
             args,
             resources: resources.clone(),
+            pool,
             max_retries: opts.max_retries,
             retry_exceptions: opts.retry_exceptions,
             attempt: 0,

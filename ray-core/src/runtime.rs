@@ -8,7 +8,7 @@ use std::time::Duration;
 use hashbrown::HashMap;
 use parking_lot::Mutex;
 use ray_gcs::Gcs;
-use ray_proto::{ActorId, JobId, NodeId, ObjectId, TaskId, WorkerId};
+use ray_proto::{ActorId, JobId, NodeId, ObjectId, PlacementGroupId, TaskId, WorkerId};
 use ray_sched::{Admission, LocalQueue, ResourceSet, SchedulingStrategy};
 use ray_store::{ObjectBuffer, ObjectStore};
 
@@ -16,6 +16,7 @@ use crate::actor::ActorCell;
 use crate::error::{Error, Result};
 use crate::options::ResourceRequest;
 use crate::ownership::{ObjectTable, Value};
+use crate::placement::{PgCell, Pool};
 use crate::pool::CpuPool;
 use crate::task::TaskSpec;
 
@@ -26,6 +27,8 @@ const MAX_RUNNING_JOBS: usize = 1024;
 pub(crate) enum Dispatch {
     Task(Box<TaskSpec>),
     CreateActor(Arc<ActorCell>),
+    /// A placement group's reservation of the node.
+    ReservePg(Arc<PgCell>),
 }
 
 /// Settings of an embedded runtime, fixed at `init`.
@@ -48,6 +51,8 @@ pub(crate) struct Runtime {
     pub(crate) gcs: Mutex<Gcs>,
     /// Actors kept alive by the runtime itself (named or detached).
     pub(crate) pinned_actors: Mutex<HashMap<ActorId, Arc<ActorCell>>>,
+    /// Placement groups not yet removed.
+    pub(crate) pgs: Mutex<HashMap<PlacementGroupId, Arc<PgCell>>>,
     pub(crate) tokio: tokio::runtime::Handle,
     /// A tokio runtime created by the blocking facade, kept alive here.
     pub(crate) owned_tokio: Mutex<Option<tokio::runtime::Runtime>>,
@@ -79,6 +84,7 @@ impl Runtime {
             pool: CpuPool::new(MAX_RUNNING_JOBS, keep_threads, "ray-cpu"),
             gcs: Mutex::new(gcs),
             pinned_actors: Mutex::new(HashMap::new()),
+            pgs: Mutex::new(HashMap::new()),
             tokio,
             owned_tokio: Mutex::new(None),
             settings,
@@ -111,8 +117,14 @@ impl Runtime {
     ///
     /// The embedded runtime is one node: every strategy places on it, except
     /// a hard affinity to another node, which can never be met.
-    pub(crate) fn check_placeable(&self, what: &str, req: &ResourceRequest) -> Result<()> {
+    pub(crate) fn check_placeable(&self, what: &str, req: &ResourceRequest) -> Result<Pool> {
         let set = req.checked()?;
+        if let (SchedulingStrategy::PlacementGroup { bundle, .. }, Some(pg)) =
+            (&req.strategy, &req.group)
+        {
+            let i = pg.cell.choose_bundle(*bundle, set)?;
+            return Ok(Pool::Bundle(pg.cell.clone(), i));
+        }
         let reason = match req.strategy {
             SchedulingStrategy::NodeAffinity { node, soft: false } if node != self.node => {
                 Some(format!(
@@ -126,7 +138,7 @@ impl Runtime {
             _ => None,
         };
         match reason {
-            None => Ok(()),
+            None => Ok(Pool::Node),
             Some(reason) => Err(Error::Infeasible {
                 what: what.to_string(),
                 reason,
@@ -156,7 +168,22 @@ impl Runtime {
     /// Hands a task to admission: it runs now or waits for resources.
     pub(crate) fn admit(self: &Arc<Self>, spec: TaskSpec) {
         let req = spec.resources.clone();
-        self.admit_dispatch(req, Dispatch::Task(Box::new(spec)));
+        let pool = spec.pool.clone();
+        self.admit_in(&pool, req, Dispatch::Task(Box::new(spec)));
+    }
+
+    /// Admits work into `pool`: the node's, or a placement group bundle's.
+    pub(crate) fn admit_in(self: &Arc<Self>, pool: &Pool, req: ResourceSet, d: Dispatch) {
+        match pool {
+            Pool::Node => self.admit_dispatch(req, d),
+            Pool::Bundle(pg, i) => {
+                if self.is_shut_down() {
+                    self.fail_dispatch(d, Error::ShutDown);
+                } else if let Some(d) = pg.admit(self, *i, req, d) {
+                    self.run_dispatch(d);
+                }
+            }
+        }
     }
 
     pub(crate) fn admit_dispatch(self: &Arc<Self>, req: ResourceSet, d: Dispatch) {
@@ -184,7 +211,12 @@ impl Runtime {
     }
 
     /// Sends admitted work to the pool.
-    fn run_dispatch(self: &Arc<Self>, d: Dispatch) {
+    pub(crate) fn run_dispatch(self: &Arc<Self>, d: Dispatch) {
+        if let Dispatch::ReservePg(pg) = d {
+            // Nothing to run: the reservation is the admission itself.
+            pg.reserved(self);
+            return;
+        }
         let rt = self.clone();
         let job = Box::new(move || {
             let mut next = Some(d);
@@ -193,6 +225,10 @@ impl Runtime {
                     Dispatch::Task(spec) => rt.run_task(*spec),
                     Dispatch::CreateActor(cell) => {
                         cell.construct(&rt);
+                        None
+                    }
+                    Dispatch::ReservePg(pg) => {
+                        pg.reserved(&rt);
                         None
                     }
                 };
@@ -204,10 +240,11 @@ impl Runtime {
         }
     }
 
-    fn fail_dispatch(&self, d: Dispatch, err: Error) {
+    pub(crate) fn fail_dispatch(self: &Arc<Self>, d: Dispatch, err: Error) {
         match d {
             Dispatch::Task(spec) => self.complete_object(spec.task.return_object(), Err(err)),
             Dispatch::CreateActor(cell) => cell.fail(err.to_string()),
+            Dispatch::ReservePg(pg) => pg.remove(self, &err.to_string()),
         }
     }
 
@@ -243,10 +280,41 @@ impl Runtime {
         first
     }
 
-    /// Takes resources back after a blocking wait, even past the total.
-    pub(crate) fn acquire_resources_forced(&self, req: &ResourceSet) {
-        if !req.is_empty() {
-            self.sched.lock().acquire_forced(req);
+    /// Gives resources back to `pool`; returns the first work that now
+    /// fits for the caller to run, and sends the rest to the CPU pool.
+    pub(crate) fn release_to_take_next(
+        self: &Arc<Self>,
+        pool: &Pool,
+        req: &ResourceSet,
+    ) -> Option<Dispatch> {
+        match pool {
+            Pool::Node => self.release_resources_take_next(req),
+            Pool::Bundle(pg, i) => {
+                let mut ready = pg.release(*i, req).into_iter();
+                let first = ready.next();
+                for d in ready {
+                    self.run_dispatch(d);
+                }
+                first
+            }
+        }
+    }
+
+    /// Gives resources back to `pool` and starts whatever now fits.
+    pub(crate) fn release_to(self: &Arc<Self>, pool: &Pool, req: &ResourceSet) {
+        if let Some(d) = self.release_to_take_next(pool, req) {
+            self.run_dispatch(d);
+        }
+    }
+
+    /// Takes resources back in `pool` after a blocking wait, even past the total.
+    pub(crate) fn acquire_forced_in(&self, pool: &Pool, req: &ResourceSet) {
+        if req.is_empty() {
+            return;
+        }
+        match pool {
+            Pool::Node => self.sched.lock().acquire_forced(req),
+            Pool::Bundle(pg, i) => pg.acquire_forced(*i, req),
         }
     }
 
@@ -302,6 +370,10 @@ impl Runtime {
             self.fail_dispatch(d, Error::ShutDown);
         }
         drop(self.pool.shutdown());
+        let groups: Vec<_> = self.pgs.lock().values().cloned().collect();
+        for pg in groups {
+            pg.remove(self, "the runtime shut down");
+        }
         let actors: Vec<_> = self.pinned_actors.lock().drain().map(|(_, a)| a).collect();
         for a in &actors {
             a.fail("the runtime shut down".into());
@@ -318,5 +390,6 @@ fn dispatch_name(d: &Dispatch) -> String {
     match d {
         Dispatch::Task(spec) => spec.function.name.to_string(),
         Dispatch::CreateActor(cell) => cell.class.name.to_string(),
+        Dispatch::ReservePg(pg) => pg.id.to_string(),
     }
 }

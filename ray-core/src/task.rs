@@ -12,6 +12,7 @@ use crate::error::Error;
 use crate::object::Encoded;
 use crate::object_ref::{ArgKind, ObjectRef, TaskArg};
 use crate::ownership::Value;
+use crate::placement::Pool;
 use crate::registry::{InvokeError, RemoteFunction, Returned};
 use crate::runtime::{Dispatch, Runtime};
 
@@ -21,6 +22,8 @@ pub(crate) struct TaskSpec {
     pub(crate) function: &'static RemoteFunction,
     pub(crate) args: Vec<TaskArg>,
     pub(crate) resources: ResourceSet,
+    /// Where the resources come from (the node or a bundle).
+    pub(crate) pool: Pool,
     pub(crate) max_retries: u32,
     pub(crate) retry_exceptions: bool,
     pub(crate) attempt: u32,
@@ -108,19 +111,24 @@ impl Runtime {
             parent_task = spec.parent.map(tracing::field::display),
         );
         let _enter = span.enter();
-        let outcome = context::with_task(self, spec.task, Some(spec.resources.clone()), || {
-            let args = resolve_args(&spec.args)?;
-            invoke_guarded(spec.task, spec.function.name, || {
-                (spec.function.invoke)(&args)
-            })
-        });
+        let outcome = context::with_task(
+            self,
+            spec.task,
+            Some((spec.pool.clone(), spec.resources.clone())),
+            || {
+                let args = resolve_args(&spec.args)?;
+                invoke_guarded(spec.task, spec.function.name, || {
+                    (spec.function.invoke)(&args)
+                })
+            },
+        );
         match outcome {
             Err(e)
                 if spec.retry_exceptions && spec.attempt < spec.max_retries && is_retryable(&e) =>
             {
                 spec.attempt += 1;
                 tracing::debug!(target: "ray::task", task_id = %spec.task, attempt = spec.attempt, error = %e, "task.retry");
-                let next = self.release_resources_take_next(&spec.resources);
+                let next = self.release_to_take_next(&spec.pool, &spec.resources);
                 self.admit(spec);
                 next
             }
@@ -130,11 +138,12 @@ impl Runtime {
                 let TaskSpec {
                     task,
                     resources,
+                    pool,
                     args,
                     ..
                 } = spec;
                 drop(args);
-                let next = self.release_resources_take_next(&resources);
+                let next = self.release_to_take_next(&pool, &resources);
                 self.complete_object(task.return_object(), outcome);
                 next
             }
