@@ -7,8 +7,11 @@
 //! - node-local admission ([`LocalQueue`]): run now, queue by scheduling
 //!   class, dispatch as resources come back, report infeasible requests at
 //!   once;
-//! - later, the cluster view, the placement policies (hybrid, spread, node
-//!   affinity, locality) and placement-group bundles.
+//! - later, the cluster view and the placement policies (hybrid, spread, node
+//!   affinity, locality);
+//! - placement groups ([`PlacementGroups`]): bundles reserved all or nothing
+//!   (plan, prepare, commit) with Ray's PACK, SPREAD, STRICT_PACK and
+//!   STRICT_SPREAD, then used by tasks as private pools.
 //!
 //! It is a pure library: the same inputs give the same decisions. It must not
 //! know about I/O, tokio, threads or clocks (time and randomness come in as
@@ -34,6 +37,8 @@
 mod error;
 mod local_queue;
 mod node;
+mod placement_group;
+pub mod policies;
 mod policy;
 mod quantity;
 mod resources;
@@ -43,6 +48,8 @@ mod view;
 pub use error::SchedError;
 pub use local_queue::{Admission, Infeasible, LocalQueue, MAX_BYPASS};
 pub use node::NodeResources;
+pub use placement_group::{PgError, PgState, PlacementGroups, PlacementStrategy, Plan, Prepared};
+pub use policies::{HybridConfig, HybridPolicy, LocalityPolicy, NodeAffinityPolicy, SpreadPolicy};
 pub use policy::{Decision, InfeasibleReport, Policy, Request, SchedulingStrategy};
 pub use quantity::{Quantity, MAX_UNITS};
 pub use resources::{ResourceIter, ResourceSet, CPU, GPU, MEMORY};

@@ -339,17 +339,15 @@ mod tests {
         run(q.submit(cpus(1.0), 0));
         run(q.submit(cpus(1.0), 1));
         assert_eq!(q.submit(cpus(2.0), 1000), Admission::Queued);
-        let mut next = 2;
         let mut ran_big_after = None;
         for step in 0..100 {
             // One small task finishes, a new one arrives.
             q.release(&cpus(1.0));
-            match q.submit(cpus(1.0), next) {
+            match q.submit(cpus(1.0), step + 2) {
                 Admission::Run(_) => {}
                 Admission::Queued => {}
                 Admission::Infeasible(..) => panic!("feasible"),
             }
-            next += 1;
             while let Some((req, item)) = q.pop_runnable() {
                 if item == 1000 {
                     ran_big_after = Some(step);

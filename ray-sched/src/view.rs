@@ -7,7 +7,7 @@
 //! is why a node receiving spilled work re-checks it against its own state
 //! (see `node_scheduler`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use hashbrown::HashMap;
@@ -23,6 +23,9 @@ pub struct NodeView {
     resources: NodeResources,
     labels: BTreeMap<String, String>,
     version: u64,
+    /// `utilization()`, recomputed on every change to `resources`, because
+    /// policies read it once per candidate per decision.
+    util: u32,
 }
 
 impl NodeView {
@@ -48,10 +51,16 @@ impl NodeView {
 
     /// How busy the node is, in 1/10 000: the highest used/total ratio over
     /// the resources it has (Ray's "critical resource utilization").
+    ///
+    /// O(1): the view keeps it up to date as the node's usage changes.
     pub fn utilization(&self) -> u32 {
-        let used = self.resources.used();
+        self.util
+    }
+
+    fn compute_utilization(resources: &NodeResources) -> u32 {
+        let used = resources.used();
         let mut worst = 0u64;
-        for (name, total) in self.resources.total().iter() {
+        for (name, total) in resources.total().iter() {
             if total.is_zero() {
                 continue;
             }
@@ -74,10 +83,17 @@ pub struct NodeUpdate {
 }
 
 /// All nodes one scheduler knows, in a deterministic order (by id).
+///
+/// Besides the id order, the view keeps the nodes ordered by utilization
+/// ([`ClusterView::nodes_by_utilization`]), updated on every change, so a
+/// policy looking for the least-loaded nodes walks a few entries instead of
+/// scanning the cluster.
 #[derive(Clone, Debug, Default)]
 pub struct ClusterView {
     nodes: Vec<NodeView>,
     index: HashMap<NodeId, usize>,
+    /// `(utilization, id)` of every node: least loaded first, ties by id.
+    by_util: BTreeSet<(u32, NodeId)>,
     membership: u64,
 }
 
@@ -105,8 +121,10 @@ impl ClusterView {
                 resources: NodeResources::new(total),
                 labels,
                 version: 0,
+                util: 0,
             },
         );
+        self.by_util.insert((0, id));
         self.reindex();
         self.membership += 1;
         true
@@ -117,7 +135,8 @@ impl ClusterView {
         let Some(at) = self.index.get(&id).copied() else {
             return false;
         };
-        self.nodes.remove(at);
+        let gone = self.nodes.remove(at);
+        self.by_util.remove(&(gone.util, id));
         self.reindex();
         self.membership += 1;
         true
@@ -145,6 +164,16 @@ impl ClusterView {
         &self.nodes
     }
 
+    /// Every node, least utilized first ([`NodeView::utilization`]), ties by
+    /// id. Each step is a lookup by id, so walking the first few nodes is
+    /// cheap whatever the cluster's size.
+    pub fn nodes_by_utilization(&self) -> impl Iterator<Item = &NodeView> + '_ {
+        self.by_util.iter().map(|&(_, id)| {
+            let at = self.index[&id];
+            &self.nodes[at]
+        })
+    }
+
     /// Number of nodes.
     pub fn len(&self) -> usize {
         self.nodes.len()
@@ -155,38 +184,58 @@ impl ClusterView {
         self.nodes.is_empty()
     }
 
-    fn node_mut(&mut self, id: NodeId) -> Option<&mut NodeView> {
-        self.index.get(&id).map(|&i| &mut self.nodes[i])
+    /// Applies `change` to `id`'s resources and keeps its version, cached
+    /// utilization and place in `by_util` in step. `change` returns whether
+    /// it changed anything. Returns `None` for an unknown node.
+    fn change_node(
+        &mut self,
+        id: NodeId,
+        change: impl FnOnce(&mut NodeView) -> bool,
+    ) -> Option<bool> {
+        let &at = self.index.get(&id)?;
+        let n = &mut self.nodes[at];
+        if !change(n) {
+            return Some(false);
+        }
+        let util = NodeView::compute_utilization(&n.resources);
+        if util != n.util {
+            self.by_util.remove(&(n.util, id));
+            self.by_util.insert((util, id));
+            n.util = util;
+        }
+        Some(true)
     }
 
     /// Takes `req` on `node` if it fits there now. `false` if it does not or
     /// the node is unknown.
     pub fn try_acquire(&mut self, node: NodeId, req: &ResourceSet) -> bool {
-        let Some(n) = self.node_mut(node) else {
-            return false;
-        };
-        let ok = n.resources.try_acquire(req);
-        if ok {
-            n.version += 1;
-        }
-        ok
+        self.change_node(node, |n| {
+            let ok = n.resources.try_acquire(req);
+            if ok {
+                n.version += 1;
+            }
+            ok
+        })
+        .unwrap_or(false)
     }
 
     /// Takes `req` on `node` without checking (a task resuming after a
     /// blocking wait). Unknown nodes are ignored.
     pub fn acquire_forced(&mut self, node: NodeId, req: &ResourceSet) {
-        if let Some(n) = self.node_mut(node) {
+        self.change_node(node, |n| {
             n.resources.acquire_forced(req);
             n.version += 1;
-        }
+            true
+        });
     }
 
     /// Gives `req` back on `node`. Unknown nodes are ignored.
     pub fn release(&mut self, node: NodeId, req: &ResourceSet) {
-        if let Some(n) = self.node_mut(node) {
+        self.change_node(node, |n| {
             n.resources.release(req);
             n.version += 1;
-        }
+            true
+        });
     }
 
     /// What `node` would publish about itself now.
@@ -201,17 +250,17 @@ impl ClusterView {
     /// Applies gossip about a node if it is newer than what the view holds.
     /// Returns whether anything changed.
     pub fn apply_update(&mut self, update: &NodeUpdate) -> bool {
-        let Some(n) = self.node_mut(update.node) else {
-            return false;
-        };
-        if update.version <= n.version {
-            return false;
-        }
-        let mut resources = NodeResources::new(n.resources.total().clone());
-        resources.acquire_forced(&update.used);
-        n.resources = resources;
-        n.version = update.version;
-        true
+        self.change_node(update.node, |n| {
+            if update.version <= n.version {
+                return false;
+            }
+            let mut resources = NodeResources::new(n.resources.total().clone());
+            resources.acquire_forced(&update.used);
+            n.resources = resources;
+            n.version = update.version;
+            true
+        })
+        .unwrap_or(false)
     }
 
     /// Whether some node could ever hold `req` (ignoring what is in use).
@@ -311,6 +360,32 @@ mod tests {
             &cpus(1).with(crate::GPU, Quantity::from_units(1))
         ));
         assert_eq!(v.node(NodeId(1)).map(NodeView::utilization), Some(5_000));
+    }
+
+    #[test]
+    fn nodes_by_utilization_follows_every_change_least_loaded_first() {
+        let mut v = ClusterView::new();
+        for id in 1..=3 {
+            v.add_node(NodeId(id), cpus(4), BTreeMap::new());
+        }
+        let order = |v: &ClusterView| {
+            v.nodes_by_utilization()
+                .map(|n| (n.utilization(), n.id().0))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(order(&v), [(0, 1), (0, 2), (0, 3)]);
+        assert!(v.try_acquire(NodeId(1), &cpus(2)));
+        v.acquire_forced(NodeId(2), &cpus(1));
+        assert_eq!(order(&v), [(0, 3), (2_500, 2), (5_000, 1)]);
+        v.release(NodeId(1), &cpus(2));
+        let update = NodeUpdate {
+            node: NodeId(3),
+            version: 9,
+            used: cpus(4),
+        };
+        assert!(v.apply_update(&update));
+        v.remove_node(NodeId(2));
+        assert_eq!(order(&v), [(0, 1), (10_000, 3)]);
     }
 
     #[test]
