@@ -7,6 +7,9 @@
 //! node that ties ray-sched (admission), ray-store (object bytes) and
 //! ray-gcs (actor names, jobs, nodes) together.
 //!
+//! [`transport`] holds the QUIC transport the multi-process cluster runs on:
+//! mutual TLS with a cluster CA, a versioned hello, validated rkyv frames.
+//!
 //! It must not depend on ray-insight: it only emits `tracing` spans
 //! (`task.submit`, `task.run`, `actor.call`, `object.put`, …) with ids in
 //! their fields, which an insight layer may record.
@@ -45,6 +48,7 @@ mod ray;
 pub mod registry;
 mod runtime;
 mod task;
+pub mod transport;
 
 pub use actor::{ActorHandle, RawActorHandle, RemoteActor};
 pub use error::{Error, Result, UserError};

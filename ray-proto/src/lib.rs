@@ -4,12 +4,17 @@
 //! tasks, objects, actors and remote functions. They are small `Copy`
 //! newtypes with an rkyv archive form so they can travel on the wire.
 //!
+//! It also holds the control messages processes exchange ([`wire`]): their
+//! types and archive form, not how they travel.
+//!
 //! It must not depend on any runtime (no tokio, no quinn) and must not know
 //! about scheduling, storage or the user API: everything else depends on it.
 
 use std::fmt;
 
 use rkyv::{Archive, Deserialize, Serialize};
+
+pub mod wire;
 
 macro_rules! id_newtype {
     ($(#[$doc:meta])* $name:ident($inner:ty), $prefix:literal) => {

@@ -1,0 +1,493 @@
+//! A QUIC endpoint that accepts and opens authenticated connections.
+//!
+//! Every endpoint both serves and connects, with the same
+//! [`ClusterCredentials`]. A connection is handed out only after mutual TLS
+//! and the hello exchange on its control stream:
+//!
+//! 1. the connecting side opens a bidirectional stream and sends
+//!    [`Message::Hello`] (protocol version, build fingerprint, who it is);
+//! 2. the accepting side answers [`Message::HelloOk`] (who it is), or
+//!    [`Message::Refused`] with a reason and then closes with
+//!    [`CloseCode::Refused`] when the versions or builds differ.
+//!
+//! That stream stays open as the connection's control stream.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use ray_proto::wire::{BuildFingerprint, Envelope, Message, Role, PROTOCOL_VERSION};
+use ray_proto::{NodeId, WorkerId};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::connection::{
+    read_error, stream_error, Connection, PeerIdentity, ReadFailure, RecvHalf, SendHalf,
+};
+use super::frame::{self, FrameError, DEFAULT_MAX_FRAME_LEN};
+use super::tls::{ClusterCredentials, SERVER_NAME};
+use super::{CloseCode, TransportError};
+
+/// QUIC tuning. The defaults suit a datacenter or loopback; quinn's own
+/// defaults suit 100 Mbps with a 100 ms round trip and would cap one
+/// stream's throughput far below what a local link carries.
+#[derive(Debug, Clone)]
+pub struct TransportConfig {
+    /// Bytes one stream may have in flight towards us (default 16 MiB).
+    pub stream_receive_window: u32,
+    /// Bytes all streams of a connection may have in flight towards us
+    /// (default 64 MiB).
+    pub receive_window: u32,
+    /// Bytes we may have in flight towards the peer, all streams together
+    /// (default 64 MiB).
+    pub send_window: u64,
+    /// How often to send a keep-alive on an idle connection (default 2 s);
+    /// `None` lets an idle connection time out.
+    pub keep_alive_interval: Option<Duration>,
+    /// A connection that hears nothing for this long is dead (default 10 s).
+    pub idle_timeout: Duration,
+    /// Time allowed for the TLS handshake and the hello exchange together
+    /// (default 10 s).
+    pub handshake_timeout: Duration,
+    /// The round-trip estimate before any is measured (default 10 ms;
+    /// quinn assumes 333 ms, which slows recovery of a lost first packet).
+    pub initial_rtt: Duration,
+    /// Streams the peer may open towards us at once, each direction
+    /// (default 1024).
+    pub max_concurrent_streams: u32,
+    /// The largest control frame accepted or sent (default
+    /// [`DEFAULT_MAX_FRAME_LEN`]).
+    pub max_frame_len: u32,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        Self {
+            stream_receive_window: 16 << 20,
+            receive_window: 64 << 20,
+            send_window: 64 << 20,
+            keep_alive_interval: Some(Duration::from_secs(2)),
+            idle_timeout: Duration::from_secs(10),
+            handshake_timeout: Duration::from_secs(10),
+            initial_rtt: Duration::from_millis(10),
+            max_concurrent_streams: 1024,
+            max_frame_len: DEFAULT_MAX_FRAME_LEN,
+        }
+    }
+}
+
+impl TransportConfig {
+    fn to_quinn(&self) -> Result<quinn::TransportConfig, TransportError> {
+        let idle = quinn::IdleTimeout::try_from(self.idle_timeout)
+            .map_err(|e| TransportError::InvalidConfig(format!("idle_timeout: {e}")))?;
+        let mut t = quinn::TransportConfig::default();
+        t.stream_receive_window(quinn::VarInt::from_u32(self.stream_receive_window))
+            .receive_window(quinn::VarInt::from_u32(self.receive_window))
+            .send_window(self.send_window)
+            .keep_alive_interval(self.keep_alive_interval)
+            .max_idle_timeout(Some(idle))
+            .initial_rtt(self.initial_rtt)
+            .max_concurrent_bidi_streams(quinn::VarInt::from_u32(self.max_concurrent_streams))
+            .max_concurrent_uni_streams(quinn::VarInt::from_u32(self.max_concurrent_streams));
+        Ok(t)
+    }
+}
+
+/// Who this endpoint is, and how it talks.
+#[derive(Debug, Clone)]
+pub struct EndpointConfig {
+    /// What kind of process this is.
+    pub role: Role,
+    /// This process's node, when it belongs to one.
+    pub node: Option<NodeId>,
+    /// This process's worker id, when it is a worker or driver.
+    pub worker: Option<WorkerId>,
+    /// This build's fingerprint; peers with another one are refused.
+    pub build_fingerprint: BuildFingerprint,
+    /// QUIC tuning.
+    pub transport: TransportConfig,
+}
+
+impl EndpointConfig {
+    /// A configuration with no node or worker id and default tuning.
+    pub fn new(role: Role, build_fingerprint: BuildFingerprint) -> Self {
+        Self {
+            role,
+            node: None,
+            worker: None,
+            build_fingerprint,
+            transport: TransportConfig::default(),
+        }
+    }
+
+    fn identity(&self) -> PeerIdentity {
+        PeerIdentity {
+            role: self.role,
+            node: self.node,
+            worker: self.worker,
+        }
+    }
+}
+
+/// Connections that passed the handshake, waiting for [`Endpoint::accept`].
+const ACCEPT_QUEUE: usize = 64;
+
+/// A QUIC endpoint on one UDP socket: it accepts connections from cluster
+/// peers and opens connections to them.
+///
+/// Cloning is cheap and shares the endpoint. When the last clone is dropped
+/// the endpoint stops accepting; connections already made stay up.
+#[derive(Clone)]
+pub struct Endpoint {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    quic: quinn::Endpoint,
+    config: Arc<EndpointConfig>,
+    accepted: tokio::sync::Mutex<mpsc::Receiver<Connection>>,
+    accept_loop: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Aborting the loop drops its JoinSet, which aborts handshakes in flight.
+        self.accept_loop.abort();
+    }
+}
+
+impl Endpoint {
+    /// Binds a UDP socket on `addr` (port 0 picks one) and starts accepting.
+    ///
+    /// Must be called inside a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`TransportError::NoRuntime`] outside a runtime,
+    /// [`TransportError::TlsConfig`] or [`TransportError::InvalidConfig`]
+    /// for unusable credentials or tuning, [`TransportError::Bind`] if the
+    /// socket cannot be bound.
+    pub fn bind(
+        addr: SocketAddr,
+        credentials: &ClusterCredentials,
+        config: EndpointConfig,
+    ) -> Result<Self, TransportError> {
+        let runtime =
+            tokio::runtime::Handle::try_current().map_err(|_| TransportError::NoRuntime)?;
+        let transport = Arc::new(config.transport.to_quinn()?);
+
+        let server_crypto = QuicServerConfig::try_from(credentials.server_config()?)
+            .map_err(|e| TransportError::TlsConfig(e.to_string()))?;
+        let mut server = quinn::ServerConfig::with_crypto(Arc::new(server_crypto));
+        server.transport_config(transport.clone());
+
+        let client_crypto = QuicClientConfig::try_from(credentials.client_config()?)
+            .map_err(|e| TransportError::TlsConfig(e.to_string()))?;
+        let mut client = quinn::ClientConfig::new(Arc::new(client_crypto));
+        client.transport_config(transport);
+
+        // quinn finds the same runtime through `Handle::try_current`.
+        let mut quic = quinn::Endpoint::server(server, addr)
+            .map_err(|source| TransportError::Bind { addr, source })?;
+        quic.set_default_client_config(client);
+
+        let config = Arc::new(config);
+        let (tx, rx) = mpsc::channel(ACCEPT_QUEUE);
+        let accept_loop = runtime.spawn(accept_loop(quic.clone(), config.clone(), tx));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                quic,
+                config,
+                accepted: tokio::sync::Mutex::new(rx),
+                accept_loop,
+            }),
+        })
+    }
+
+    /// The address the socket is bound to.
+    ///
+    /// # Errors
+    ///
+    /// The OS error if the socket cannot say.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.inner.quic.local_addr()
+    }
+
+    /// The configuration this endpoint was bound with.
+    pub fn config(&self) -> &EndpointConfig {
+        &self.inner.config
+    }
+
+    /// Connects to the endpoint at `addr`: mutual TLS, then the hello exchange.
+    ///
+    /// Each call makes a new connection; [`super::Connections`] reuses them.
+    /// Cancelling the future drops the half-made connection.
+    ///
+    /// # Errors
+    ///
+    /// [`TransportError::Connection`] if TLS fails (check
+    /// [`TransportError::is_tls_rejection`]) or the peer is unreachable,
+    /// [`TransportError::Refused`] with the peer's reason,
+    /// [`TransportError::HandshakeTimeout`], or [`TransportError::Frame`] /
+    /// [`TransportError::ProtocolViolation`] if the peer's answer is bad.
+    pub async fn connect(&self, addr: SocketAddr) -> Result<Connection, TransportError> {
+        let config = &self.inner.config;
+        let deadline = Instant::now() + config.transport.handshake_timeout;
+        let connecting = self
+            .inner
+            .quic
+            .connect(addr, SERVER_NAME)
+            .map_err(|source| TransportError::Connect { peer: addr, source })?;
+        let quic = tokio::time::timeout_at(deadline, connecting)
+            .await
+            .map_err(|_| TransportError::HandshakeTimeout { peer: addr })?
+            .map_err(|source| TransportError::from_connection(addr, source))?;
+        match tokio::time::timeout_at(deadline, client_hello(&quic, config)).await {
+            Ok(result) => result,
+            Err(_) => {
+                quic.close(CloseCode::HandshakeTimeout.into(), b"no answer to hello");
+                Err(TransportError::HandshakeTimeout { peer: addr })
+            }
+        }
+    }
+
+    /// The next connection that passed the handshake.
+    ///
+    /// Handshakes run concurrently in the background, so a slow or hostile
+    /// peer delays no one else; connections that fail TLS or the hello
+    /// exchange are dropped (and logged at debug level), never returned.
+    /// Cancel-safe.
+    ///
+    /// # Errors
+    ///
+    /// [`TransportError::EndpointClosed`] once the endpoint is closed.
+    pub async fn accept(&self) -> Result<Connection, TransportError> {
+        self.inner
+            .accepted
+            .lock()
+            .await
+            .recv()
+            .await
+            .ok_or(TransportError::EndpointClosed)
+    }
+
+    /// Closes every connection with `code` and stops accepting.
+    pub fn close(&self, code: CloseCode, reason: &str) {
+        self.inner.quic.close(code.into(), reason.as_bytes());
+    }
+
+    /// Waits until every connection is closed and its close is sent.
+    pub async fn wait_idle(&self) {
+        self.inner.quic.wait_idle().await;
+    }
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("local_addr", &self.local_addr().ok())
+            .field("role", &self.inner.config.role)
+            .finish_non_exhaustive()
+    }
+}
+
+async fn accept_loop(
+    quic: quinn::Endpoint,
+    config: Arc<EndpointConfig>,
+    accepted: mpsc::Sender<Connection>,
+) {
+    let mut handshakes = JoinSet::new();
+    loop {
+        tokio::select! {
+            incoming = quic.accept() => {
+                let Some(incoming) = incoming else { break };
+                let config = config.clone();
+                let accepted = accepted.clone();
+                handshakes.spawn(async move {
+                    let peer = incoming.remote_address();
+                    match server_handshake(incoming, &config).await {
+                        Ok(conn) => {
+                            tracing::debug!(target: "ray::transport", peer = %peer, role = ?conn.peer().role, "connection.accepted");
+                            // An error means no one accepts any more: the endpoint is gone.
+                            let _ = accepted.send(conn).await;
+                        }
+                        Err(e) => {
+                            tracing::debug!(target: "ray::transport", peer = %peer, error = %e, "connection.refused");
+                        }
+                    }
+                });
+            }
+            Some(_) = handshakes.join_next(), if !handshakes.is_empty() => {}
+        }
+    }
+}
+
+/// The accepting side of the handshake.
+async fn server_handshake(
+    incoming: quinn::Incoming,
+    config: &EndpointConfig,
+) -> Result<Connection, TransportError> {
+    let peer = incoming.remote_address();
+    let deadline = Instant::now() + config.transport.handshake_timeout;
+    let quic = tokio::time::timeout_at(deadline, incoming)
+        .await
+        .map_err(|_| TransportError::HandshakeTimeout { peer })?
+        .map_err(|source| TransportError::Connection { peer, source })?;
+    match tokio::time::timeout_at(deadline, server_hello(&quic, config, deadline)).await {
+        Ok(result) => result,
+        Err(_) => {
+            quic.close(CloseCode::HandshakeTimeout.into(), b"no hello in time");
+            Err(TransportError::HandshakeTimeout { peer })
+        }
+    }
+}
+
+async fn server_hello(
+    quic: &quinn::Connection,
+    config: &EndpointConfig,
+    deadline: Instant,
+) -> Result<Connection, TransportError> {
+    let peer = quic.remote_address();
+    let max_frame_len = config.transport.max_frame_len;
+    let (send, recv) = quic
+        .accept_bi()
+        .await
+        .map_err(|source| TransportError::from_connection(peer, source))?;
+    let mut send = SendHalf::new(send);
+    let mut recv = RecvHalf::new(recv, max_frame_len);
+
+    let hello = match recv.read_envelope().await {
+        Ok(envelope) => envelope,
+        Err(ReadFailure::Frame(FrameError::VersionMismatch { got, expected })) => {
+            let reason = format!("protocol version {got}, this peer speaks {expected}");
+            return Err(refuse(quic, &mut send, reason, max_frame_len, deadline).await);
+        }
+        Err(failure) => return Err(read_error(quic, peer, failure)),
+    };
+    let Message::Hello {
+        protocol,
+        build_fingerprint,
+        role,
+        node,
+        worker,
+    } = hello.body
+    else {
+        let reason = format!("expected Hello, got {:?}", hello.body);
+        quic.close(CloseCode::ProtocolViolation.into(), reason.as_bytes());
+        return Err(TransportError::ProtocolViolation { peer, reason });
+    };
+    if protocol != PROTOCOL_VERSION {
+        let reason = format!("protocol version {protocol}, this peer speaks {PROTOCOL_VERSION}");
+        return Err(refuse(quic, &mut send, reason, max_frame_len, deadline).await);
+    }
+    if build_fingerprint != config.build_fingerprint {
+        let reason = format!(
+            "build {build_fingerprint}, this peer runs build {}",
+            config.build_fingerprint
+        );
+        return Err(refuse(quic, &mut send, reason, max_frame_len, deadline).await);
+    }
+
+    let ours = config.identity();
+    let ok = Envelope::new(Message::HelloOk {
+        role: ours.role,
+        node: ours.node,
+        worker: ours.worker,
+    });
+    let frame = frame::encode(&ok, max_frame_len)
+        .map_err(|source| TransportError::Frame { peer, source })?;
+    send.send_frame(&frame)
+        .await
+        .map_err(|e| stream_error(peer, e.into()))?;
+    let identity = PeerIdentity { role, node, worker };
+    Ok(Connection::new(
+        quic.clone(),
+        identity,
+        send,
+        recv,
+        max_frame_len,
+    ))
+}
+
+/// Answers `Refused`, waits (until `deadline`) for the peer to have it, and
+/// closes with [`CloseCode::Refused`]; the reason also rides on the close.
+async fn refuse(
+    quic: &quinn::Connection,
+    send: &mut SendHalf,
+    reason: String,
+    max_frame_len: u32,
+    deadline: Instant,
+) -> TransportError {
+    let peer = quic.remote_address();
+    let refused = Envelope::new(Message::Refused {
+        reason: reason.clone(),
+    });
+    if let Ok(frame) = frame::encode(&refused, max_frame_len) {
+        if send.send_frame(&frame).await.is_ok() && send.stream_mut().finish().is_ok() {
+            // quinn drops unsent stream data on close: wait for the ack (or
+            // for the peer to close first, having read it).
+            let _ = tokio::time::timeout_at(deadline, send.stream_mut().stopped()).await;
+        }
+    }
+    quic.close(CloseCode::Refused.into(), reason.as_bytes());
+    TransportError::Refused { peer, reason }
+}
+
+/// The connecting side of the hello exchange.
+async fn client_hello(
+    quic: &quinn::Connection,
+    config: &EndpointConfig,
+) -> Result<Connection, TransportError> {
+    let peer = quic.remote_address();
+    let max_frame_len = config.transport.max_frame_len;
+    let (send, recv) = quic
+        .open_bi()
+        .await
+        .map_err(|source| TransportError::from_connection(peer, source))?;
+    let mut send = SendHalf::new(send);
+    let mut recv = RecvHalf::new(recv, max_frame_len);
+
+    let hello = Envelope::new(Message::Hello {
+        protocol: PROTOCOL_VERSION,
+        build_fingerprint: config.build_fingerprint,
+        role: config.role,
+        node: config.node,
+        worker: config.worker,
+    });
+    let frame = frame::encode(&hello, max_frame_len)
+        .map_err(|source| TransportError::Frame { peer, source })?;
+    send.send_frame(&frame)
+        .await
+        .map_err(|e| stream_error(peer, e.into()))?;
+
+    let answer = match recv.read_envelope().await {
+        Ok(answer) => answer,
+        // A peer of another version answers in its own format.
+        Err(ReadFailure::Frame(FrameError::VersionMismatch { got, expected })) => {
+            let reason = format!("peer speaks protocol version {got}, this build {expected}");
+            quic.close(CloseCode::Refused.into(), reason.as_bytes());
+            return Err(TransportError::Refused { peer, reason });
+        }
+        Err(failure) => return Err(read_error(quic, peer, failure)),
+    };
+    match answer.body {
+        Message::HelloOk { role, node, worker } => Ok(Connection::new(
+            quic.clone(),
+            PeerIdentity { role, node, worker },
+            send,
+            recv,
+            max_frame_len,
+        )),
+        Message::Refused { reason } => {
+            quic.close(CloseCode::Refused.into(), reason.as_bytes());
+            Err(TransportError::Refused { peer, reason })
+        }
+        other => {
+            let reason = format!("expected HelloOk or Refused, got {other:?}");
+            quic.close(CloseCode::ProtocolViolation.into(), reason.as_bytes());
+            Err(TransportError::ProtocolViolation { peer, reason })
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! Control messages between ray-rs processes.
+//!
+//! Every control message travels as an [`Envelope`]: a version number and a
+//! [`Message`] body, archived with rkyv. The transport (in ray-core) frames
+//! envelopes with a length prefix and validates every received archive with
+//! bytecheck before it looks at it, so a malformed or hostile frame is an
+//! error, never a panic.
+//!
+//! This module only defines the types; it knows nothing about sockets,
+//! streams or async runtimes.
+
+use std::fmt;
+
+use rkyv::{Archive, Deserialize, Serialize};
+
+pub use message::{ArchivedMessage, Message, MessageResolver};
+
+/// The version of the control protocol this build speaks.
+///
+/// Bump it whenever [`Message`] (or anything it contains) changes shape:
+/// peers with different versions refuse each other at the handshake.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// One control message as it travels on the wire.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct Envelope {
+    /// The [`PROTOCOL_VERSION`] of the sender.
+    pub version: u16,
+    /// The message itself.
+    pub body: Message,
+}
+
+impl Envelope {
+    /// `body` stamped with this build's [`PROTOCOL_VERSION`].
+    pub const fn new(body: Message) -> Self {
+        Self {
+            version: PROTOCOL_VERSION,
+            body,
+        }
+    }
+}
+
+impl From<Message> for Envelope {
+    fn from(body: Message) -> Self {
+        Self::new(body)
+    }
+}
+
+/// [`Message`] lives in its own module only to scope one `allow`: rkyv's
+/// derived `MessageResolver` has undocumented fields in its struct variants.
+#[allow(missing_docs)]
+mod message {
+    use rkyv::{Archive, Deserialize, Serialize};
+
+    use super::{BuildFingerprint, Role};
+    use crate::{NodeId, WorkerId};
+
+    /// The body of a control message.
+    ///
+    /// The cluster protocol adds its requests and replies here; every addition
+    /// bumps [`PROTOCOL_VERSION`](super::PROTOCOL_VERSION).
+    #[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+    pub enum Message {
+        /// First message on a new connection, from the side that connected.
+        Hello {
+            /// The sender's [`PROTOCOL_VERSION`](super::PROTOCOL_VERSION).
+            protocol: u16,
+            /// The sender's build: peers must run the same build.
+            build_fingerprint: BuildFingerprint,
+            /// What kind of process the sender is.
+            role: Role,
+            /// The sender's node, when it belongs to one.
+            node: Option<NodeId>,
+            /// The sender's worker id, when it is a worker or driver.
+            worker: Option<WorkerId>,
+        },
+        /// The accepting side's answer to an acceptable [`Message::Hello`],
+        /// saying who it is.
+        HelloOk {
+            /// What kind of process the acceptor is.
+            role: Role,
+            /// The acceptor's node, when it belongs to one.
+            node: Option<NodeId>,
+            /// The acceptor's worker id, when it is a worker or driver.
+            worker: Option<WorkerId>,
+        },
+        /// The accepting side refuses the connection; it closes right after.
+        Refused {
+            /// Why, for a human: which versions or fingerprints differed.
+            reason: String,
+        },
+        /// A liveness probe; the peer answers [`Message::Pong`] with the same `seq`.
+        Ping {
+            /// Echoed in the answer.
+            seq: u64,
+        },
+        /// The answer to [`Message::Ping`].
+        Pong {
+            /// The `seq` of the ping answered.
+            seq: u64,
+        },
+    }
+}
+
+/// What kind of process is at one end of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
+pub enum Role {
+    /// The head's Global Control Store service.
+    Gcs,
+    /// A node daemon: scheduler, object store, worker pool of one host.
+    Node,
+    /// A worker process started by a node daemon.
+    Worker,
+    /// A driver: the user's program connected to the cluster.
+    Driver,
+    /// A command-line tool (`rayrs status`, `rayrs list`, …).
+    Cli,
+}
+
+/// A content hash of the executable a process runs (for example SHA-256).
+///
+/// Workers run the job's own binary, so the two ends of a connection must be
+/// the same build; the handshake compares fingerprints and refuses a mismatch.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
+pub struct BuildFingerprint(pub [u8; 32]);
+
+impl fmt::Debug for BuildFingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Eight bytes are enough for a human to tell two builds apart.
+        for b in &self.0[..8] {
+            write!(f, "{b:02x}")?;
+        }
+        f.write_str("…")
+    }
+}
+
+impl fmt::Display for BuildFingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{NodeId, WorkerId};
+
+    fn round_trip(env: &Envelope) -> Envelope {
+        let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(env).expect("serialize");
+        rkyv::from_bytes::<Envelope, rkyv::rancor::Error>(&bytes).expect("deserialize")
+    }
+
+    #[test]
+    fn every_message_round_trips_through_rkyv() {
+        let messages = [
+            Message::Hello {
+                protocol: PROTOCOL_VERSION,
+                build_fingerprint: BuildFingerprint([7; 32]),
+                role: Role::Worker,
+                node: Some(NodeId(3)),
+                worker: Some(WorkerId(9)),
+            },
+            Message::HelloOk {
+                role: Role::Gcs,
+                node: None,
+                worker: None,
+            },
+            Message::Refused {
+                reason: "protocol 2, expected 1".into(),
+            },
+            Message::Ping { seq: u64::MAX },
+            Message::Pong { seq: 0 },
+        ];
+        for body in messages {
+            let env = Envelope::new(body);
+            assert_eq!(round_trip(&env), env);
+        }
+    }
+
+    #[test]
+    fn fingerprint_prints_a_short_hex_prefix() {
+        let mut bytes = [0u8; 32];
+        bytes[0] = 0xab;
+        bytes[7] = 0x01;
+        assert_eq!(BuildFingerprint(bytes).to_string(), "ab00000000000001…");
+    }
+}
