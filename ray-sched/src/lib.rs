@@ -7,8 +7,15 @@
 //! - node-local admission ([`LocalQueue`]): run now, queue by scheduling
 //!   class, dispatch as resources come back, report infeasible requests at
 //!   once;
-//! - later, the cluster view and the placement policies (hybrid, spread, node
-//!   affinity, locality);
+//! - the cluster view ([`ClusterView`]: every node's resources and labels,
+//!   versioned [`NodeUpdate`]s for gossip, an index by utilization) and the
+//!   placement policies behind the [`Policy`] trait ([`HybridPolicy`],
+//!   [`SpreadPolicy`], [`NodeAffinityPolicy`], [`LocalityPolicy`], or your
+//!   own), chosen per request by [`SchedulingStrategy`];
+//! - the bottom-up scheduler of one node ([`NodeScheduler`]): decides first
+//!   for work submitted there, spills over a gossiped (possibly stale)
+//!   [`ClusterView`], refuses spills its own state cannot take, and keeps
+//!   waiting and infeasible work until it can be placed;
 //! - placement groups ([`PlacementGroups`]): bundles reserved all or nothing
 //!   (plan, prepare, commit) with Ray's PACK, SPREAD, STRICT_PACK and
 //!   STRICT_SPREAD, then used by tasks as private pools.
@@ -37,6 +44,7 @@
 mod error;
 mod local_queue;
 mod node;
+mod node_scheduler;
 mod placement_group;
 pub mod policies;
 mod policy;
@@ -48,6 +56,7 @@ mod view;
 pub use error::SchedError;
 pub use local_queue::{Admission, Infeasible, LocalQueue, MAX_BYPASS};
 pub use node::NodeResources;
+pub use node_scheduler::{Action, BoxedPolicy, FailReason, NodeScheduler, Policies, Task};
 pub use placement_group::{PgError, PgState, PlacementGroups, PlacementStrategy, Plan, Prepared};
 pub use policies::{HybridConfig, HybridPolicy, LocalityPolicy, NodeAffinityPolicy, SpreadPolicy};
 pub use policy::{Decision, InfeasibleReport, Policy, Request, SchedulingStrategy};
