@@ -247,6 +247,23 @@ impl Visit for FieldCollector<'_> {
     }
 }
 
+/// `n` plain event records, for tests of the queue and sinks.
+#[cfg(test)]
+pub(crate) fn test_records(n: usize) -> Vec<Record> {
+    (0..n)
+        .map(|i| Record {
+            kind: RecordKind::Event,
+            span: 0,
+            parent: 0,
+            name: "e",
+            target: "ray_test",
+            at_nanos: i as u64,
+            thread: 0,
+            fields: Fields::new(),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -165,21 +165,9 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::record::{Fields, RecordKind};
 
     fn records(n: usize) -> Vec<Record> {
-        (0..n)
-            .map(|i| Record {
-                kind: RecordKind::Event,
-                span: 0,
-                parent: 0,
-                name: "e",
-                target: "ray_test",
-                at_nanos: i as u64,
-                thread: 0,
-                fields: Fields::new(),
-            })
-            .collect()
+        crate::record::test_records(n)
     }
 
     #[test]

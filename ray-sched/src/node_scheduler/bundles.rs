@@ -210,15 +210,21 @@ impl<T> NodeScheduler<T> {
         if self.pg_waiting.is_empty() {
             return;
         }
+        let ours = self.take_pg_waiting(group);
+        for task in ours {
+            self.place_pg(task);
+        }
+    }
+
+    /// Takes out the tasks waiting here to learn where `group`'s bundles are.
+    fn take_pg_waiting(&mut self, group: PlacementGroupId) -> Vec<Task<T>> {
         let (ours, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pg_waiting)
             .into_iter()
             .partition(|t| {
                 matches!(t.strategy, SchedulingStrategy::PlacementGroup { group: g, .. } if g == group)
             });
         self.pg_waiting = rest;
-        for task in ours {
-            self.place_pg(task);
-        }
+        ours
     }
 
     /// The group was removed (the submitter's side): where its bundles are
@@ -228,12 +234,7 @@ impl<T> NodeScheduler<T> {
     /// the group sends to each bundle's node.
     pub fn placement_group_removed(&mut self, group: PlacementGroupId) {
         self.directory.forget_group(group);
-        let (ours, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pg_waiting)
-            .into_iter()
-            .partition(|t| {
-                matches!(t.strategy, SchedulingStrategy::PlacementGroup { group: g, .. } if g == group)
-            });
-        self.pg_waiting = rest;
+        let ours = self.take_pg_waiting(group);
         for task in ours {
             self.out.push_back(Action::Failed {
                 task,
