@@ -58,6 +58,11 @@ pub(crate) fn current() -> Option<(Arc<Runtime>, TaskId)> {
     CURRENT.with(|c| c.borrow().as_ref().map(|ctx| (ctx.rt.clone(), ctx.task)))
 }
 
+/// Whether this thread runs a task or actor call.
+pub(crate) fn in_task() -> bool {
+    CURRENT.with(|c| c.borrow().is_some())
+}
+
 /// The task running on this thread, if any.
 pub(crate) fn current_task() -> Option<TaskId> {
     CURRENT.with(|c| c.borrow().as_ref().map(|ctx| ctx.task))
