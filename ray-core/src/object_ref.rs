@@ -132,9 +132,14 @@ impl Future for ReadyFuture<'_> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let rt = &self.handle.rt;
         let id = self.handle.id;
-        if self.guard.is_none() && !crate::context::in_task() {
-            // A driver waiting on a short task: a few microseconds of
-            // spinning usually see it finish, saving a park and a wake-up.
+        if self.guard.is_none()
+            && rt.objects.poll(id, None).is_pending()
+            && !crate::context::in_task()
+            && rt.pool.has_idle_core()
+        {
+            // A driver waiting on a short task, with a core to spare: a few
+            // microseconds of spinning usually see it finish, saving a park
+            // and a wake-up. With every core busy it would only slow them.
             let deadline = std::time::Instant::now() + GET_SPIN;
             while !rt.objects.is_ready(id) && std::time::Instant::now() < deadline {
                 std::hint::spin_loop();

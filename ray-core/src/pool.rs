@@ -49,6 +49,8 @@ struct Inner {
     state: Mutex<State>,
     /// `state.queue.len()`, readable without the lock by the spinning thread.
     queued: AtomicUsize,
+    /// `state.running`, readable without the lock.
+    running: AtomicUsize,
     work: Condvar,
     /// Wakes the monitor when work is queued.
     watch: Condvar,
@@ -93,6 +95,7 @@ impl CpuPool {
                     shutdown: false,
                 }),
                 queued: AtomicUsize::new(0),
+                running: AtomicUsize::new(0),
                 work: Condvar::new(),
                 watch: Condvar::new(),
                 max_running: max_running.max(keep_threads),
@@ -132,12 +135,22 @@ impl CpuPool {
     pub(crate) fn begin_blocking(&self) {
         let mut st = self.inner.state.lock();
         st.running = st.running.saturating_sub(1);
+        self.inner.running.store(st.running, Ordering::Relaxed);
         wake_or_spawn(&self.inner, &mut st);
     }
 
     /// The current job resumes; it takes a slot back even if that overcommits.
     pub(crate) fn end_blocking(&self) {
-        self.inner.state.lock().running += 1;
+        let mut st = self.inner.state.lock();
+        st.running += 1;
+        self.inner.running.store(st.running, Ordering::Relaxed);
+    }
+
+    /// Whether fewer jobs run than the node has CPUs, so a caller may spin
+    /// on one briefly without taking a core from running work. A hint: read
+    /// without the lock.
+    pub(crate) fn has_idle_core(&self) -> bool {
+        self.inner.running.load(Ordering::Relaxed) < self.inner.keep_threads
     }
 
     /// Stops taking jobs; returns those still queued. Running jobs finish.
@@ -213,10 +226,12 @@ fn worker_loop(inner: Arc<Inner>) {
             if let Some((job, _)) = st.queue.pop_front() {
                 inner.queued.store(st.queue.len(), Ordering::Release);
                 st.running += 1;
+                inner.running.store(st.running, Ordering::Relaxed);
                 drop(st);
                 job();
                 st = inner.state.lock();
                 st.running -= 1;
+                inner.running.store(st.running, Ordering::Relaxed);
                 continue;
             }
             // Nothing waits: the pool need not stay grown.
