@@ -9,6 +9,8 @@
 //!
 //! [`transport`] holds the QUIC transport the multi-process cluster runs on:
 //! mutual TLS with a cluster CA, a versioned hello, validated rkyv frames.
+//! [`cluster`] is the control plane on top of it: the GCS service, its
+//! client and node registration with heartbeats (the `rayrs` binary).
 //!
 //! It must not depend on ray-insight: it only emits `tracing` spans
 //! (`task.submit`, `task.run`, `actor.call`, `object.put`, …) with ids in
@@ -36,6 +38,7 @@
 extern crate self as ray_core;
 
 mod actor;
+pub mod cluster;
 mod context;
 mod error;
 mod object;

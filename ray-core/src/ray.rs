@@ -260,7 +260,7 @@ impl Ray {
 
     /// Reserves bundles of resources together, laid out by `strategy`.
     ///
-    /// Returns at once; [`PlacementGroup::ready`] resolves when every bundle
+    /// Returns at once; [`PlacementGroup::ready`](crate::PlacementGroup::ready) resolves when every bundle
     /// is reserved. On the embedded runtime (one node) `STRICT_SPREAD` with
     /// more than one bundle, or bundles adding up to more than the node has,
     /// fail at once with [`Error::Infeasible`].

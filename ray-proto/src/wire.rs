@@ -13,13 +13,16 @@ use std::fmt;
 
 use rkyv::{Archive, Deserialize, Serialize};
 
+pub use gcs::{ActorEntry, ActorStatus, JobEntry, Label, NodeEntry, ResourceAmount};
 pub use message::{ArchivedMessage, Message, MessageResolver};
+
+mod gcs;
 
 /// The version of the control protocol this build speaks.
 ///
 /// Bump it whenever [`Message`] (or anything it contains) changes shape:
 /// peers with different versions refuse each other at the handshake.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// One control message as it travels on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
@@ -52,7 +55,7 @@ impl From<Message> for Envelope {
 mod message {
     use rkyv::{Archive, Deserialize, Serialize};
 
-    use super::{BuildFingerprint, Role};
+    use super::{ActorEntry, BuildFingerprint, JobEntry, Label, NodeEntry, ResourceAmount, Role};
     use crate::{NodeId, WorkerId};
 
     /// The body of a control message.
@@ -98,6 +101,91 @@ mod message {
         Pong {
             /// The `seq` of the ping answered.
             seq: u64,
+        },
+
+        // GCS requests: each travels on its own request stream and gets one
+        // reply there (see ray-core's `transport::rpc`).
+        /// A node joins; the GCS picks its id and answers
+        /// [`Message::NodeRegistered`].
+        RegisterNode {
+            /// Where the node's daemon can be reached (`host:port`).
+            address: String,
+            /// Its total resources.
+            resources: Vec<ResourceAmount>,
+            /// Its labels, for scheduling constraints.
+            labels: Vec<Label>,
+        },
+        /// A node says it is alive; answered [`Message::Ok`], or
+        /// [`Message::Error`] if the GCS already declared it dead.
+        Heartbeat {
+            /// The node heartbeating.
+            node: NodeId,
+        },
+        /// Asks for the node table; answered [`Message::Nodes`].
+        GetNodes,
+        /// Asks for the job table; answered [`Message::Jobs`].
+        GetJobs,
+        /// Asks for the actor table; answered [`Message::Actors`].
+        GetActors,
+        /// Reads one internal KV entry; answered [`Message::KvValue`].
+        KvGet {
+            /// The key's namespace.
+            namespace: String,
+            /// The key.
+            key: Vec<u8>,
+        },
+        /// Writes one internal KV entry; answered [`Message::KvPutDone`].
+        KvPut {
+            /// The key's namespace.
+            namespace: String,
+            /// The key.
+            key: Vec<u8>,
+            /// The value.
+            value: Vec<u8>,
+            /// Whether an existing value is replaced.
+            overwrite: bool,
+        },
+
+        // GCS replies.
+        /// A request succeeded and has nothing to say.
+        Ok,
+        /// A request failed; `reason` says why, for a human.
+        Error {
+            /// What went wrong, with the ids involved.
+            reason: String,
+        },
+        /// The answer to [`Message::RegisterNode`].
+        NodeRegistered {
+            /// The id the GCS gave the node.
+            node: NodeId,
+            /// How often the node must heartbeat, in milliseconds.
+            heartbeat_interval_ms: u64,
+        },
+        /// The node table.
+        Nodes {
+            /// Every node, alive or dead, by id.
+            nodes: Vec<NodeEntry>,
+        },
+        /// The job table.
+        Jobs {
+            /// Every job, by id.
+            jobs: Vec<JobEntry>,
+        },
+        /// The actor table.
+        Actors {
+            /// Every actor, by id.
+            actors: Vec<ActorEntry>,
+        },
+        /// The answer to [`Message::KvGet`].
+        KvValue {
+            /// The value, if the key exists.
+            value: Option<Vec<u8>>,
+        },
+        /// The answer to [`Message::KvPut`].
+        KvPutDone {
+            /// Whether the value was written (false: the key existed and
+            /// `overwrite` was off).
+            written: bool,
         },
     }
 }
@@ -170,6 +258,68 @@ mod tests {
             },
             Message::Ping { seq: u64::MAX },
             Message::Pong { seq: 0 },
+            Message::RegisterNode {
+                address: "127.0.0.1:7000".into(),
+                resources: vec![ResourceAmount {
+                    name: "CPU".into(),
+                    raw: 40_000,
+                }],
+                labels: vec![Label {
+                    key: "zone".into(),
+                    value: "a".into(),
+                }],
+            },
+            Message::Heartbeat { node: NodeId(4) },
+            Message::GetNodes,
+            Message::GetJobs,
+            Message::GetActors,
+            Message::KvGet {
+                namespace: "fn".into(),
+                key: b"k".to_vec(),
+            },
+            Message::KvPut {
+                namespace: "fn".into(),
+                key: b"k".to_vec(),
+                value: vec![1, 2],
+                overwrite: true,
+            },
+            Message::Ok,
+            Message::Error {
+                reason: "node-4 is dead".into(),
+            },
+            Message::NodeRegistered {
+                node: NodeId(4),
+                heartbeat_interval_ms: 2_000,
+            },
+            Message::Nodes {
+                nodes: vec![NodeEntry {
+                    id: NodeId(4),
+                    address: "127.0.0.1:7000".into(),
+                    resources: Vec::new(),
+                    labels: Vec::new(),
+                    alive: false,
+                    death_cause: Some("missed heartbeats".into()),
+                }],
+            },
+            Message::Jobs {
+                jobs: vec![JobEntry {
+                    id: crate::JobId(1),
+                    driver: "main".into(),
+                    running: true,
+                }],
+            },
+            Message::Actors {
+                actors: vec![ActorEntry {
+                    id: crate::ActorId::new(WorkerId(1), 2),
+                    class_name: "Counter".into(),
+                    name: Some("c".into()),
+                    namespace: "ns".into(),
+                    job: crate::JobId(1),
+                    status: ActorStatus::Alive { node: NodeId(4) },
+                }],
+            },
+            Message::KvValue { value: None },
+            Message::KvPutDone { written: true },
         ];
         for body in messages {
             let env = Envelope::new(body);

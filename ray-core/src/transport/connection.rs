@@ -207,6 +207,11 @@ impl Connection {
         self.inner.peer
     }
 
+    /// The largest frame this connection sends or accepts.
+    pub(super) fn max_frame_len(&self) -> u32 {
+        self.inner.max_frame_len
+    }
+
     /// The peer's address when the connection was made.
     pub fn remote_address(&self) -> SocketAddr {
         self.inner.addr

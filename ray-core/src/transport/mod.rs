@@ -9,7 +9,8 @@
 //! ([`endpoint`]). Control messages then travel on that stream as
 //! length-prefixed rkyv archives, validated on receipt ([`frame`]): a
 //! malformed frame closes its connection with [`CloseCode::MalformedFrame`]
-//! and a typed error, never a panic.
+//! and a typed error, never a panic. Requests that expect one reply (the
+//! GCS service) each open a stream of their own ([`Connection::request`]).
 //!
 //! This module is the thin async shell only: it moves [`Envelope`]s and knows
 //! nothing of tasks, objects or the GCS.
@@ -22,6 +23,7 @@ mod connection;
 mod connections;
 pub mod endpoint;
 pub mod frame;
+mod rpc;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -32,6 +34,7 @@ pub use connections::Connections;
 pub use endpoint::{Endpoint, EndpointConfig, TransportConfig};
 pub use frame::{FrameDecoder, FrameError, DEFAULT_MAX_FRAME_LEN};
 pub use ray_proto::wire::{BuildFingerprint, Envelope, Message, Role, PROTOCOL_VERSION};
+pub use rpc::IncomingRequest;
 pub use tls::{ClusterCa, ClusterCredentials, ALPN, SERVER_NAME};
 
 /// The application error code a connection is closed with, so the peer

@@ -1,0 +1,367 @@
+//! Command-line parsing, by hand: a handful of subcommands and flags.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ray_core::{Quantity, ResourceSet};
+
+use crate::CliError;
+
+/// The usage text `rayrs --help` prints.
+pub const USAGE: &str = "\
+usage:
+  rayrs start --head [--host IP] [--port P] [--num-cpus N] [--resources JSON]
+                     [--labels JSON] [--dir D] [--health-timeout-ms MS] [--block]
+  rayrs start --address HOST:PORT [--credentials DIR] [--num-cpus N]
+                     [--resources JSON] [--labels JSON] [--dir D] [--block]
+  rayrs status [--address HOST:PORT] [--credentials DIR] [--dir D]
+  rayrs list nodes|jobs|actors [--format table|json] [--address HOST:PORT]
+                     [--credentials DIR] [--dir D]
+  rayrs stop [--dir D]
+
+D defaults to $RAYRS_DIR, else /tmp/rayrs. The head writes the cluster CA to
+D/ca, the credentials to copy to other hosts to D/credentials, and its address
+to D/gcs_address; status and list read those unless told otherwise.
+--timeout-ms MS bounds connecting and each request (default 5000).";
+
+/// A parsed command line.
+#[derive(Debug)]
+pub enum Command {
+    /// `rayrs start --head`.
+    Head(StartArgs),
+    /// `rayrs start --address`.
+    Join(StartArgs, SocketAddr),
+    /// `rayrs status`.
+    Status(QueryArgs),
+    /// `rayrs list WHAT`.
+    List(QueryArgs, Table, Format),
+    /// `rayrs stop`.
+    Stop { dir: PathBuf },
+    /// `rayrs --help`.
+    Help,
+}
+
+/// What `rayrs start` was asked for.
+#[derive(Debug)]
+pub struct StartArgs {
+    pub dir: PathBuf,
+    pub host: String,
+    pub port: u16,
+    pub resources: ResourceSet,
+    pub labels: BTreeMap<String, String>,
+    pub credentials: Option<PathBuf>,
+    pub health_timeout: Duration,
+    pub timeout: Duration,
+}
+
+/// How `status` and `list` reach the GCS.
+#[derive(Debug)]
+pub struct QueryArgs {
+    pub dir: PathBuf,
+    pub address: Option<SocketAddr>,
+    pub credentials: Option<PathBuf>,
+    pub timeout: Duration,
+}
+
+/// The table `rayrs list` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Table {
+    Nodes,
+    Jobs,
+    Actors,
+}
+
+/// How `rayrs list` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+/// Flags as `--name value` pairs (and bare `--name` switches), in order.
+struct Flags {
+    command: &'static str,
+    pairs: Vec<(String, Option<String>)>,
+}
+
+/// Flags that take no value.
+const SWITCHES: &[&str] = &["--head", "--block"];
+
+impl Flags {
+    /// Splits `args` into flags, failing on any flag not in `known`.
+    fn parse(command: &'static str, args: &[String], known: &[&str]) -> Result<Self, CliError> {
+        let mut pairs = Vec::new();
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            if !arg.starts_with("--") {
+                return Err(CliError::usage(format!(
+                    "unexpected argument `{arg}` for `rayrs {command}`"
+                )));
+            }
+            let (name, inline) = match arg.split_once('=') {
+                Some((n, v)) => (n.to_owned(), Some(v.to_owned())),
+                None => (arg.clone(), None),
+            };
+            if !known.contains(&name.as_str()) {
+                return Err(unknown_flag(&name, command));
+            }
+            if SWITCHES.contains(&name.as_str()) {
+                pairs.push((name, None));
+                continue;
+            }
+            let value = match inline {
+                Some(v) => v,
+                None => it
+                    .next()
+                    .cloned()
+                    .ok_or_else(|| CliError::usage(format!("{name} needs a value")))?,
+            };
+            pairs.push((name, Some(value)));
+        }
+        Ok(Self { command, pairs })
+    }
+
+    /// Fails on any flag not in `allowed`.
+    fn only(&self, allowed: &[&str]) -> Result<(), CliError> {
+        match self
+            .pairs
+            .iter()
+            .find(|(n, _)| !allowed.contains(&n.as_str()))
+        {
+            Some((name, _)) => Err(unknown_flag(name, self.command)),
+            None => Ok(()),
+        }
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.pairs.iter().any(|(n, _)| n == name)
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.pairs
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| v.as_deref())
+    }
+
+    fn parsed<T: std::str::FromStr>(&self, name: &str, what: &str) -> Result<Option<T>, CliError> {
+        self.get(name)
+            .map(|v| {
+                v.parse()
+                    .map_err(|_| CliError::usage(format!("{name} must be {what}, got `{v}`")))
+            })
+            .transpose()
+    }
+
+    fn dir(&self) -> PathBuf {
+        self.get("--dir")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("RAYRS_DIR").map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from("/tmp/rayrs"))
+    }
+
+    fn timeout(&self) -> Result<Duration, CliError> {
+        let ms = self
+            .parsed::<u64>("--timeout-ms", "a number of milliseconds")?
+            .unwrap_or(5_000);
+        Ok(Duration::from_millis(ms.max(1)))
+    }
+
+    fn address(&self) -> Result<Option<SocketAddr>, CliError> {
+        self.get("--address").map(resolve).transpose()
+    }
+}
+
+fn unknown_flag(name: &str, command: &str) -> CliError {
+    CliError::usage(format!(
+        "unknown flag {name} for `rayrs {command}` (see rayrs --help)"
+    ))
+}
+
+/// `HOST:PORT` as a socket address.
+pub fn resolve(address: &str) -> Result<SocketAddr, CliError> {
+    address
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .ok_or_else(|| CliError::usage(format!("--address must be HOST:PORT, got `{address}`")))
+}
+
+const QUERY_FLAGS: &[&str] = &["--address", "--credentials", "--dir", "--timeout-ms"];
+
+const JOIN_FLAGS: &[&str] = &[
+    "--address",
+    "--credentials",
+    "--num-cpus",
+    "--resources",
+    "--labels",
+    "--dir",
+    "--block",
+    "--timeout-ms",
+];
+
+const HEAD_ONLY_FLAGS: &[&str] = &["--head", "--host", "--port", "--health-timeout-ms"];
+
+/// Parses `args` (without the program name).
+pub fn parse(args: &[String]) -> Result<Command, CliError> {
+    let Some(command) = args.first() else {
+        return Err(CliError::usage(
+            "no command given (see rayrs --help)".into(),
+        ));
+    };
+    let rest = &args[1..];
+    match command.as_str() {
+        "--help" | "-h" | "help" => Ok(Command::Help),
+        "start" => {
+            let known = [JOIN_FLAGS, HEAD_ONLY_FLAGS].concat();
+            parse_start(&Flags::parse("start", rest, &known)?)
+        }
+        "status" => {
+            let flags = Flags::parse("status", rest, QUERY_FLAGS)?;
+            Ok(Command::Status(query(&flags)?))
+        }
+        "list" => {
+            let table = match rest.first().map(String::as_str) {
+                Some("nodes") => Table::Nodes,
+                Some("jobs") => Table::Jobs,
+                Some("actors") => Table::Actors,
+                Some(other) => {
+                    return Err(CliError::usage(format!(
+                        "cannot list `{other}`: choose nodes, jobs or actors"
+                    )))
+                }
+                None => return Err(CliError::usage("list what? nodes, jobs or actors".into())),
+            };
+            let known = [QUERY_FLAGS, &["--format"]].concat();
+            let flags = Flags::parse("list", &rest[1..], &known)?;
+            let format = match flags.get("--format") {
+                None | Some("table") => Format::Table,
+                Some("json") => Format::Json,
+                Some(other) => {
+                    return Err(CliError::usage(format!(
+                        "--format must be table or json, got `{other}`"
+                    )))
+                }
+            };
+            Ok(Command::List(query(&flags)?, table, format))
+        }
+        "stop" => {
+            let flags = Flags::parse("stop", rest, &["--dir"])?;
+            Ok(Command::Stop { dir: flags.dir() })
+        }
+        other => Err(CliError::usage(format!(
+            "unknown command `{other}` (see rayrs --help)"
+        ))),
+    }
+}
+
+fn query(flags: &Flags) -> Result<QueryArgs, CliError> {
+    Ok(QueryArgs {
+        dir: flags.dir(),
+        address: flags.address()?,
+        credentials: flags.get("--credentials").map(PathBuf::from),
+        timeout: flags.timeout()?,
+    })
+}
+
+fn parse_start(flags: &Flags) -> Result<Command, CliError> {
+    let head = flags.has("--head");
+    if head {
+        // A head makes its own credentials and is the address.
+        let allowed: Vec<&str> = JOIN_FLAGS
+            .iter()
+            .chain(HEAD_ONLY_FLAGS)
+            .copied()
+            .filter(|f| !matches!(*f, "--address" | "--credentials"))
+            .collect();
+        flags.only(&allowed)?;
+    } else {
+        flags.only(JOIN_FLAGS)?;
+    }
+    let mut resources = match flags.get("--resources") {
+        Some(json) => parse_resources(json)?,
+        None => ResourceSet::new(),
+    };
+    let cpus = match flags.parsed::<f64>("--num-cpus", "a number")? {
+        Some(n) => Quantity::from_f64(n).map_err(|_| {
+            CliError::usage(format!("--num-cpus must be a non-negative number, got {n}"))
+        })?,
+        None if resources.get("CPU").is_zero() => {
+            Quantity::from_units(std::thread::available_parallelism().map_or(1, |n| n.get() as u64))
+        }
+        None => resources.get("CPU"),
+    };
+    resources.set("CPU", cpus);
+    let health_ms = flags
+        .parsed::<u64>("--health-timeout-ms", "a number of milliseconds")?
+        .unwrap_or(10_000);
+    let args = StartArgs {
+        dir: flags.dir(),
+        host: flags.get("--host").unwrap_or("127.0.0.1").to_owned(),
+        port: flags
+            .parsed::<u16>("--port", "a port number")?
+            .unwrap_or(6379),
+        resources,
+        labels: match flags.get("--labels") {
+            Some(json) => parse_labels(json)?,
+            None => BTreeMap::new(),
+        },
+        credentials: flags.get("--credentials").map(PathBuf::from),
+        health_timeout: Duration::from_millis(health_ms.max(1)),
+        timeout: flags.timeout()?,
+    };
+    if head {
+        return Ok(Command::Head(args));
+    }
+    match flags.address()? {
+        Some(addr) => Ok(Command::Join(args, addr)),
+        None => Err(CliError::usage(
+            "`rayrs start` needs --head or --address HOST:PORT".into(),
+        )),
+    }
+}
+
+fn json_object(
+    flag: &str,
+    json: &str,
+) -> Result<serde_json::Map<String, serde_json::Value>, CliError> {
+    match serde_json::from_str(json) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        _ => Err(CliError::usage(format!(
+            "{flag} must be a JSON object, got `{json}`"
+        ))),
+    }
+}
+
+/// `{"CPU": 2, "GPU": 1, "disk": 0.5}` as a resource set.
+fn parse_resources(json: &str) -> Result<ResourceSet, CliError> {
+    let mut set = ResourceSet::new();
+    for (name, value) in json_object("--resources", json)? {
+        let q = value
+            .as_f64()
+            .and_then(|x| Quantity::from_f64(x).ok())
+            .ok_or_else(|| {
+                CliError::usage(format!(
+                    "--resources: `{name}` must be a non-negative number, got {value}"
+                ))
+            })?;
+        set.set(&name, q);
+    }
+    Ok(set)
+}
+
+/// `{"zone": "a"}` as labels.
+fn parse_labels(json: &str) -> Result<BTreeMap<String, String>, CliError> {
+    json_object("--labels", json)?
+        .into_iter()
+        .map(|(k, v)| match v {
+            serde_json::Value::String(s) => Ok((k, s)),
+            other => Err(CliError::usage(format!(
+                "--labels: `{k}` must be a string, got {other}"
+            ))),
+        })
+        .collect()
+}

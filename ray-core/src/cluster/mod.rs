@@ -1,0 +1,144 @@
+//! The cluster's control plane over the QUIC transport: the GCS service, its
+//! client, and the node daemon's registration and heartbeats.
+//!
+//! [`GcsServer`] serves a [`ray_gcs::Gcs`] to cluster processes and declares
+//! nodes dead when their heartbeats stop; [`GcsClient`] is the typed way to
+//! ask it things; [`NodeDaemon`] registers one node and keeps it alive. The
+//! `rayrs` binary puts them together.
+//!
+//! Every request travels on a stream of its own and gets exactly one reply
+//! ([`Connection::request`](crate::transport::Connection::request)).
+//!
+//! Jobs, workers, task execution and object transfer between nodes are not
+//! here yet.
+
+mod gcs_client;
+mod gcs_server;
+mod node_daemon;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+pub use gcs_client::GcsClient;
+pub use gcs_server::{GcsServer, GcsServerConfig};
+pub use node_daemon::{NodeDaemon, NodeSpec};
+
+use ray_proto::wire::{BuildFingerprint, Label, Message, ResourceAmount};
+use ray_sched::{Quantity, ResourceSet};
+
+use crate::transport::TransportError;
+
+/// The default time after which a node that has not heartbeated is dead.
+pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The fingerprint control-plane processes (`rayrs`, the GCS, node daemons)
+/// exchange in the handshake: this crate's version and the wire protocol.
+///
+/// Workers, which run a job's own binary, will be checked against a hash of
+/// that binary instead; the control plane only needs to agree on messages.
+pub fn control_plane_fingerprint() -> BuildFingerprint {
+    let id = concat!("ray-rs control plane ", env!("CARGO_PKG_VERSION"));
+    let mut bytes = [0u8; 32];
+    let h1 = ray_proto::fnv1a64(id.as_bytes());
+    let h2 = ray_proto::fnv1a64(&ray_proto::wire::PROTOCOL_VERSION.to_le_bytes());
+    bytes[..8].copy_from_slice(&h1.to_le_bytes());
+    bytes[8..16].copy_from_slice(&h2.to_le_bytes());
+    BuildFingerprint(bytes)
+}
+
+/// Everything that can go wrong talking to the GCS.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClusterError {
+    /// The connection could not be made or failed.
+    #[error("GCS at {addr}: {source}")]
+    Transport {
+        /// The GCS address.
+        addr: SocketAddr,
+        /// What the transport said.
+        source: TransportError,
+    },
+    /// The GCS did not answer in time.
+    #[error("GCS at {addr} did not answer within {timeout:?}")]
+    Timeout {
+        /// The GCS address.
+        addr: SocketAddr,
+        /// How long we waited.
+        timeout: Duration,
+    },
+    /// The GCS refused the request; `reason` says why.
+    #[error("GCS refused the request: {reason}")]
+    Refused {
+        /// The GCS's reason.
+        reason: String,
+    },
+    /// The GCS answered with a message that does not answer the request.
+    #[error("GCS answered {reply} to {request}")]
+    UnexpectedReply {
+        /// The request's kind.
+        request: &'static str,
+        /// What came back, for a human.
+        reply: String,
+    },
+}
+
+/// `resources` in wire form.
+pub fn resources_to_wire(resources: &ResourceSet) -> Vec<ResourceAmount> {
+    resources
+        .iter()
+        .map(|(name, q)| ResourceAmount {
+            name: name.to_owned(),
+            raw: q.raw(),
+        })
+        .collect()
+}
+
+/// The [`ResourceSet`] a wire list describes.
+pub fn resources_from_wire(amounts: &[ResourceAmount]) -> ResourceSet {
+    let mut set = ResourceSet::new();
+    for a in amounts {
+        set.set(&a.name, Quantity::from_raw(a.raw));
+    }
+    set
+}
+
+/// `labels` in wire form.
+pub fn labels_to_wire<'a>(
+    labels: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> Vec<Label> {
+    labels
+        .into_iter()
+        .map(|(k, v)| Label {
+            key: k.clone(),
+            value: v.clone(),
+        })
+        .collect()
+}
+
+/// A short name for a message, for errors.
+fn message_kind(m: &Message) -> String {
+    let debug = format!("{m:?}");
+    let end = debug.find([' ', '{', '(']).unwrap_or(debug.len());
+    debug[..end].to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resources_round_trip_through_wire_form() {
+        let set =
+            ResourceSet::cpu(Quantity::from_units(4)).with("gpu-a", Quantity::from_raw(5_000));
+        assert_eq!(resources_from_wire(&resources_to_wire(&set)), set);
+    }
+
+    #[test]
+    fn message_kind_is_the_variant_name() {
+        assert_eq!(message_kind(&Message::GetNodes), "GetNodes");
+        assert_eq!(
+            message_kind(&Message::Error { reason: "x".into() }),
+            "Error"
+        );
+    }
+}

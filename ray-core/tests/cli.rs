@@ -1,0 +1,335 @@
+//! End-to-end tests of the `rayrs` binary: real processes on loopback.
+//!
+//! Each test gets its own cluster directory and lets the head pick its port
+//! (`--port 0`; the address is read back from the directory), so tests run
+//! in parallel without port races. Every child is killed when its guard
+//! drops, also when a test fails. Deadlines are generous and only bound
+//! polling: no test asserts on wall-clock time.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use ray_core::transport::ClusterCa;
+use serde_json::Value;
+
+const RAYRS: &str = env!("CARGO_BIN_EXE_rayrs");
+/// How long any one thing may take before the test fails: generous, for a
+/// loaded CI machine.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// A child process killed (SIGKILL) and reaped when dropped.
+struct Guard(Child);
+
+impl Guard {
+    fn spawn(args: &[&str]) -> Self {
+        let child = Command::new(RAYRS)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn rayrs");
+        Self(child)
+    }
+
+    /// Waits for the process to exit, up to `DEADLINE`.
+    fn wait(&mut self) -> ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.0.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(start.elapsed() < DEADLINE, "rayrs did not exit in time");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A fresh cluster directory, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("rayrs-cli-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        Self(dir)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().expect("utf-8 temp path")
+    }
+
+    fn join(&self, p: &str) -> String {
+        self.0.join(p).to_str().expect("utf-8 temp path").to_owned()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs `rayrs args` to completion (killing it past `DEADLINE`).
+fn rayrs(args: &[&str]) -> Output {
+    let mut child = Command::new(RAYRS)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rayrs");
+    let start = Instant::now();
+    while child.try_wait().expect("try_wait").is_none() {
+        if start.elapsed() > DEADLINE {
+            let _ = child.kill();
+            panic!("`rayrs {}` hung", args.join(" "));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("collect output")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts `out` failed with exactly one line on stderr, and returns it.
+fn one_line_failure(out: &Output) -> String {
+    assert!(!out.status.success(), "expected failure, got {out:?}");
+    let err = stderr(out);
+    assert_eq!(err.lines().count(), 1, "stderr: {err:?}");
+    assert!(err.starts_with("rayrs: "), "stderr: {err:?}");
+    assert!(!err.contains("panicked"), "stderr: {err:?}");
+    err
+}
+
+/// Polls `check` until it returns `Some`, up to `DEADLINE`.
+fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(t) = check() {
+            return t;
+        }
+        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Starts a head in `dir` with a 1 s health timeout and waits for its address.
+fn start_head(dir: &TempDir) -> (Guard, String) {
+    let head = Guard::spawn(&[
+        "start",
+        "--head",
+        "--port",
+        "0",
+        "--num-cpus",
+        "2",
+        "--dir",
+        dir.path(),
+        "--health-timeout-ms",
+        "1000",
+    ]);
+    let addr = eventually("the head's address", || {
+        let text = std::fs::read_to_string(dir.join("gcs_address")).ok()?;
+        Some(text.trim().to_owned()).filter(|a| !a.is_empty())
+    });
+    (head, addr)
+}
+
+/// `rayrs list nodes --format json` against `dir`'s cluster, if it answers.
+fn nodes(dir: &TempDir) -> Option<Vec<Value>> {
+    let out = rayrs(&["list", "nodes", "--format", "json", "--dir", dir.path()]);
+    if !out.status.success() {
+        return None;
+    }
+    match serde_json::from_slice(&out.stdout).expect("list nodes prints JSON") {
+        Value::Array(nodes) => Some(nodes),
+        other => panic!("expected a JSON array, got {other}"),
+    }
+}
+
+fn state_of(nodes: &[Value], id: u64) -> Option<&str> {
+    nodes
+        .iter()
+        .find(|n| n["id"] == id)
+        .and_then(|n| n["state"].as_str())
+}
+
+/// Credentials of a cluster that is not the one under test.
+fn foreign_credentials(dir: &TempDir) -> String {
+    let ca = ClusterCa::generate().expect("generate CA");
+    let creds = ca.issue("stranger").expect("issue");
+    let path = dir.join("foreign");
+    creds.save(Path::new(&path)).expect("save credentials");
+    path
+}
+
+#[test]
+fn joined_node_shows_alive_then_dead_after_kill_and_stop_ends_the_head() {
+    let dir = TempDir::new("lifecycle");
+    let (mut head, addr) = start_head(&dir);
+    let mut node = Guard::spawn(&[
+        "start",
+        "--address",
+        &addr,
+        "--credentials",
+        &dir.join("credentials"),
+        "--num-cpus",
+        "3",
+        "--resources",
+        r#"{"GPU": 1}"#,
+        "--labels",
+        r#"{"zone": "b"}"#,
+        "--dir",
+        dir.path(),
+    ]);
+
+    let listed = eventually("two alive nodes", || {
+        let nodes = nodes(&dir)?;
+        let alive = nodes.iter().filter(|n| n["state"] == "alive").count();
+        (alive == 2).then_some(nodes)
+    });
+    let joined = listed.iter().find(|n| n["id"] == 2).expect("node 2 listed");
+    assert_eq!(joined["resources"]["CPU"], 3.0);
+    assert_eq!(joined["resources"]["GPU"], 1.0);
+    assert_eq!(joined["labels"]["zone"], "b");
+
+    let status = rayrs(&["status", "--dir", dir.path()]);
+    assert!(status.status.success(), "{}", stderr(&status));
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("Nodes: 2 (2 alive, 0 dead)"), "{text}");
+    assert!(
+        text.contains("Jobs: 0") && text.contains("Actors: 0"),
+        "{text}"
+    );
+
+    // kill -9: the node cannot say goodbye; only its silence tells.
+    node.0.kill().expect("kill node");
+    node.wait();
+    let after = eventually("the killed node to be marked dead", || {
+        let nodes = nodes(&dir)?;
+        (state_of(&nodes, 2) == Some("dead")).then_some(nodes)
+    });
+    assert_eq!(state_of(&after, 1), Some("alive"), "{after:?}");
+    let cause = after[1]["death_cause"].as_str().unwrap_or_default();
+    assert!(cause.contains("heartbeat"), "{cause}");
+
+    let stop = rayrs(&["stop", "--dir", dir.path()]);
+    assert!(stop.status.success(), "{}", stderr(&stop));
+    assert!(head.wait().success(), "the head exits cleanly on SIGTERM");
+    let pids = std::fs::read_dir(dir.join("pids"))
+        .expect("pid dir")
+        .count();
+    assert_eq!(pids, 0, "stop leaves no pid files");
+}
+
+#[test]
+fn credentials_of_another_cluster_are_refused_with_one_line() {
+    let dir = TempDir::new("foreign");
+    let (_head, addr) = start_head(&dir);
+    let foreign = foreign_credentials(&dir);
+
+    let status = rayrs(&[
+        "status",
+        "--address",
+        &addr,
+        "--credentials",
+        &foreign,
+        "--dir",
+        dir.path(),
+    ]);
+    let err = one_line_failure(&status);
+    assert!(err.contains("do not belong to the same cluster"), "{err}");
+
+    let join = rayrs(&[
+        "start",
+        "--address",
+        &addr,
+        "--credentials",
+        &foreign,
+        "--dir",
+        dir.path(),
+    ]);
+    let err = one_line_failure(&join);
+    assert!(err.contains("do not belong to the same cluster"), "{err}");
+}
+
+#[test]
+fn unreachable_address_fails_with_one_line() {
+    let dir = TempDir::new("unreachable");
+    let creds = foreign_credentials(&dir);
+    // A port nobody listens on: bound and released at once.
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("free port")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    for args in [
+        vec!["status", "--address", &addr],
+        vec!["list", "nodes", "--address", &addr],
+        vec!["start", "--address", &addr],
+    ] {
+        let mut args = args;
+        args.extend(["--credentials", &creds, "--timeout-ms", "1000"]);
+        let err = one_line_failure(&rayrs(&args));
+        assert!(err.contains("cannot reach the GCS"), "{err}");
+    }
+}
+
+#[test]
+fn wrong_flags_and_missing_credentials_fail_with_one_line() {
+    let dir = TempDir::new("flags");
+    for args in [
+        vec!["start"],
+        vec!["start", "--bogus"],
+        vec!["start", "--head", "--address", "127.0.0.1:1"],
+        vec!["start", "--head", "--port", "seventy"],
+        vec!["start", "--address", "no-port-here"],
+        vec!["start", "--head", "--resources", "[1, 2]"],
+        vec!["list", "tasks-and-more"],
+        vec!["list", "nodes", "--format", "xml"],
+        vec!["frobnicate"],
+        vec![],
+    ] {
+        let out = rayrs(&args);
+        one_line_failure(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+    }
+    let missing = dir.join("nowhere");
+    let out = rayrs(&[
+        "status",
+        "--address",
+        "127.0.0.1:1",
+        "--credentials",
+        &missing,
+    ]);
+    let err = one_line_failure(&out);
+    assert!(err.contains("no credentials"), "{err}");
+    // A directory that exists but holds no credentials.
+    let out = rayrs(&[
+        "status",
+        "--address",
+        "127.0.0.1:1",
+        "--credentials",
+        dir.path(),
+    ]);
+    let err = one_line_failure(&out);
+    assert!(err.contains("credentials"), "{err}");
+}
+
+#[test]
+fn stop_with_nothing_started_succeeds() {
+    let dir = TempDir::new("idle");
+    let out = rayrs(&["stop", "--dir", dir.path()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}

@@ -1,0 +1,98 @@
+//! The rows the GCS sends in its replies, in wire form.
+//!
+//! They mirror ray-gcs's table rows without depending on it: ray-proto sits
+//! below every crate. Resource amounts travel as raw fixed-point numbers
+//! (ray-sched's `Quantity::raw`, 1/10 000 of a unit) so nothing is rounded.
+
+// rkyv's derived resolvers have undocumented fields; the types themselves
+// are documented.
+#![allow(missing_docs)]
+
+use rkyv::{Archive, Deserialize, Serialize};
+
+use crate::{ActorId, JobId, NodeId};
+
+/// An amount of one named resource.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct ResourceAmount {
+    /// The resource (`CPU`, `GPU`, `memory`, or a custom name).
+    pub name: String,
+    /// The amount in 1/10 000ths of a unit.
+    pub raw: u64,
+}
+
+/// One `key=value` label of a node.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct Label {
+    /// The label's name.
+    pub key: String,
+    /// Its value.
+    pub value: String,
+}
+
+/// A row of the node table.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct NodeEntry {
+    /// The node.
+    pub id: NodeId,
+    /// Where its daemon can be reached.
+    pub address: String,
+    /// Its total resources.
+    pub resources: Vec<ResourceAmount>,
+    /// Its labels.
+    pub labels: Vec<Label>,
+    /// Whether it is alive.
+    pub alive: bool,
+    /// Why it was declared dead, if it was.
+    pub death_cause: Option<String>,
+}
+
+/// A row of the job table.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct JobEntry {
+    /// The job.
+    pub id: JobId,
+    /// The driver program that registered it.
+    pub driver: String,
+    /// Whether its driver is still connected.
+    pub running: bool,
+}
+
+/// Where an actor is in its life.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub enum ActorStatus {
+    /// Registered, not yet placed and started.
+    PendingCreation,
+    /// Running on `node`.
+    Alive {
+        /// The node hosting it.
+        node: NodeId,
+    },
+    /// Being restarted; this is restart number `attempt`.
+    Restarting {
+        /// The restart number, from 1.
+        attempt: u32,
+    },
+    /// Gone for good.
+    Dead {
+        /// Why it died.
+        cause: String,
+    },
+}
+
+/// A row of the actor table.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct ActorEntry {
+    /// The actor.
+    pub id: ActorId,
+    /// Its type's name.
+    pub class_name: String,
+    /// Its name, if it has one.
+    pub name: Option<String>,
+    /// The namespace its name lives in.
+    pub namespace: String,
+    /// The job that created it.
+    pub job: JobId,
+    /// Its state.
+    pub status: ActorStatus,
+}
