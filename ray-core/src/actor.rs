@@ -69,6 +69,11 @@ impl ActorCell {
     /// Runs the constructor; resources were acquired by admission.
     pub(crate) fn construct(self: &Arc<Self>, rt: &Arc<Runtime>) {
         self.holds_resources.store(true, Ordering::Release);
+        if self.is_dead() {
+            // Killed while it waited for resources: run nothing, give them back.
+            self.give_back_resources();
+            return;
+        }
         let args = self.ctor_args.lock().take().unwrap_or_default();
         let task = TaskId::new(self.id.owner, self.id.seq);
         let span = tracing::trace_span!(target: "ray::actor", "actor.create", actor_id = %self.id, class = self.class.name);
@@ -92,18 +97,20 @@ impl ActorCell {
         });
         match outcome {
             Ok(state) => {
-                *self.state.write() = Some(state);
                 let spawn = {
                     let mut mb = self.mailbox.lock();
                     if !matches!(mb.status, Status::Pending) {
-                        // Killed while constructing.
-                        0
-                    } else {
-                        mb.status = Status::Alive;
-                        let n = mb.queue.len().min(self.max_concurrency);
-                        mb.drainers += n;
-                        n
+                        // Killed while constructing: the state is dropped
+                        // below, outside the lock; `fail` gave the resources back.
+                        drop(mb);
+                        drop(state);
+                        return;
                     }
+                    *self.state.write() = Some(state);
+                    mb.status = Status::Alive;
+                    let n = mb.queue.len().min(self.max_concurrency);
+                    mb.drainers += n;
+                    n
                 };
                 let _ = rt
                     .gcs
@@ -208,10 +215,19 @@ impl ActorCell {
                 }
             })
         });
+        if self.is_dead() {
+            // Killed while this call ran: its state goes now.
+            let state = self.state.try_write().and_then(|mut s| s.take());
+            drop(state);
+        }
         let ActorCall { task, args, .. } = call;
         // Argument refs go before the result becomes visible (see run_task).
         drop(args);
         rt.complete_object(task.return_object(), outcome);
+    }
+
+    fn is_dead(&self) -> bool {
+        matches!(self.mailbox.lock().status, Status::Dead(_))
     }
 
     /// The actor dies: queued calls fail, its state drops, resources return.
@@ -229,7 +245,10 @@ impl ActorCell {
             self.rt
                 .complete_object(call.task.return_object(), Err(self.died(&cause)));
         }
-        let state = self.state.write().take();
+        // A call may be running and holding the state (it may even be the
+        // one killing its own actor): then that call drops the state when it
+        // returns (see `run_call`), instead of this waiting for it.
+        let state = self.state.try_write().and_then(|mut s| s.take());
         drop(state);
         self.give_back_resources();
         let _ = self
@@ -251,6 +270,7 @@ impl ActorCell {
 impl Drop for ActorCell {
     fn drop(&mut self) {
         // The last handle and the last queued call are gone.
+        self.rt.live_actors.lock().remove(&self.id);
         self.give_back_resources();
         let cause = "all handles to it were dropped".to_string();
         let _ = self
@@ -297,6 +317,7 @@ pub(crate) fn spawn_actor(
         },
         other => Error::InvalidArgument(other.to_string()),
     })?;
+    let deps = crate::task::pending_deps(rt, &args);
     let cell = Arc::new(ActorCell {
         id,
         class,
@@ -313,10 +334,14 @@ pub(crate) fn spawn_actor(
         }),
         state: RwLock::new(None),
     });
+    rt.live_actors.lock().insert(id, Arc::downgrade(&cell));
+    if let Pool::Bundle(pg, _) = &pool {
+        pg.adopt_actor(&cell);
+    }
     if opts.name.is_some() || opts.detached {
         rt.pinned_actors.lock().insert(id, cell.clone());
     }
-    rt.admit_in(&pool, req, Dispatch::CreateActor(cell.clone()));
+    rt.admit_when_ready(deps, pool, req, Dispatch::CreateActor(cell.clone()));
     Ok(cell)
 }
 
@@ -345,9 +370,7 @@ impl RawActorHandle {
         let rt = &self.cell.rt;
         rt.check_running()?;
         let task = rt.new_task_id();
-        let handle = rt
-            .objects
-            .insert(rt, task.return_object(), None, Vec::new());
+        let handle = rt.pending_return(task)?;
         tracing::trace!(target: "ray::actor", task_id = %task, actor_id = %self.cell.id, method = method.name, "actor.submit");
         self.cell.enqueue(ActorCall { task, method, args });
         Ok(ObjectRef::from_handle(handle))

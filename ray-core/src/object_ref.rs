@@ -287,6 +287,14 @@ impl<T: Object> IntoArg<T> for T {
     }
 }
 
+/// A `&str` where a remote function takes a `String`.
+impl IntoArg<String> for &str {
+    fn into_arg(self) -> Result<TaskArg> {
+        let enc = object::encode(&self.to_string(), "alloc::string::String")?;
+        Ok(TaskArg(ArgKind::Value(enc.buf, enc.nested)))
+    }
+}
+
 impl<T> IntoArg<T> for ObjectRef<T> {
     fn into_arg(self) -> Result<TaskArg> {
         Ok(TaskArg(ArgKind::Ref(self.handle)))

@@ -98,8 +98,9 @@ impl ObjectTable {
 
     /// Sets the value of a pending object and wakes its waiters.
     ///
-    /// Returns `false` when nobody references the object any more (the caller
-    /// then frees whatever it stored for it).
+    /// Returns `false` when the value was not taken — nobody references the
+    /// object any more, or it already has a value (failed at shutdown) — and
+    /// the caller then frees whatever it stored for it.
     pub(crate) fn complete(
         &self,
         id: ObjectId,
@@ -114,8 +115,9 @@ impl ObjectTable {
                 return false;
             };
             if entry.value.is_some() {
-                // Already completed (a retry raced a shutdown): keep the first.
-                return true;
+                // Already failed by shutdown: keep that, and let the caller
+                // free whatever it stored for this late value.
+                return false;
             }
             entry.value = Some(value);
             entry.contained = contained;

@@ -8,12 +8,13 @@
 //! admitted. Removing the group gives the reservation back to the node and
 //! fails what still waits in its bundles.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 use ray_proto::PlacementGroupId;
 use ray_sched::{Admission, LocalQueue, PlacementStrategy, ResourceSet};
 
+use crate::actor::ActorCell;
 use crate::error::{Error, Result};
 use crate::options::{ResourceOptions, ResourceRequest};
 use crate::runtime::{Dispatch, Runtime};
@@ -69,6 +70,8 @@ pub(crate) struct PgCell {
     pub(crate) total: ResourceSet,
     state: Mutex<PgState>,
     changed: tokio::sync::Notify,
+    /// Actors living in the group's bundles: they die with it.
+    actors: Mutex<Vec<Weak<ActorCell>>>,
 }
 
 impl PgCell {
@@ -221,7 +224,24 @@ impl PgCell {
         for d in waiting {
             rt.fail_dispatch(d, self.gone_error(why));
         }
+        // Ray kills a group's actors with it: their resources went back to
+        // the node above, so they must not keep running on them.
+        let actors: Vec<_> = std::mem::take(&mut *self.actors.lock())
+            .into_iter()
+            .filter_map(|a| a.upgrade())
+            .collect();
+        for actor in &actors {
+            actor.fail(format!("its placement group {} is gone: {why}", self.id));
+        }
+        drop(actors);
         rt.pgs.lock().remove(&self.id);
+    }
+
+    /// Records an actor that lives in one of the bundles.
+    pub(crate) fn adopt_actor(&self, actor: &Arc<ActorCell>) {
+        let mut actors = self.actors.lock();
+        actors.retain(|a| a.strong_count() > 0);
+        actors.push(Arc::downgrade(actor));
     }
 
     /// `Some(Ok)` once ready, `Some(Err)` once gone, `None` while pending.
@@ -344,6 +364,7 @@ pub(crate) fn create(
         total: total.clone(),
         state: Mutex::new(PgState::Pending(Vec::new())),
         changed: tokio::sync::Notify::new(),
+        actors: Mutex::new(Vec::new()),
     });
     rt.pgs.lock().insert(id, cell.clone());
     rt.admit_dispatch(total, Dispatch::ReservePg(cell.clone()));

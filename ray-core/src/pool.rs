@@ -227,6 +227,9 @@ fn worker_loop(inner: Arc<Inner>) {
                 inner.queued.store(st.queue.len(), Ordering::Release);
                 st.running += 1;
                 inner.running.store(st.running, Ordering::Relaxed);
+                // More waits: hand it on now, for `execute` may have skipped
+                // the wake-up because this thread was spinning.
+                wake_or_spawn(&inner, &mut st);
                 drop(st);
                 job();
                 st = inner.state.lock();
@@ -343,6 +346,38 @@ mod tests {
             "the queued job ran while the first held its thread"
         );
         pool.shutdown();
+    }
+
+    #[test]
+    fn jobs_queued_while_a_thread_spins_all_start_without_waiting_on_each_other() {
+        // Each job waits (on a plain channel, not an object) for the next
+        // one to start: with a lost wake-up the chain would stall until the
+        // monitor grows the pool, and with `max_running` 2 it cannot grow.
+        for _ in 0..20 {
+            let pool = CpuPool::new(2, 2, "t");
+            // Let one thread exist and spin.
+            let (warm_tx, warm_rx) = mpsc::channel::<()>();
+            pool.execute(Box::new(move || warm_tx.send(()).expect("test alive")))
+                .ok()
+                .expect("pool open");
+            warm_rx.recv().expect("warm-up ran");
+            let (a_tx, a_rx) = mpsc::channel::<()>();
+            let (done_tx, done_rx) = mpsc::channel::<bool>();
+            pool.execute(Box::new(move || {
+                let answered = a_rx.recv_timeout(Duration::from_secs(20)).is_ok();
+                done_tx.send(answered).expect("test alive");
+            }))
+            .ok()
+            .expect("pool open");
+            pool.execute(Box::new(move || a_tx.send(()).expect("first job waits")))
+                .ok()
+                .expect("pool open");
+            assert!(
+                done_rx.recv().expect("first job finished"),
+                "second job ran while the first waited"
+            );
+            pool.shutdown();
+        }
     }
 
     #[test]

@@ -310,9 +310,7 @@ impl Ray {
         let pool = rt.check_placeable(function.name, &opts.resources)?;
         let resources = &opts.resources.set;
         let task = rt.new_task_id();
-        let handle = rt
-            .objects
-            .insert(rt, task.return_object(), None, Vec::new());
+        let handle = rt.pending_return(task)?;
         tracing::trace!(target: "ray::task", task_id = %task, function = function.name, "task.submit");
         rt.enqueue_task(TaskSpec {
             task,

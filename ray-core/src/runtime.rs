@@ -2,7 +2,7 @@
 //! object table, the object store, admission (ray-sched) and the CPU pool.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use hashbrown::HashMap;
@@ -15,7 +15,7 @@ use ray_store::{ObjectBuffer, ObjectStore};
 use crate::actor::ActorCell;
 use crate::error::{Error, Result};
 use crate::options::ResourceRequest;
-use crate::ownership::{ObjectTable, Value};
+use crate::ownership::{ObjectTable, RefHandle, Value};
 use crate::placement::{PgCell, Pool};
 use crate::pool::CpuPool;
 use crate::task::TaskSpec;
@@ -51,6 +51,8 @@ pub(crate) struct Runtime {
     pub(crate) gcs: Mutex<Gcs>,
     /// Actors kept alive by the runtime itself (named or detached).
     pub(crate) pinned_actors: Mutex<HashMap<ActorId, Arc<ActorCell>>>,
+    /// Every actor not yet dropped, so shutdown can stop them all.
+    pub(crate) live_actors: Mutex<HashMap<ActorId, Weak<ActorCell>>>,
     /// Placement groups not yet removed.
     pub(crate) pgs: Mutex<HashMap<PlacementGroupId, Arc<PgCell>>>,
     pub(crate) tokio: tokio::runtime::Handle,
@@ -84,6 +86,7 @@ impl Runtime {
             pool: CpuPool::new(MAX_RUNNING_JOBS, keep_threads, "ray-cpu"),
             gcs: Mutex::new(gcs),
             pinned_actors: Mutex::new(HashMap::new()),
+            live_actors: Mutex::new(HashMap::new()),
             pgs: Mutex::new(HashMap::new()),
             tokio,
             owned_tokio: Mutex::new(None),
@@ -111,6 +114,21 @@ impl Runtime {
         } else {
             Ok(())
         }
+    }
+
+    /// Registers the pending return object of `task` and its first ref.
+    ///
+    /// Fails with `ShutDown` if shutdown ran meanwhile: shutdown fails every
+    /// pending object it sees, and this one it might have missed.
+    pub(crate) fn pending_return(self: &Arc<Self>, task: TaskId) -> Result<Arc<RefHandle>> {
+        let handle = self
+            .objects
+            .insert(self, task.return_object(), None, Vec::new());
+        if self.is_shut_down() {
+            self.complete_object(task.return_object(), Err(Error::ShutDown));
+            return Err(Error::ShutDown);
+        }
+        Ok(handle)
     }
 
     /// Fails at once if no amount of waiting could place `req` here.
@@ -150,18 +168,32 @@ impl Runtime {
 
     /// Queues a task once its arguments are ready.
     pub(crate) fn enqueue_task(self: &Arc<Self>, spec: TaskSpec) {
-        let deps = spec.pending_deps(self);
+        let deps = crate::task::pending_deps(self, &spec.args);
+        let req = spec.resources.clone();
+        let pool = spec.pool.clone();
+        self.admit_when_ready(deps, pool, req, Dispatch::Task(Box::new(spec)));
+    }
+
+    /// Admits `d` into `pool` once `deps` have values: work waiting for its
+    /// arguments holds no resources, so it cannot block what produces them.
+    pub(crate) fn admit_when_ready(
+        self: &Arc<Self>,
+        deps: Vec<crate::object_ref::ObjectRef<()>>,
+        pool: Pool,
+        req: ResourceSet,
+        d: Dispatch,
+    ) {
         if deps.is_empty() {
-            self.admit(spec);
+            self.admit_in(&pool, req, d);
             return;
         }
         let rt = self.clone();
         self.tokio.spawn(async move {
             for dep in &deps {
-                // A failed dependency fails the task when it resolves its args.
+                // A failed dependency fails the work when it resolves its args.
                 let _ = dep.buffer().await;
             }
-            rt.admit(spec);
+            rt.admit_in(&pool, req, d);
         });
     }
 
@@ -374,11 +406,18 @@ impl Runtime {
         for pg in groups {
             pg.remove(self, "the runtime shut down");
         }
-        let actors: Vec<_> = self.pinned_actors.lock().drain().map(|(_, a)| a).collect();
+        let actors: Vec<_> = self
+            .live_actors
+            .lock()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
         for a in &actors {
             a.fail("the runtime shut down".into());
         }
         drop(actors);
+        let pinned: Vec<_> = self.pinned_actors.lock().drain().collect();
+        drop(pinned);
         self.objects.fail_pending(&Error::ShutDown);
         if let Some(rt) = self.owned_tokio.lock().take() {
             rt.shutdown_background();

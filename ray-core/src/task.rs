@@ -30,19 +30,16 @@ pub(crate) struct TaskSpec {
     pub(crate) parent: Option<TaskId>,
 }
 
-impl TaskSpec {
-    /// Refs among the arguments whose values are not there yet.
-    pub(crate) fn pending_deps(&self, rt: &Runtime) -> Vec<ObjectRef<()>> {
-        self.args
-            .iter()
-            .filter_map(|a| match a {
-                TaskArg(ArgKind::Ref(h)) if !rt.objects.is_ready(h.id) => {
-                    Some(ObjectRef::from_handle(h.clone()))
-                }
-                _ => None,
-            })
-            .collect()
-    }
+/// Refs among `args` whose values are not there yet.
+pub(crate) fn pending_deps(rt: &Runtime, args: &[TaskArg]) -> Vec<ObjectRef<()>> {
+    args.iter()
+        .filter_map(|a| match a {
+            TaskArg(ArgKind::Ref(h)) if !rt.objects.is_ready(h.id) => {
+                Some(ObjectRef::from_handle(h.clone()))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// Waits for (if needed) and collects the argument bytes.

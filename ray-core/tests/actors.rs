@@ -331,3 +331,104 @@ async fn constructor_returning_err_kills_the_actor_with_the_message() {
     );
     ray.shutdown();
 }
+
+#[remote]
+struct Quitter;
+
+#[remote]
+impl Quitter {
+    fn new() -> Self {
+        Quitter
+    }
+
+    /// Ray's `exit_actor` pattern: a method kills its own actor.
+    fn quit(&mut self, name: String) -> u8 {
+        let ray = Ray::current().expect("inside an actor");
+        ray.get_actor::<Quitter>(&name).expect("named").kill();
+        7
+    }
+}
+
+#[remote]
+fn slow_value(ms: u64) -> u64 {
+    std::thread::sleep(Duration::from_millis(ms));
+    ms
+}
+
+#[remote]
+struct NeedsArg {
+    v: u64,
+}
+
+#[remote]
+impl NeedsArg {
+    fn new(v: u64) -> Self {
+        NeedsArg { v }
+    }
+
+    fn v(&self) -> u64 {
+        self.v
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_method_can_kill_its_own_actor() {
+    let ray = common::runtime(2.0).await;
+    let q = Quitter::options().name("q").remote(&ray).unwrap();
+    let r = q.quit("q").unwrap();
+    assert_eq!(r.get_timeout(Duration::from_secs(20)).await.unwrap(), 7);
+    assert!(matches!(
+        q.quit("q").unwrap().get().await,
+        Err(Error::ActorDied { .. })
+    ));
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_an_actor_still_waiting_for_resources_never_holds_them() {
+    let ray = common::runtime(1.0).await;
+    let a = Counter::options().num_cpus(1.0).remote(&ray, 0).unwrap();
+    a.incr(1).unwrap().get().await.unwrap();
+    let b = Counter::options().num_cpus(1.0).remote(&ray, 0).unwrap();
+    b.kill();
+    a.kill();
+    // b's creation is admitted now; it must give the CPU straight back.
+    let t = slow_value::remote(&ray, 1).unwrap();
+    assert_eq!(t.get_timeout(Duration::from_secs(20)).await.unwrap(), 1);
+    assert!(matches!(
+        b.value().unwrap().get().await,
+        Err(Error::ActorDied { .. })
+    ));
+    let mut back = false;
+    for _ in 0..200 {
+        if ray.stats().available.get("CPU").to_f64() == 1.0 {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(back, "CPU returned: {:?}", ray.stats().available);
+    drop(b);
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actor_waiting_for_its_constructor_argument_holds_no_resources() {
+    // One CPU: the argument's producer needs it, so the actor must not take
+    // it while it waits for the argument.
+    let ray = common::runtime(1.0).await;
+    let x = slow_value::remote(&ray, 20).unwrap();
+    let actor = NeedsArg::options().num_cpus(1.0).remote(&ray, &x).unwrap();
+    let v = actor.v().unwrap();
+    assert_eq!(v.get_timeout(Duration::from_secs(20)).await.unwrap(), 20);
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_stops_unnamed_actors_too() {
+    let ray = common::runtime(2.0).await;
+    let c = Counter::remote(&ray, 0).unwrap();
+    c.incr(1).unwrap().get().await.unwrap();
+    ray.shutdown();
+    assert!(matches!(c.incr(1), Err(Error::ShutDown)));
+}

@@ -187,3 +187,26 @@ async fn removing_a_group_fails_work_still_waiting_in_it() {
     ));
     ray.shutdown();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_a_group_kills_the_actors_living_in_it() {
+    let ray = common::runtime(2.0).await;
+    let pg = ray
+        .placement_group(vec![Bundle::new().num_cpus(1.0)], PlacementStrategy::Pack)
+        .unwrap();
+    pg.ready().await.unwrap();
+    let h = Holder::options()
+        .placement_group(&pg, Some(0))
+        .num_cpus(1.0)
+        .remote(&ray)
+        .unwrap();
+    assert_eq!(h.ping().unwrap().get().await.unwrap(), 1);
+    pg.remove(&ray);
+    let err = h.ping().unwrap().get().await.unwrap_err();
+    assert!(
+        matches!(&err, Error::ActorDied { cause, .. } if cause.contains("placement group")),
+        "{err:?}"
+    );
+    assert_eq!(cpu(&ray), 2.0);
+    ray.shutdown();
+}
