@@ -37,6 +37,15 @@ impl Holder {
     }
 }
 
+/// A ready group of one 1-CPU bundle.
+async fn one_cpu_group(ray: &Ray) -> ray_core::PlacementGroup {
+    let pg = ray
+        .placement_group(vec![Bundle::new().num_cpus(1.0)], PlacementStrategy::Pack)
+        .unwrap();
+    pg.ready().await.unwrap();
+    pg
+}
+
 fn cpu(ray: &Ray) -> f64 {
     ray.stats().available.get("CPU").to_f64()
 }
@@ -103,10 +112,7 @@ async fn impossible_groups_and_requests_fail_at_once() {
         ray.placement_group(vec![Bundle::new()], PlacementStrategy::Pack),
         Err(Error::InvalidArgument(_))
     ));
-    let pg = ray
-        .placement_group(vec![Bundle::new().num_cpus(1.0)], PlacementStrategy::Pack)
-        .unwrap();
-    pg.ready().await.unwrap();
+    let pg = one_cpu_group(&ray).await;
     let err = cpus_left_in_bundle_task::options()
         .placement_group(&pg, Some(0))
         .num_cpus(2.0)
@@ -158,10 +164,7 @@ async fn group_waits_for_resources_and_work_queued_in_it_waits_too() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_a_group_fails_work_still_waiting_in_it() {
     let ray = common::runtime(2.0).await;
-    let pg = ray
-        .placement_group(vec![Bundle::new().num_cpus(1.0)], PlacementStrategy::Pack)
-        .unwrap();
-    pg.ready().await.unwrap();
+    let pg = one_cpu_group(&ray).await;
     let running = signal_then_sleep::options()
         .placement_group(&pg, Some(0))
         .remote(&ray, 200)
@@ -191,10 +194,7 @@ async fn removing_a_group_fails_work_still_waiting_in_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_a_group_kills_the_actors_living_in_it() {
     let ray = common::runtime(2.0).await;
-    let pg = ray
-        .placement_group(vec![Bundle::new().num_cpus(1.0)], PlacementStrategy::Pack)
-        .unwrap();
-    pg.ready().await.unwrap();
+    let pg = one_cpu_group(&ray).await;
     let h = Holder::options()
         .placement_group(&pg, Some(0))
         .num_cpus(1.0)
