@@ -193,6 +193,26 @@ impl ResourceSet {
         self.custom = merged.into_boxed_slice();
     }
 
+    /// A summary of which names hold a non-zero amount: one bit each for
+    /// CPU, GPU and memory, and one bit per custom name chosen by a hash of
+    /// the name (two names may share a bit). If `a` holds a name that `b`
+    /// lacks, then usually `a.name_mask() & !b.name_mask() != 0`; if that is
+    /// non-zero, `a` certainly holds a name `b` lacks.
+    pub(crate) fn name_mask(&self) -> u32 {
+        let mut mask = u32::from(!self.cpu.is_zero())
+            | u32::from(!self.gpu.is_zero()) << 1
+            | u32::from(!self.memory.is_zero()) << 2;
+        for (name, _) in self.custom.iter() {
+            // FNV-1a over the name's bytes, folded onto bits 3..32.
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+            for &b in name.as_bytes() {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+            mask |= 1 << (3 + h % 29);
+        }
+        mask
+    }
+
     fn builtin_mut(&mut self, name: &str) -> Option<&mut Quantity> {
         match name {
             CPU => Some(&mut self.cpu),

@@ -7,7 +7,7 @@
 //! is why a node receiving spilled work re-checks it against its own state
 //! (see `node_scheduler`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
 
 use hashbrown::HashMap;
@@ -26,6 +26,9 @@ pub struct NodeView {
     /// `utilization()`, recomputed on every change to `resources`, because
     /// policies read it once per candidate per decision.
     util: u32,
+    /// `resources.total().name_mask()`: the total never changes, so a
+    /// policy can rule out a node lacking a requested name with one AND.
+    mask: u32,
 }
 
 impl NodeView {
@@ -55,6 +58,14 @@ impl NodeView {
     /// O(1): the view keeps it up to date as the node's usage changes.
     pub fn utilization(&self) -> u32 {
         self.util
+    }
+
+    /// Whether the node certainly lacks (has zero in total of) some name set
+    /// in `req_mask` ([`ResourceSet::name_mask`] of a request): such a node
+    /// can never hold the request. `false` does not mean it can.
+    #[inline]
+    pub(crate) fn lacks_some_name(&self, req_mask: u32) -> bool {
+        req_mask & !self.mask != 0
     }
 
     fn compute_utilization(resources: &NodeResources) -> u32 {
@@ -92,8 +103,10 @@ pub struct NodeUpdate {
 pub struct ClusterView {
     nodes: Vec<NodeView>,
     index: HashMap<NodeId, usize>,
-    /// `(utilization, id)` of every node: least loaded first, ties by id.
-    by_util: BTreeSet<(u32, NodeId)>,
+    /// `(utilization, id)` of every node, least loaded first, ties by id,
+    /// mapped to the node's slot in `nodes`, so a walk reaches each node
+    /// without a lookup by id.
+    by_util: BTreeMap<(u32, NodeId), u32>,
     membership: u64,
 }
 
@@ -114,6 +127,7 @@ impl ClusterView {
             return false;
         }
         let at = self.nodes.partition_point(|n| n.id < id);
+        let mask = total.name_mask();
         self.nodes.insert(
             at,
             NodeView {
@@ -122,10 +136,14 @@ impl ClusterView {
                 labels,
                 version: 0,
                 util: 0,
+                mask,
             },
         );
-        self.by_util.insert((0, id));
-        self.reindex();
+        if at + 1 < self.nodes.len() {
+            self.shift_slots(at, |slot| slot + 1);
+        }
+        self.index.insert(id, at);
+        self.by_util.insert((0, id), slot32(at));
         self.membership += 1;
         true
     }
@@ -136,16 +154,30 @@ impl ClusterView {
             return false;
         };
         let gone = self.nodes.remove(at);
+        self.index.remove(&id);
         self.by_util.remove(&(gone.util, id));
-        self.reindex();
+        if at < self.nodes.len() {
+            self.shift_slots(at + 1, |slot| slot - 1);
+        }
         self.membership += 1;
         true
     }
 
-    fn reindex(&mut self) {
-        self.index.clear();
-        for (i, n) in self.nodes.iter().enumerate() {
-            self.index.insert(n.id, i);
+    /// Applies `shift` to every slot at or after `from` in both indexes
+    /// (the nodes there moved by one). Callers skip it when no node moved
+    /// (a node added or removed at the end, the common case of ids that
+    /// only grow).
+    fn shift_slots(&mut self, from: usize, shift: impl Fn(usize) -> usize) {
+        for slot in self.index.values_mut() {
+            if *slot >= from {
+                *slot = shift(*slot);
+            }
+        }
+        let from = slot32(from);
+        for slot in self.by_util.values_mut() {
+            if *slot >= from {
+                *slot = slot32(shift(*slot as usize));
+            }
         }
     }
 
@@ -165,13 +197,11 @@ impl ClusterView {
     }
 
     /// Every node, least utilized first ([`NodeView::utilization`]), ties by
-    /// id. Each step is a lookup by id, so walking the first few nodes is
-    /// cheap whatever the cluster's size.
+    /// id. Each step is one step of an ordered index, so walking the first
+    /// few nodes is cheap whatever the cluster's size.
     pub fn nodes_by_utilization(&self) -> impl Iterator<Item = &NodeView> + '_ {
-        self.by_util.iter().map(|&(_, id)| {
-            let at = self.index[&id];
-            &self.nodes[at]
-        })
+        let nodes = &self.nodes[..];
+        self.by_util.values().map(move |&at| &nodes[at as usize])
     }
 
     /// Number of nodes.
@@ -200,7 +230,7 @@ impl ClusterView {
         let util = NodeView::compute_utilization(&n.resources);
         if util != n.util {
             self.by_util.remove(&(n.util, id));
-            self.by_util.insert((util, id));
+            self.by_util.insert((util, id), slot32(at));
             n.util = util;
         }
         Some(true)
@@ -282,6 +312,11 @@ impl ClusterView {
             available,
         }
     }
+}
+
+/// A slot in `ClusterView::nodes` as stored in its ordered index.
+fn slot32(slot: usize) -> u32 {
+    u32::try_from(slot).expect("fewer than 2^32 nodes")
 }
 
 /// The cluster in one line: node count, total and available resources.
@@ -386,6 +421,17 @@ mod tests {
         assert!(v.apply_update(&update));
         v.remove_node(NodeId(2));
         assert_eq!(order(&v), [(0, 1), (10_000, 3)]);
+        // A node joining between others moves them in the id order; the
+        // utilization order still reaches the right nodes.
+        v.add_node(NodeId(2), cpus(2), BTreeMap::new());
+        assert!(v.try_acquire(NodeId(2), &cpus(1)));
+        assert_eq!(order(&v), [(0, 1), (5_000, 2), (10_000, 3)]);
+        v.add_node(NodeId(0), cpus(1), BTreeMap::new());
+        assert!(v.remove_node(NodeId(1)));
+        assert_eq!(order(&v), [(0, 0), (5_000, 2), (10_000, 3)]);
+        for n in v.nodes() {
+            assert_eq!(v.node(n.id()).map(NodeView::id), Some(n.id()));
+        }
     }
 
     #[test]

@@ -94,8 +94,11 @@ impl HybridPolicy {
     pub fn spill(&mut self, req: &Request<'_>, view: &ClusterView) -> Decision {
         let k = self.config.top_k.max(1);
         self.candidates.clear();
+        // A node lacking one of the requested names can never take it: skip
+        // it with one AND instead of a full `can_acquire`.
+        let req_mask = req.resources.name_mask();
         for node in view.nodes_by_utilization() {
-            if node.resources().can_acquire(req.resources) {
+            if !node.lacks_some_name(req_mask) && node.resources().can_acquire(req.resources) {
                 self.candidates.push(node.id());
                 if self.candidates.len() == k {
                     break;
