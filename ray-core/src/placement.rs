@@ -339,7 +339,7 @@ pub(crate) fn create(
         total.add_assign(s);
     }
     let id = PlacementGroupId::new(rt.worker, rt.next_seq());
-    let node_total = rt.sched.lock().resources().total().clone();
+    let node_total = rt.node_total.clone();
     let reason = if strategy == PlacementStrategy::StrictSpread && sets.len() > 1 {
         Some(format!(
             "STRICT_SPREAD needs {} nodes and this cluster has one",

@@ -280,13 +280,15 @@ impl Ray {
     /// Current figures of this runtime.
     pub fn stats(&self) -> RuntimeStats {
         let store = self.rt.store.stats();
+        // Count objects before taking `sched`: no lock nests in another.
+        let objects = self.rt.objects.len();
         let sched = self.rt.sched.lock();
         RuntimeStats {
-            objects: self.rt.objects.len(),
+            objects,
             store_used_bytes: store.used_bytes,
             store_objects: store.num_objects,
             queued: sched.queued_len(),
-            total: sched.resources().total().clone(),
+            total: self.rt.node_total.clone(),
             available: sched.resources().available(),
         }
     }

@@ -47,6 +47,9 @@ pub(crate) struct Runtime {
     pub(crate) objects: ObjectTable,
     pub(crate) store: ObjectStore,
     pub(crate) sched: Mutex<LocalQueue<Dispatch>>,
+    /// The node's total resources (fixed for its life), readable without
+    /// taking `sched`: feasibility checks on the submit path need no lock.
+    pub(crate) node_total: ResourceSet,
     pub(crate) pool: CpuPool,
     pub(crate) gcs: Mutex<Gcs>,
     /// Actors kept alive by the runtime itself (named or detached).
@@ -82,7 +85,8 @@ impl Runtime {
             next_seq: AtomicU64::new(1),
             objects: ObjectTable::new(),
             store,
-            sched: Mutex::new(LocalQueue::new(total)),
+            sched: Mutex::new(LocalQueue::new(total.clone())),
+            node_total: total,
             pool: CpuPool::new(MAX_RUNNING_JOBS, keep_threads, "ray-cpu"),
             gcs: Mutex::new(gcs),
             pinned_actors: Mutex::new(HashMap::new()),
@@ -150,7 +154,7 @@ impl Runtime {
                     self.node
                 ))
             }
-            _ if !self.sched.lock().resources().is_feasible(set) => {
+            _ if !set.is_subset_of(&self.node_total) => {
                 Some("the node can never hold it".to_string())
             }
             _ => None,
@@ -161,7 +165,7 @@ impl Runtime {
                 what: what.to_string(),
                 reason,
                 request: Box::new(set.clone()),
-                total: Box::new(self.sched.lock().resources().total().clone()),
+                total: Box::new(self.node_total.clone()),
             }),
         }
     }

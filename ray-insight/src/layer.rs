@@ -115,6 +115,26 @@ impl InsightLayer {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
+    /// A record stamped now; `span` and `thread` are filled by `append`.
+    fn record(
+        &self,
+        kind: RecordKind,
+        parent: u64,
+        metadata: &'static Metadata<'static>,
+        fields: Fields,
+    ) -> Record {
+        Record {
+            kind,
+            span: 0,
+            parent,
+            name: metadata.name(),
+            target: metadata.target(),
+            at_nanos: self.now_nanos(),
+            thread: 0,
+            fields,
+        }
+    }
+
     /// Appends `record` to this thread's buffer for this layer; for span
     /// openings, first gives it a fresh span id. Returns the span id given, or
     /// `None` when the record had to be dropped.
@@ -177,16 +197,7 @@ where
         // a `Debug` impl may itself emit tracing events.
         let mut fields = Fields::with_capacity(metadata.fields().len());
         attrs.record(&mut FieldCollector(&mut fields));
-        let record = Record {
-            kind: RecordKind::SpanNew,
-            span: 0,
-            parent,
-            name: metadata.name(),
-            target: metadata.target(),
-            at_nanos: self.now_nanos(),
-            thread: 0,
-            fields,
-        };
+        let record = self.record(RecordKind::SpanNew, parent, metadata, fields);
         if let Some(span_id) = self.append(record) {
             span.extensions_mut().insert(RecordedSpan {
                 id: span_id,
@@ -218,16 +229,7 @@ where
         let parent = nearest_recorded(ctx.event_span(event));
         let mut fields = Fields::with_capacity(metadata.fields().len());
         event.record(&mut FieldCollector(&mut fields));
-        self.append(Record {
-            kind: RecordKind::Event,
-            span: 0,
-            parent,
-            name: metadata.name(),
-            target: metadata.target(),
-            at_nanos: self.now_nanos(),
-            thread: 0,
-            fields,
-        });
+        self.append(self.record(RecordKind::Event, parent, metadata, fields));
     }
 
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
