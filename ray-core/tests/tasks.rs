@@ -241,24 +241,37 @@ async fn wait_returns_ready_and_not_ready_in_order() {
     ray.shutdown();
 }
 
+static GATE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Holds its CPU (without blocking in a get) until `GATE` opens.
+#[remote]
+fn hold_until_gate_opens() -> u8 {
+    while !GATE.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    1
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_times_out_with_partial_results() {
-    let ray = common::runtime(2.0).await;
-    let never = async_double::options()
-        .resource("CPU", 2.0)
-        .remote(&ray, 1)
-        .unwrap();
-    // Occupy the node so `never` waits for resources during the wait.
+    // One CPU, held until the gate opens: `blocked` cannot run during the wait.
+    let ray = common::runtime(1.0).await;
+    let holder = hold_until_gate_opens::remote(&ray).unwrap();
+    let blocked = async_double::remote(&ray, 1).unwrap();
+    let ready_now = ray.put(3u64).await.unwrap();
     let (ready, not_ready) = ray
         .wait(
-            std::slice::from_ref(&never),
-            1,
-            Some(Duration::from_millis(1)),
+            &[ready_now.clone(), blocked.clone()],
+            2,
+            Some(Duration::from_millis(20)),
         )
         .await
         .unwrap();
-    assert_eq!(ready.len() + not_ready.len(), 1);
-    assert_eq!(never.get().await.unwrap(), 2);
+    assert_eq!(ready, vec![ready_now]);
+    assert_eq!(not_ready, vec![blocked.clone()]);
+    GATE.store(true, Ordering::SeqCst);
+    assert_eq!(holder.get().await.unwrap(), 1);
+    assert_eq!(blocked.get().await.unwrap(), 2);
     ray.shutdown();
 }
 
