@@ -63,6 +63,9 @@ pub(crate) struct ActorCell {
     ctor_args: Mutex<Option<Vec<TaskArg>>>,
     mailbox: Mutex<Mailbox>,
     state: RwLock<Option<ActorState>>,
+    /// Told once whether the constructor succeeded (a worker hosting the
+    /// actor for a remote owner waits on it).
+    created: Mutex<Option<tokio::sync::oneshot::Sender<std::result::Result<(), String>>>>,
 }
 
 impl ActorCell {
@@ -116,6 +119,9 @@ impl ActorCell {
                     .gcs
                     .lock()
                     .set_actor_state(self.id, GcsActorState::Alive { node: rt.node });
+                if let Some(tx) = self.created.lock().take() {
+                    let _ = tx.send(Ok(()));
+                }
                 for _ in 0..spawn {
                     self.spawn_drainer();
                 }
@@ -241,6 +247,9 @@ impl ActorCell {
             std::mem::take(&mut mb.queue)
         };
         tracing::debug!(target: "ray::actor", actor_id = %self.id, cause = %cause, "actor.dead");
+        if let Some(tx) = self.created.lock().take() {
+            let _ = tx.send(Err(cause.clone()));
+        }
         for call in queued {
             self.rt
                 .complete_object(call.task.return_object(), Err(self.died(&cause)));
@@ -288,10 +297,26 @@ pub(crate) fn spawn_actor(
     args: Vec<TaskArg>,
     opts: ActorOptions,
 ) -> Result<Arc<ActorCell>> {
+    let id = ActorId::new(rt.worker, rt.next_seq());
+    spawn_actor_as(rt, id, class, args, opts).map(|(cell, _)| cell)
+}
+
+/// [`spawn_actor`] under a given id (a remote owner chose it); also
+/// returns the signal of the constructor's outcome.
+pub(crate) fn spawn_actor_as(
+    rt: &Arc<Runtime>,
+    id: ActorId,
+    class: &'static ActorClass,
+    args: Vec<TaskArg>,
+    opts: ActorOptions,
+) -> Result<(
+    Arc<ActorCell>,
+    tokio::sync::oneshot::Receiver<std::result::Result<(), String>>,
+)> {
     rt.check_running()?;
     let req = opts.validate()?.clone();
     let pool = rt.check_placeable(class.name, &opts.resources)?;
-    let id = ActorId::new(rt.worker, rt.next_seq());
+    let (created_tx, created_rx) = tokio::sync::oneshot::channel();
     let namespace = opts
         .namespace
         .clone()
@@ -333,6 +358,7 @@ pub(crate) fn spawn_actor(
             status: Status::Pending,
         }),
         state: RwLock::new(None),
+        created: Mutex::new(Some(created_tx)),
     });
     rt.live_actors.lock().insert(id, Arc::downgrade(&cell));
     if let Pool::Bundle(pg, _) = &pool {
@@ -342,7 +368,7 @@ pub(crate) fn spawn_actor(
         rt.pinned_actors.lock().insert(id, cell.clone());
     }
     rt.admit_when_ready(deps, pool, req, Dispatch::CreateActor(cell.clone()));
-    Ok(cell)
+    Ok((cell, created_rx))
 }
 
 /// An actor class made by `#[remote]` on a struct and its `impl`.
@@ -356,7 +382,16 @@ pub trait RemoteActor: Send + Sync + Sized + 'static {
 /// An untyped actor handle; generated stubs wrap it.
 #[derive(Clone)]
 pub struct RawActorHandle {
-    pub(crate) cell: Arc<ActorCell>,
+    pub(crate) target: Target,
+}
+
+/// Where an actor lives.
+#[derive(Clone)]
+pub(crate) enum Target {
+    /// In this process.
+    Local(Arc<ActorCell>),
+    /// In another process of the cluster.
+    Remote(Arc<crate::cluster::RemoteActor>, Arc<Runtime>),
 }
 
 impl RawActorHandle {
@@ -367,18 +402,34 @@ impl RawActorHandle {
         method: &'static ActorMethod,
         args: Vec<TaskArg>,
     ) -> Result<ObjectRef<R>> {
-        let rt = &self.cell.rt;
+        let rt = match &self.target {
+            Target::Local(cell) => &cell.rt,
+            Target::Remote(_, rt) => rt,
+        };
         rt.check_running()?;
         let task = rt.new_task_id();
         let handle = rt.pending_return(task)?;
-        tracing::trace!(target: "ray::actor", task_id = %task, actor_id = %self.cell.id, method = method.name, "actor.submit");
-        self.cell.enqueue(ActorCall { task, method, args });
+        tracing::trace!(target: "ray::actor", task_id = %task, actor_id = %self.id(), method = method.name, "actor.submit");
+        match &self.target {
+            Target::Local(cell) => cell.enqueue(ActorCall { task, method, args }),
+            Target::Remote(actor, rt) => actor.call(rt, task, method, args),
+        }
         Ok(ObjectRef::from_handle(handle))
     }
 
     /// The actor's id.
     pub fn id(&self) -> ActorId {
-        self.cell.id
+        match &self.target {
+            Target::Local(cell) => cell.id,
+            Target::Remote(actor, _) => actor.id,
+        }
+    }
+
+    fn kill(&self) {
+        match &self.target {
+            Target::Local(cell) => cell.fail("killed by its owner".into()),
+            Target::Remote(actor, _) => actor.kill(),
+        }
     }
 }
 
@@ -404,7 +455,7 @@ impl<A: RemoteActor> Clone for ActorHandle<A> {
 
 impl<A: RemoteActor> fmt::Debug for ActorHandle<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ActorHandle<{}>({})", A::CLASS.name, self.raw.cell.id)
+        write!(f, "ActorHandle<{}>({})", A::CLASS.name, self.raw.id())
     }
 }
 
@@ -419,20 +470,29 @@ impl<A: RemoteActor> ActorHandle<A> {
 
     /// The actor's id.
     pub fn id(&self) -> ActorId {
-        self.raw.cell.id
+        self.raw.id()
     }
 
     /// Kills the actor: queued and future calls fail with `ActorDied`.
     /// A call already running finishes.
     pub fn kill(&self) {
-        self.raw.cell.fail("killed by its owner".into());
+        self.raw.kill();
     }
 
     /// Creates an actor (generated code calls this).
     #[doc(hidden)]
     pub fn __spawn(ray: &crate::Ray, args: Vec<TaskArg>, opts: ActorOptions) -> Result<Self> {
+        if let Some(core) = ray.rt.cluster.get() {
+            ray.rt.check_running()?;
+            let actor = core.spawn_actor(&ray.rt, A::CLASS, args, &opts)?;
+            return Ok(Self::from_raw(RawActorHandle {
+                target: Target::Remote(actor, ray.rt.clone()),
+            }));
+        }
         let cell = spawn_actor(&ray.rt, A::CLASS, args, opts)?;
-        Ok(Self::from_raw(RawActorHandle { cell }))
+        Ok(Self::from_raw(RawActorHandle {
+            target: Target::Local(cell),
+        }))
     }
 }
 
@@ -472,5 +532,7 @@ pub(crate) fn lookup<A: RemoteActor>(
             actual: cell.class.name,
         });
     }
-    Ok(ActorHandle::from_raw(RawActorHandle { cell }))
+    Ok(ActorHandle::from_raw(RawActorHandle {
+        target: Target::Local(cell),
+    }))
 }

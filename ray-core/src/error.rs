@@ -127,6 +127,22 @@ pub enum Error {
     /// This call needs to run inside a task or actor, or the runtime is gone.
     #[error("no ray-rs runtime here: {0}")]
     NoRuntime(&'static str),
+    /// The node (or its worker process) running the work died or became
+    /// unreachable before the work finished.
+    #[error("node {node} died: {cause}")]
+    NodeDied {
+        /// The node.
+        node: ray_proto::NodeId,
+        /// What was seen: the connection loss, the GCS's verdict.
+        cause: String,
+    },
+    /// The cluster's control plane failed the request (the GCS or a node
+    /// daemon is unreachable or refused it).
+    #[error("cluster: {cause}")]
+    Cluster {
+        /// What went wrong, naming the process involved.
+        cause: String,
+    },
     /// The runtime was shut down before the work finished.
     #[error("the ray-rs runtime is shut down")]
     ShutDown,
@@ -154,6 +170,11 @@ impl UserError {
     /// Rust type name of the error value.
     pub fn type_name(&self) -> &'static str {
         self.type_name
+    }
+
+    /// The archive of the error value.
+    pub(crate) fn payload(&self) -> &ObjectBuffer {
+        &self.payload
     }
 
     /// The error's `Display` text.

@@ -257,6 +257,11 @@ where
         };
         match rt.objects.handle(id) {
             Some(handle) => Ok(ObjectRef::from_handle(handle)),
+            // Owned by another process of the cluster: borrow it.
+            None if id.owner != rt.worker && rt.cluster.get().is_some() => {
+                let core = rt.cluster.get().expect("checked above");
+                Ok(ObjectRef::from_handle(core.borrow(&rt, id, None)))
+            }
             None => Err(D::Error::new(NestedRefError(id, "no longer exists"))),
         }
     }

@@ -28,6 +28,16 @@ impl ResourceRequest {
     }
 
     /// A request for nothing (bundles start from it).
+    /// A request for exactly `set`, placed by the default strategy.
+    pub(crate) fn from_set(set: ResourceSet) -> Self {
+        Self {
+            set,
+            invalid: None,
+            strategy: SchedulingStrategy::Default,
+            group: None,
+        }
+    }
+
     pub(crate) fn empty() -> Self {
         Self::with_cpu(Quantity::ZERO)
     }

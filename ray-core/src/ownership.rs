@@ -149,6 +149,44 @@ impl ObjectTable {
         }
     }
 
+    /// A counted ref to `id`, registering it as pending if it is not in
+    /// the table; `true` when it was registered now (a borrowed object the
+    /// caller must fetch).
+    pub(crate) fn get_or_insert_pending(
+        &self,
+        rt: &Arc<Runtime>,
+        id: ObjectId,
+    ) -> (Arc<RefHandle>, bool) {
+        let mut shard = self.shard(id).lock();
+        if let Some(h) = shard.get(&id).and_then(|e| e.handle.upgrade()) {
+            return (h, false);
+        }
+        let handle = Arc::new(RefHandle { id, rt: rt.clone() });
+        let old = shard.insert(
+            id,
+            Entry {
+                value: None,
+                handle: Arc::downgrade(&handle),
+                contained: Vec::new(),
+                waiters: Vec::new(),
+            },
+        );
+        drop(shard);
+        // An entry whose last handle is dropping: its removal comes later
+        // and must not take this one (see `remove`).
+        drop(old);
+        (handle, true)
+    }
+
+    /// Takes the refs nested in `id`'s value (their holder keeps them).
+    pub(crate) fn take_contained(&self, id: ObjectId) -> Vec<Arc<RefHandle>> {
+        self.shard(id)
+            .lock()
+            .get_mut(&id)
+            .map(|e| std::mem::take(&mut e.contained))
+            .unwrap_or_default()
+    }
+
     /// Whether the object has a value (or failed).
     pub(crate) fn is_ready(&self, id: ObjectId) -> bool {
         matches!(self.poll(id, None), Poll::Ready(_))
@@ -164,7 +202,15 @@ impl ObjectTable {
 
     /// Removes the object. The caller drops the result outside any lock.
     pub(crate) fn remove(&self, id: ObjectId) -> Option<Removed> {
-        let entry = self.shard(id).lock().remove(&id)?;
+        let entry = {
+            let mut shard = self.shard(id).lock();
+            if shard.get(&id)?.handle.strong_count() > 0 {
+                // Re-registered after its last handle went (a borrowed
+                // object fetched again): the new entry stays.
+                return None;
+            }
+            shard.remove(&id)?
+        };
         Some(Removed {
             stored: matches!(entry.value, Some(Value::Stored)),
             _contained: entry.contained,

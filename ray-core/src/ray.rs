@@ -38,6 +38,12 @@ pub struct Config {
     pub max_inline_bytes: usize,
     /// Namespace of actor names (default `"default"`).
     pub namespace: String,
+    /// The cluster to join (`host:port` of its GCS, as `rayrs start --head`
+    /// prints it). `None` reads `RAY_ADDRESS`; unset or empty runs embedded.
+    pub address: Option<String>,
+    /// The cluster credentials directory (default: `RAY_CREDENTIALS`, else
+    /// `$RAYRS_DIR/credentials`, else `/tmp/rayrs/credentials`).
+    pub credentials: Option<std::path::PathBuf>,
 }
 
 impl Default for Config {
@@ -50,6 +56,8 @@ impl Default for Config {
             put_timeout: Duration::from_secs(10),
             max_inline_bytes: 100 << 10,
             namespace: "default".into(),
+            address: None,
+            credentials: None,
         }
     }
 }
@@ -66,7 +74,183 @@ pub async fn init() -> Result<Ray> {
 pub async fn init_with(config: Config) -> Result<Ray> {
     let handle = tokio::runtime::Handle::try_current()
         .map_err(|_| Error::NoRuntime("init() must be called inside a tokio runtime"))?;
-    start(config, handle)
+    match cluster_address(&config) {
+        Some(address) => connect_driver(config, address).await,
+        None => start(config, handle),
+    }
+}
+
+/// The cluster address to join, if any: the config's, else `RAY_ADDRESS`.
+fn cluster_address(config: &Config) -> Option<String> {
+    config
+        .address
+        .clone()
+        .or_else(|| std::env::var("RAY_ADDRESS").ok())
+        .filter(|a| !a.is_empty())
+}
+
+/// What a cluster process (driver or worker) runs on.
+pub(crate) struct ClusterProcess {
+    pub(crate) endpoint: crate::transport::Endpoint,
+    pub(crate) gcs: crate::cluster::GcsClient,
+    pub(crate) worker: WorkerId,
+    pub(crate) node: NodeId,
+    pub(crate) job: ray_proto::JobId,
+    pub(crate) binary_hash: [u8; 32],
+    pub(crate) local_node: std::net::SocketAddr,
+    pub(crate) my_addr: std::net::SocketAddr,
+    /// What this process may run at once (a driver: nothing).
+    pub(crate) resources: ResourceSet,
+}
+
+/// Builds the runtime of a cluster process and starts serving peers.
+pub(crate) fn start_cluster_process(p: ClusterProcess) -> Result<Ray> {
+    let handle = tokio::runtime::Handle::current();
+    let config = Config::default();
+    let keep_threads = p.resources.get(CPU).ceil_units().max(1) as usize;
+    let mut gcs = Gcs::in_memory();
+    let _ = gcs.register_node(
+        NodeInfo {
+            id: p.node,
+            address: p.local_node.to_string(),
+            resources: p.resources.clone(),
+            labels: Default::default(),
+        },
+        Duration::ZERO,
+    );
+    // The process's own table of its actors (the cluster's is the GCS's).
+    let _ = gcs.add_job(JobInfo {
+        id: p.job,
+        driver: std::env::args().next().unwrap_or_default(),
+        started_at: Duration::ZERO,
+    });
+    let store = ObjectStore::new(StoreConfig {
+        capacity_bytes: config.object_store_bytes,
+    });
+    let settings = Settings {
+        max_inline_bytes: config.max_inline_bytes,
+        put_timeout: config.put_timeout,
+        namespace: config.namespace,
+    };
+    let core = crate::cluster::ClusterCore::new(
+        handle.clone(),
+        p.endpoint,
+        p.gcs,
+        crate::cluster::CoreConfig {
+            job: p.job,
+            binary_hash: p.binary_hash,
+            fingerprint: crate::cluster::job_fingerprint(),
+            local_node: p.local_node,
+            my_addr: p.my_addr,
+        },
+    );
+    let rt = Arc::new(Runtime::new(
+        p.worker,
+        p.node,
+        p.job,
+        p.resources,
+        keep_threads,
+        store,
+        gcs,
+        handle,
+        settings,
+    ));
+    core.attach(&rt);
+    let _ = rt.cluster.set(core);
+    Ok(Ray { rt })
+}
+
+/// Joins the cluster at `address` as the driver of a new job.
+async fn connect_driver(config: Config, address: String) -> Result<Ray> {
+    use std::net::ToSocketAddrs;
+    let cluster = |cause: String| Error::Cluster { cause };
+    let gcs_addr = address
+        .to_socket_addrs()
+        .map_err(|e| cluster(format!("bad cluster address {address:?}: {e}")))?
+        .next()
+        .ok_or_else(|| cluster(format!("cluster address {address:?} resolves to nothing")))?;
+    let creds_dir = config
+        .credentials
+        .clone()
+        .or_else(|| std::env::var_os("RAY_CREDENTIALS").map(Into::into))
+        .unwrap_or_else(|| {
+            std::env::var_os("RAYRS_DIR")
+                .map(std::path::PathBuf::from)
+                .unwrap_or_else(|| "/tmp/rayrs".into())
+                .join("credentials")
+        });
+    let creds = crate::transport::ClusterCredentials::load(&creds_dir).map_err(|e| {
+        cluster(format!(
+            "cannot load cluster credentials from {}: {e}",
+            creds_dir.display()
+        ))
+    })?;
+    let ip: std::net::IpAddr = if gcs_addr.ip().is_loopback() {
+        gcs_addr.ip()
+    } else if gcs_addr.is_ipv4() {
+        std::net::Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        std::net::Ipv6Addr::UNSPECIFIED.into()
+    };
+    let endpoint = crate::transport::Endpoint::bind(
+        std::net::SocketAddr::new(ip, 0),
+        &creds,
+        crate::transport::EndpointConfig::new(
+            ray_proto::wire::Role::Driver,
+            crate::cluster::control_plane_fingerprint(),
+        ),
+    )
+    .map_err(|e| cluster(e.to_string()))?;
+    let gcs = crate::cluster::GcsClient::connect(&endpoint, gcs_addr, Duration::from_secs(10))
+        .await
+        .map_err(|e| cluster(e.to_string()))?;
+    let local = endpoint
+        .local_addr()
+        .map_err(|e| cluster(format!("cannot read the driver address: {e}")))?;
+    let my_addr = match gcs.connection().quic().local_ip() {
+        Some(ip) if local.ip().is_unspecified() => std::net::SocketAddr::new(ip, local.port()),
+        _ => local,
+    };
+    let exe = std::env::current_exe()
+        .map_err(|e| cluster(format!("cannot find this executable: {e}")))?;
+    let binary = tokio::task::spawn_blocking(move || std::fs::read(&exe).map(|b| (exe, b)))
+        .await
+        .map_err(|e| cluster(e.to_string()))?
+        .map_err(|e| cluster(format!("cannot read this executable: {e}")))?;
+    let (exe, bytes) = binary;
+    let hash = crate::cluster::binary_hash(&bytes);
+    let driver = exe.display().to_string();
+    let (job, worker, upload) = gcs
+        .register_job(driver, my_addr.to_string(), hash, crate::cluster::job_fingerprint())
+        .await
+        .map_err(|e| cluster(e.to_string()))?;
+    if upload {
+        gcs.upload_binary(hash, &bytes)
+            .await
+            .map_err(|e| cluster(format!("cannot upload the job binary: {e}")))?;
+    }
+    drop(bytes);
+    let nodes = gcs.nodes().await.map_err(|e| cluster(e.to_string()))?;
+    let mut alive: Vec<_> = nodes.into_iter().filter(|n| n.alive).collect();
+    alive.sort_by_key(|n| (n.address.parse::<std::net::SocketAddr>().map(|a| a.ip()) != Ok(my_addr.ip()), n.id));
+    let local_node = alive
+        .first()
+        .ok_or_else(|| cluster(format!("the cluster at {gcs_addr} has no live node")))?;
+    let local_addr = local_node
+        .address
+        .parse()
+        .map_err(|_| cluster(format!("bad node address {:?}", local_node.address)))?;
+    start_cluster_process(ClusterProcess {
+        endpoint,
+        gcs,
+        worker,
+        node: local_node.id,
+        job,
+        binary_hash: hash,
+        local_node: local_addr,
+        my_addr,
+        resources: ResourceSet::new().with(CPU, Quantity::ZERO),
+    })
 }
 
 /// Starts an embedded runtime for code that is not async; it owns its own
@@ -84,12 +268,10 @@ pub fn init_blocking(config: Config) -> Result<Ray> {
 }
 
 fn start(config: Config, handle: tokio::runtime::Handle) -> Result<Ray> {
-    if let Ok(addr) = std::env::var("RAY_ADDRESS") {
-        if !addr.is_empty() {
-            return Err(Error::InvalidArgument(format!(
-                "RAY_ADDRESS={addr} is set, but this build runs only the embedded runtime; unset it"
-            )));
-        }
+    if let Some(addr) = cluster_address(&config) {
+        return Err(Error::InvalidArgument(format!(
+            "joining the cluster at {addr} needs an async caller: use init_with inside tokio"
+        )));
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let cpus = config.num_cpus.unwrap_or(cores);
@@ -309,6 +491,25 @@ impl Ray {
     ) -> Result<ObjectRef<R>> {
         let rt = &self.rt;
         rt.check_running()?;
+        if let Some(core) = rt.cluster.get() {
+            let resources = opts.resources.checked()?.clone();
+            let task = rt.new_task_id();
+            let handle = rt.pending_return(task)?;
+            tracing::trace!(target: "ray::task", task_id = %task, function = function.name, "task.submit");
+            let spec = TaskSpec {
+                task,
+                function,
+                args,
+                resources,
+                pool: crate::placement::Pool::Node,
+                max_retries: opts.max_retries,
+                retry_exceptions: opts.retry_exceptions,
+                attempt: 0,
+                parent: crate::context::current_task(),
+            };
+            core.submit_task(rt, spec, &opts.resources.strategy);
+            return Ok(ObjectRef::from_handle(handle));
+        }
         let pool = rt.check_placeable(function.name, &opts.resources)?;
         let resources = &opts.resources.set;
         let task = rt.new_task_id();

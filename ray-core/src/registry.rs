@@ -1,9 +1,14 @@
 //! The registry of remote functions and actor classes, filled at link time.
 //!
 //! `#[remote]` emits one [`Registration`] per function, actor class and actor
-//! method through `inventory`, under a [`FunctionId`] that hashes the module
-//! path, the name and the signature. Any process running the same binary
-//! builds the same registry, so a task spec only needs to carry the id.
+//! method into the `linkme` distributed slice `RAY_REGISTRATIONS`, under a
+//! [`FunctionId`] that hashes the module path, the name and the signature. Any
+//! process running the same binary builds the same registry, so a task spec
+//! only needs to carry the id.
+//!
+//! The slice is link-section data laid out by the linker, not filled by
+//! constructors, so it is complete from the first instruction: code that runs
+//! before `main` (a worker's `.init_array` entry point) may read it.
 
 use std::any::Any;
 use std::sync::OnceLock;
@@ -86,7 +91,15 @@ pub enum Registration {
     ActorMethod(&'static ActorMethod),
 }
 
-inventory::collect!(Registration);
+/// Every [`Registration`] linked into this binary, in unspecified order.
+///
+/// Filled by `#[remote]` at link time; readable at any time, even before
+/// `main`. Prefer [`registry()`], which indexes it by id. The linker section
+/// is named after this static, across every crate in the binary, hence the
+/// `RAY_` prefix.
+#[doc(hidden)]
+#[linkme::distributed_slice]
+pub static RAY_REGISTRATIONS: [Registration];
 
 /// Everything registered in this binary, indexed by id.
 pub struct Registry {
@@ -104,7 +117,7 @@ impl Registry {
             methods: HashMap::new(),
             duplicates: Vec::new(),
         };
-        for item in inventory::iter::<Registration> {
+        for item in RAY_REGISTRATIONS.iter() {
             let (dup, name) = match item {
                 Registration::Function(f) => (r.functions.insert(f.id, f).is_some(), f.name),
                 Registration::ActorClass(c) => (r.classes.insert(c.id, c).is_some(), c.name),

@@ -62,6 +62,9 @@ pub(crate) struct Runtime {
     /// A tokio runtime created by the blocking facade, kept alive here.
     pub(crate) owned_tokio: Mutex<Option<tokio::runtime::Runtime>>,
     pub(crate) settings: Settings,
+    /// The cluster side, when this runtime is a driver or worker of a
+    /// cluster (unset when embedded).
+    pub(crate) cluster: std::sync::OnceLock<Arc<crate::cluster::ClusterCore>>,
     shut_down: AtomicBool,
 }
 
@@ -95,6 +98,7 @@ impl Runtime {
             tokio,
             owned_tokio: Mutex::new(None),
             settings,
+            cluster: std::sync::OnceLock::new(),
             shut_down: AtomicBool::new(false),
         }
     }
@@ -423,6 +427,9 @@ impl Runtime {
         let pinned: Vec<_> = self.pinned_actors.lock().drain().collect();
         drop(pinned);
         self.objects.fail_pending(&Error::ShutDown);
+        if let Some(core) = self.cluster.get() {
+            core.shutdown();
+        }
         if let Some(rt) = self.owned_tokio.lock().take() {
             rt.shutdown_background();
         }

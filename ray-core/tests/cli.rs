@@ -208,6 +208,9 @@ fn joined_node_shows_alive_then_dead_after_kill_and_stop_ends_the_head() {
     assert!(status.status.success(), "{}", stderr(&status));
     let text = String::from_utf8_lossy(&status.stdout);
     assert!(text.contains("Nodes: 2 (2 alive, 0 dead)"), "{text}");
+    // Used over total per resource; an idle node reports nothing in use.
+    assert!(text.contains("CPU 0/3, GPU 0/1"), "{text}");
+    assert_eq!(joined["used"], serde_json::json!({}), "{joined}");
     assert!(
         text.contains("Jobs: 0") && text.contains("Actors: 0"),
         "{text}"

@@ -624,3 +624,290 @@ proptest! {
         prop_assert!(decoder.is_idle());
     }
 }
+
+// Raw bytes after a frame on a request stream (transport::bulk).
+
+/// A connected pair: the client's connection and the server's.
+async fn connected_pair() -> (
+    Endpoint,
+    Endpoint,
+    ray_core::transport::Connection,
+    ray_core::transport::Connection,
+) {
+    let ca = ClusterCa::generate().expect("CA");
+    let (server, addr) = server(&ca.issue("node-1").expect("issue"));
+    let client = client(&ca.issue("worker-7").expect("issue"), 7);
+    let (conn, accepted) = tokio::join!(client.connect(addr), server.accept());
+    (
+        server,
+        client,
+        conn.expect("connect"),
+        accepted.expect("accept"),
+    )
+}
+
+/// What a test server does with the payloads of the requests it gets.
+#[derive(Clone)]
+struct BulkServer {
+    /// Sent after `BinaryFollows` / `ObjectFollows`.
+    payload: Arc<Vec<u8>>,
+    /// The length announced before it (a lie makes a truncated payload).
+    announced: u64,
+    /// The most an upload may carry.
+    max_upload: u64,
+    /// Every upload's bytes, or the error reading them.
+    uploads: tokio::sync::mpsc::UnboundedSender<Result<Vec<u8>, TransportError>>,
+}
+
+/// Serves `conn`'s request streams: `FetchBinary` and `GetObject` get the
+/// payload, `UploadBinary` is read and answered `Ok` (or `Error`), `Ping` gets
+/// `Pong`.
+fn serve_bulk(conn: ray_core::transport::Connection, server: BulkServer) {
+    tokio::spawn(async move {
+        while let Ok(mut request) = conn.accept_request().await {
+            let server = server.clone();
+            tokio::spawn(async move {
+                let Ok(envelope) = request.read().await else {
+                    return;
+                };
+                let header = |len| match &envelope.body {
+                    Message::GetObject { .. } => Message::ObjectFollows { len },
+                    _ => Message::BinaryFollows { len },
+                };
+                match &envelope.body {
+                    Message::FetchBinary { .. } | Message::GetObject { .. } => {
+                        let header = Envelope::new(header(server.announced));
+                        let _ = request.respond_with_bytes(&header, &server.payload).await;
+                    }
+                    Message::UploadBinary { len, .. } => {
+                        let read = request.read_bytes(*len, server.max_upload).await;
+                        let reply = match &read {
+                            Ok(_) => Message::Ok,
+                            Err(e) => Message::Error {
+                                reason: e.to_string(),
+                            },
+                        };
+                        let _ = server.uploads.send(read.map(|b| b.as_slice().to_vec()));
+                        let _ = request.respond(&Envelope::new(reply)).await;
+                    }
+                    Message::Ping { seq } => {
+                        let _ = request.respond(&Message::Pong { seq: *seq }.into()).await;
+                    }
+                    _ => {}
+                }
+            });
+        }
+    });
+}
+
+/// `len` bytes that differ from any shifted copy of themselves.
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15).to_le_bytes()[7])
+        .collect()
+}
+
+async fn still_answers(conn: &ray_core::transport::Connection) {
+    let pong = conn
+        .request(&Message::Ping { seq: 42 }.into())
+        .await
+        .expect("the connection still serves requests");
+    assert_eq!(pong.body, Message::Pong { seq: 42 });
+}
+
+fn bulk_server(
+    payload: Vec<u8>,
+    max_upload: u64,
+) -> (
+    BulkServer,
+    tokio::sync::mpsc::UnboundedReceiver<Result<Vec<u8>, TransportError>>,
+) {
+    let (uploads, received) = tokio::sync::mpsc::unbounded_channel();
+    let server = BulkServer {
+        announced: payload.len() as u64,
+        payload: Arc::new(payload),
+        max_upload,
+        uploads,
+    };
+    (server, received)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_bytes_round_trip_both_ways_at_0_1_and_20_mib() {
+    for len in [0, 1, 20 << 20] {
+        let (_server, _client, conn, accepted) = connected_pair().await;
+        let data = pattern(len);
+        let (server, mut uploads) = bulk_server(data.clone(), u64::MAX);
+        serve_bulk(accepted, server);
+
+        let upload = Message::UploadBinary {
+            hash: [0; 32],
+            len: len as u64,
+        };
+        let reply = conn
+            .request_with_bytes(&upload.into(), &data)
+            .await
+            .expect("upload");
+        assert_eq!(reply.body, Message::Ok, "{len} bytes");
+        let received = uploads.recv().await.expect("server saw the upload");
+        assert!(received.expect("whole upload") == data, "{len} bytes");
+
+        for request in [
+            Message::FetchBinary { hash: [0; 32] },
+            Message::GetObject {
+                id: ray_core::ObjectId::new(WorkerId(7), 1),
+                take: false,
+            },
+        ] {
+            let (reply, payload) = conn
+                .request_bulk(&request.into(), len as u64)
+                .await
+                .expect("download");
+            assert!(matches!(
+                reply.body,
+                Message::BinaryFollows { .. } | Message::ObjectFollows { .. }
+            ));
+            let payload = payload.expect("bytes follow the header");
+            if len > 0 {
+                assert_eq!(payload.as_ptr() as usize % 16, 0, "16-aligned");
+            }
+            assert!(payload.as_slice() == &data[..], "{len} bytes");
+        }
+        // A reply that announces nothing comes back without a payload.
+        let (pong, none) = conn
+            .request_bulk(&Message::Ping { seq: 1 }.into(), 0)
+            .await
+            .expect("ping");
+        assert_eq!((pong.body, none.is_none()), (Message::Pong { seq: 1 }, true));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payload_ending_early_is_truncated_in_both_directions() {
+    let (_server, _client, conn, accepted) = connected_pair().await;
+    let (mut server, mut uploads) = bulk_server(pattern(10), u64::MAX);
+    server.announced = 1000;
+    serve_bulk(accepted, server);
+
+    let err = conn
+        .request_bulk(&Message::FetchBinary { hash: [0; 32] }.into(), u64::MAX)
+        .await
+        .expect_err("10 of 1000 bytes");
+    assert!(
+        matches!(
+            err,
+            TransportError::PayloadTruncated {
+                got: 10,
+                len: 1000,
+                ..
+            }
+        ),
+        "{err}"
+    );
+
+    let upload = Message::UploadBinary {
+        hash: [0; 32],
+        len: 1000,
+    };
+    let reply = conn
+        .request_with_bytes(&upload.into(), &pattern(10))
+        .await
+        .expect("the server answers a short upload");
+    assert!(matches!(reply.body, Message::Error { .. }), "{reply:?}");
+    let seen = uploads.recv().await.expect("server saw the upload");
+    assert!(
+        matches!(
+            seen,
+            Err(TransportError::PayloadTruncated {
+                got: 10,
+                len: 1000,
+                ..
+            })
+        ),
+        "{seen:?}"
+    );
+    still_answers(&conn).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payload_over_the_limit_is_refused_on_its_stream_only() {
+    let (_server, _client, conn, accepted) = connected_pair().await;
+    let (server, mut uploads) = bulk_server(pattern(1000), 100);
+    serve_bulk(accepted, server);
+
+    let err = conn
+        .request_bulk(&Message::FetchBinary { hash: [0; 32] }.into(), 999)
+        .await
+        .expect_err("1000 bytes over a limit of 999");
+    assert!(
+        matches!(
+            err,
+            TransportError::PayloadTooLarge {
+                len: 1000,
+                max: 999,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    still_answers(&conn).await;
+
+    // Large enough that the refusal arrives while the client still writes.
+    let big = pattern(8 << 20);
+    let upload = Message::UploadBinary {
+        hash: [0; 32],
+        len: big.len() as u64,
+    };
+    let reply = conn
+        .request_with_bytes(&upload.into(), &big)
+        .await
+        .expect("the refusal is an answer");
+    assert!(
+        matches!(&reply.body, Message::Error { reason } if reason.contains("limit")),
+        "{reply:?}"
+    );
+    let seen = uploads.recv().await.expect("server saw the upload");
+    assert!(
+        matches!(seen, Err(TransportError::PayloadTooLarge { max: 100, .. })),
+        "{seen:?}"
+    );
+    still_answers(&conn).await;
+}
+
+/// Not a check: prints the throughput of one 100 MiB download and upload.
+/// `cargo test --release -p ray-core --test transport -- --ignored --nocapture bulk_throughput`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, run by hand in release"]
+async fn bulk_throughput_of_100_mib_on_loopback() {
+    let len = 100 << 20;
+    let (_server, _client, conn, accepted) = connected_pair().await;
+    let data = pattern(len);
+    let (server, mut uploads) = bulk_server(data.clone(), u64::MAX);
+    serve_bulk(accepted, server);
+    let mib = len as f64 / f64::from(1 << 20);
+    for round in 0..3 {
+        let start = std::time::Instant::now();
+        let (_, payload) = conn
+            .request_bulk(&Message::FetchBinary { hash: [0; 32] }.into(), len as u64)
+            .await
+            .expect("download");
+        let down = start.elapsed();
+        assert_eq!(payload.expect("payload").len(), len);
+
+        let start = std::time::Instant::now();
+        let upload = Message::UploadBinary {
+            hash: [0; 32],
+            len: len as u64,
+        };
+        conn.request_with_bytes(&upload.into(), &data)
+            .await
+            .expect("upload");
+        let _ = uploads.recv().await;
+        let up = start.elapsed();
+        println!(
+            "round {round}: download {:.0} MiB/s, upload {:.0} MiB/s",
+            mib / down.as_secs_f64(),
+            mib / up.as_secs_f64()
+        );
+    }
+}

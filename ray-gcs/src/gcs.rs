@@ -9,6 +9,7 @@ use crate::kv::KvTable;
 use crate::nodes::{HealthConfig, NodeTable};
 use crate::pubsub::{Channel, GcsEvent, PubSub, SubscriberId};
 use crate::storage::{MemoryStorage, Storage};
+use crate::workers::WorkerTable;
 
 /// Settings of a [`Gcs`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +58,7 @@ pub struct Gcs<S: Storage = MemoryStorage> {
     pub(crate) jobs: JobTable,
     pub(crate) actors: ActorTable,
     pub(crate) kv: KvTable,
+    pub(crate) workers: WorkerTable,
     pub(crate) pubsub: PubSub,
 }
 
@@ -85,6 +87,7 @@ impl<S: Storage> Gcs<S> {
             jobs: JobTable::default(),
             actors: ActorTable::default(),
             kv: KvTable::default(),
+            workers: WorkerTable::default(),
             pubsub: PubSub::new(config.subscriber_queue_capacity),
         }
     }
@@ -114,6 +117,7 @@ impl<S: Storage> Gcs<S> {
         let jobs = JobTable::recover(&storage)?;
         let actors = ActorTable::recover(&storage)?;
         let kv = KvTable::recover(&storage)?;
+        let workers = WorkerTable::recover(&storage)?;
         Ok(Self {
             config,
             storage,
@@ -121,6 +125,7 @@ impl<S: Storage> Gcs<S> {
             jobs,
             actors,
             kv,
+            workers,
             pubsub: PubSub::new(config.subscriber_queue_capacity),
         })
     }

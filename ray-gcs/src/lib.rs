@@ -1,5 +1,5 @@
-//! Global Control Store of ray-rs: node, job and actor tables, the internal
-//! KV, and pub/sub of table changes, as a sans-IO state machine.
+//! Global Control Store of ray-rs: node, job, actor and worker tables, the
+//! internal KV, and pub/sub of table changes, as a sans-IO state machine.
 //!
 //! ray-gcs owns the cluster's metadata and the rules that keep it consistent:
 //! node health (heartbeats, timeouts, death), the job lifecycle, the actor
@@ -53,6 +53,7 @@ mod kv;
 mod nodes;
 mod pubsub;
 mod storage;
+mod workers;
 
 pub use actors::{ActorInfo, ActorRow, ActorState};
 pub use error::GcsError;
@@ -61,3 +62,4 @@ pub use jobs::{JobInfo, JobRow, JobState};
 pub use nodes::{HealthConfig, NodeInfo, NodeRow, NodeState};
 pub use pubsub::{Channel, GcsEvent, SubscriberId};
 pub use storage::{MemoryStorage, Storage, Table};
+pub use workers::{WorkerInfo, WorkerRow};

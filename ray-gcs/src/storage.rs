@@ -19,18 +19,21 @@ pub enum Table {
     Actors,
     /// Internal KV entries, keyed by namespace and key.
     Kv,
-    /// Counters of the GCS itself (the next job id).
+    /// Counters of the GCS itself (the next job and worker ids).
     Meta,
+    /// Worker and driver rows, keyed by worker id.
+    Workers,
 }
 
 impl Table {
     /// Every table, in the order recovery reads them.
-    pub const ALL: [Table; 5] = [
+    pub const ALL: [Table; 6] = [
         Table::Meta,
         Table::Nodes,
         Table::Jobs,
         Table::Actors,
         Table::Kv,
+        Table::Workers,
     ];
 
     /// A short lowercase name (`"nodes"`), usable as a file or column name.
@@ -41,6 +44,7 @@ impl Table {
             Table::Actors => "actors",
             Table::Kv => "kv",
             Table::Meta => "meta",
+            Table::Workers => "workers",
         }
     }
 }

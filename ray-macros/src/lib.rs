@@ -307,6 +307,23 @@ fn ray_ident(params: &[Param]) -> Ident {
     }
 }
 
+/// One element of ray-core's link-time registry: a `linkme` distributed-slice
+/// entry holding `Registration::<variant>(&<target>)`.
+///
+/// `name` must be unique within the emitting `const _` block; the block's
+/// anonymous scope keeps it apart from every other item's. linkme is named
+/// through ray-core's re-export, so user crates need no `linkme` dependency.
+fn registration(name: &Ident, variant: TokenStream2, target: &Ident) -> TokenStream2 {
+    quote! {
+        #[::ray_core::__private::linkme::distributed_slice(::ray_core::__private::RAY_REGISTRATIONS)]
+        #[linkme(crate = ::ray_core::__private::linkme)]
+        #[doc(hidden)]
+        #[allow(non_upper_case_globals)]
+        static #name: ::ray_core::__private::Registration =
+            ::ray_core::__private::Registration::#variant(&#target);
+    }
+}
+
 fn remote_fn(f: ItemFn) -> syn::Result<TokenStream2> {
     reject_generics(&f.sig)?;
     if let Some(recv) = f.sig.receiver() {
@@ -330,6 +347,11 @@ fn remote_fn(f: ItemFn) -> syn::Result<TokenStream2> {
     let doc = format!(
         "Remote stub of the task [`{name}`](fn@{name}): `{name}::remote(&ray, …)` submits it."
     );
+    let registration = registration(
+        &format_ident!("__RAY_REGISTRATION_{}", name),
+        quote! { Function },
+        &Ident::new("FUNCTION", Span::call_site()),
+    );
     Ok(quote! {
         #f
 
@@ -347,9 +369,7 @@ fn remote_fn(f: ItemFn) -> syn::Result<TokenStream2> {
                 name: ::core::concat!(::core::module_path!(), #qualified),
                 invoke: __invoke,
             };
-            ::ray_core::__private::inventory::submit! {
-                ::ray_core::__private::Registration::Function(&FUNCTION)
-            }
+            #registration
 
             fn __invoke(
                 __args: &[::ray_core::__private::ObjectBuffer],
@@ -607,6 +627,11 @@ fn remote_impl(imp: ItemImpl) -> syn::Result<TokenStream2> {
                 quote! { Exclusive },
             ),
         };
+        let registration = registration(
+            &format_ident!("__RAY_REGISTRATION_METHOD_{}", mname),
+            quote! { ActorMethod },
+            &static_name,
+        );
         method_items.push(quote! {
             #[allow(non_upper_case_globals)]
             static #static_name: ::ray_core::__private::ActorMethod = ::ray_core::__private::ActorMethod {
@@ -617,9 +642,7 @@ fn remote_impl(imp: ItemImpl) -> syn::Result<TokenStream2> {
                 name: ::core::concat!(::core::module_path!(), #qualified),
                 invoke: ::ray_core::__private::MethodInvoke::#variant(#invoke_name),
             };
-            ::ray_core::__private::inventory::submit! {
-                ::ray_core::__private::Registration::ActorMethod(&#static_name)
-            }
+            #registration
             #invoke_fn
         });
         let (decl, conv) = stub_params(&ps);
@@ -633,6 +656,12 @@ fn remote_impl(imp: ItemImpl) -> syn::Result<TokenStream2> {
             }
         });
     }
+
+    let class_registration = registration(
+        &format_ident!("__RAY_REGISTRATION_CLASS_{}", type_name),
+        quote! { ActorClass },
+        &Ident::new("CLASS", Span::call_site()),
+    );
 
     Ok(quote! {
         #imp
@@ -648,9 +677,7 @@ fn remote_impl(imp: ItemImpl) -> syn::Result<TokenStream2> {
                 name: ::core::concat!(::core::module_path!(), #qualified_class),
                 construct: __construct,
             };
-            ::ray_core::__private::inventory::submit! {
-                ::ray_core::__private::Registration::ActorClass(&CLASS)
-            }
+            #class_registration
 
             fn __construct(
                 __args: &[::ray_core::__private::ObjectBuffer],

@@ -13,9 +13,13 @@ use std::fmt;
 
 use rkyv::{Archive, Deserialize, Serialize};
 
+pub use core::{
+    ErrorKind, WireArg, WireError, WireNodeUpdate, WireOutcome, WireStrategy, WorkItem, WorkResult,
+};
 pub use gcs::{ActorEntry, ActorStatus, JobEntry, Label, NodeEntry, ResourceAmount};
 pub use message::{ArchivedMessage, Message, MessageResolver};
 
+mod core;
 mod gcs;
 
 /// The version of the control protocol this build speaks.
@@ -55,8 +59,11 @@ impl From<Message> for Envelope {
 mod message {
     use rkyv::{Archive, Deserialize, Serialize};
 
-    use super::{ActorEntry, BuildFingerprint, JobEntry, Label, NodeEntry, ResourceAmount, Role};
-    use crate::{NodeId, WorkerId};
+    use super::{
+        ActorEntry, BuildFingerprint, JobEntry, Label, NodeEntry, ResourceAmount, Role,
+        WireError, WireNodeUpdate, WireStrategy, WorkItem, WorkResult,
+    };
+    use crate::{ActorId, JobId, NodeId, ObjectId, TaskId, WorkerId};
 
     /// The body of a control message.
     ///
@@ -120,6 +127,10 @@ mod message {
         Heartbeat {
             /// The node heartbeating.
             node: NodeId,
+            /// The version of its load report (grows with every change).
+            version: u64,
+            /// Resources in use on it now.
+            used: Vec<ResourceAmount>,
         },
         /// Asks for the node table; answered [`Message::Nodes`].
         GetNodes,
@@ -144,6 +155,141 @@ mod message {
             value: Vec<u8>,
             /// Whether an existing value is replaced.
             overwrite: bool,
+        },
+
+        /// A driver starts a job running `binary_hash`, built as `fingerprint`.
+        RegisterJob {
+            driver: String,
+            driver_address: String,
+            binary_hash: [u8; 32],
+            fingerprint: BuildFingerprint,
+        },
+        /// The job's binary follows on this stream: `len` raw bytes.
+        UploadBinary {
+            hash: [u8; 32],
+            len: u64,
+        },
+        /// Asks for a job binary; `BinaryFollows` and its bytes come back.
+        FetchBinary {
+            hash: [u8; 32],
+        },
+        /// The driver is done: its workers and non-detached actors end.
+        FinishJob {
+            job: JobId,
+        },
+        /// A worker process of `job` on `node` listens at `address`.
+        RegisterWorker {
+            job: JobId,
+            node: NodeId,
+            address: String,
+        },
+        /// Where a worker (or driver) listens.
+        GetWorker {
+            worker: WorkerId,
+        },
+
+        // Node daemon requests.
+        /// An owner asks for resources and a worker of its job to run work
+        /// of one shape; `spilled_from` is set when another node forwards it.
+        RequestLease {
+            lease: TaskId,
+            job: JobId,
+            binary_hash: [u8; 32],
+            fingerprint: BuildFingerprint,
+            resources: Vec<ResourceAmount>,
+            strategy: WireStrategy,
+            spilled_from: Option<NodeId>,
+        },
+        /// The owner is done with a lease.
+        ReturnLease {
+            lease: TaskId,
+        },
+        /// Work under a lease waits on objects (`blocked`) or resumes.
+        LeaseBlocked {
+            lease: TaskId,
+            blocked: bool,
+        },
+        /// A worker process started by a node daemon reports in.
+        WorkerReady {
+            job: JobId,
+            worker: WorkerId,
+            address: String,
+            fingerprint: BuildFingerprint,
+            pid: u32,
+        },
+
+        // Worker and owner requests.
+        /// Work pushed on an owner's work stream.
+        WorkBatch {
+            items: Vec<WorkItem>,
+        },
+        /// Results sent back on the work stream.
+        WorkDone {
+            results: Vec<WorkResult>,
+        },
+        /// Asks the process holding an object for its bytes; `take` lets it
+        /// drop its copy once sent (a worker handing a result to its owner).
+        GetObject {
+            id: ObjectId,
+            take: bool,
+        },
+        /// Registers a live actor with the GCS (for `get_actor` by name).
+        RegisterActor {
+            entry: ActorEntry,
+            worker: WorkerId,
+            address: String,
+        },
+        /// Looks up a live named actor.
+        LookupActor {
+            namespace: String,
+            name: String,
+        },
+
+        // GCS replies.
+        JobRegistered {
+            job: JobId,
+            worker: WorkerId,
+            upload: bool,
+        },
+        /// `len` raw bytes follow on this stream.
+        BinaryFollows {
+            len: u64,
+        },
+        WorkerRegistered {
+            worker: WorkerId,
+        },
+        WorkerInfo {
+            address: Option<String>,
+        },
+        ActorLocation {
+            id: ActorId,
+            class_name: String,
+            worker: WorkerId,
+            address: String,
+        },
+
+        // Node daemon replies.
+        LeaseGranted {
+            lease: TaskId,
+            node: NodeId,
+            worker: WorkerId,
+            address: String,
+        },
+        /// A spilled lease did not fit; the target's load is attached.
+        LeaseRefused {
+            update: WireNodeUpdate,
+        },
+        LeaseInfeasible {
+            reason: String,
+        },
+
+        // Object replies.
+        /// `len` raw bytes of the object follow on this stream.
+        ObjectFollows {
+            len: u64,
+        },
+        ObjectFailed {
+            error: WireError,
         },
 
         // GCS replies.
@@ -269,7 +415,11 @@ mod tests {
                     value: "a".into(),
                 }],
             },
-            Message::Heartbeat { node: NodeId(4) },
+            Message::Heartbeat {
+                node: NodeId(4),
+                version: 3,
+                used: Vec::new(),
+            },
             Message::GetNodes,
             Message::GetJobs,
             Message::GetActors,
@@ -299,6 +449,8 @@ mod tests {
                     labels: Vec::new(),
                     alive: false,
                     death_cause: Some("missed heartbeats".into()),
+                    used: Vec::new(),
+                    version: 7,
                 }],
             },
             Message::Jobs {
@@ -320,6 +472,71 @@ mod tests {
             },
             Message::KvValue { value: None },
             Message::KvPutDone { written: true },
+            Message::RequestLease {
+                lease: crate::TaskId::new(WorkerId(2), 5),
+                job: crate::JobId(1),
+                binary_hash: [3; 32],
+                fingerprint: BuildFingerprint([4; 32]),
+                resources: vec![ResourceAmount {
+                    name: "CPU".into(),
+                    raw: 10_000,
+                }],
+                strategy: WireStrategy::NodeAffinity {
+                    node: NodeId(2),
+                    soft: true,
+                },
+                spilled_from: Some(NodeId(1)),
+            },
+            Message::WorkBatch {
+                items: vec![
+                    WorkItem::Task {
+                        task: crate::TaskId::new(WorkerId(2), 6),
+                        function: crate::FunctionId(99),
+                        args: vec![
+                            WireArg::Value(vec![1, 2, 3]),
+                            WireArg::Ref {
+                                id: crate::ObjectId::new(WorkerId(2), 1),
+                                owner: "127.0.0.1:9".into(),
+                            },
+                        ],
+                        lease: crate::TaskId::new(WorkerId(2), 5),
+                        resources: Vec::new(),
+                        attempt: 0,
+                        parent: None,
+                    },
+                    WorkItem::KillActor {
+                        actor: crate::ActorId::new(WorkerId(2), 8),
+                    },
+                ],
+            },
+            Message::WorkDone {
+                results: vec![
+                    WorkResult {
+                        task: crate::TaskId::new(WorkerId(2), 6),
+                        outcome: WireOutcome::Stored { len: 1 << 30 },
+                    },
+                    WorkResult {
+                        task: crate::TaskId::new(WorkerId(2), 7),
+                        outcome: WireOutcome::Failed(WireError {
+                            kind: ErrorKind::TaskPanicked,
+                            task: Some(crate::TaskId::new(WorkerId(2), 7)),
+                            actor: None,
+                            object: None,
+                            name: "m::f".into(),
+                            message: "boom".into(),
+                            type_name: String::new(),
+                            payload: Vec::new(),
+                        }),
+                    },
+                ],
+            },
+            Message::LeaseRefused {
+                update: WireNodeUpdate {
+                    node: NodeId(3),
+                    version: 9,
+                    used: Vec::new(),
+                },
+            },
         ];
         for body in messages {
             let env = Envelope::new(body);

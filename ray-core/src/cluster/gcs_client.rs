@@ -1,13 +1,45 @@
 //! A typed client of the GCS service.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use ray_proto::wire::{ActorEntry, Envelope, JobEntry, Label, Message, NodeEntry, ResourceAmount};
-use ray_proto::NodeId;
+use ray_proto::wire::{
+    ActorEntry, BuildFingerprint, Envelope, JobEntry, Label, Message, NodeEntry, ResourceAmount,
+};
+use ray_proto::{ActorId, JobId, NodeId, WorkerId};
+use rkyv::util::AlignedVec;
 
 use super::{message_kind, ClusterError};
-use crate::transport::{Connection, Endpoint};
+use crate::transport::{Connection, Endpoint, TransportError};
+
+/// The largest job binary the GCS stores: 2 GiB.
+pub const MAX_BINARY_LEN: u64 = 2 << 30;
+
+/// The slowest a binary may move before its transfer times out, in bytes
+/// per second: 300 MB gets about 36 s on top of the request timeout.
+const MIN_TRANSFER_RATE: u64 = 8 << 20;
+
+/// The SHA-256 of `bytes`: the name of a job binary in the GCS.
+pub fn binary_hash(bytes: &[u8]) -> [u8; 32] {
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    let mut hash = [0; 32];
+    hash.copy_from_slice(digest.as_ref());
+    hash
+}
+
+/// Where a named actor lives, as [`GcsClient::lookup_actor`] finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActorLocation {
+    /// The actor.
+    pub id: ActorId,
+    /// Its type's name.
+    pub class_name: String,
+    /// The worker hosting it.
+    pub worker: WorkerId,
+    /// Where that worker listens.
+    pub address: String,
+}
 
 /// A connection to the GCS with one method per request.
 ///
@@ -64,18 +96,29 @@ impl GcsClient {
     /// [`ClusterError::Transport`], [`ClusterError::Timeout`] or
     /// [`ClusterError::Refused`].
     pub async fn call(&self, request: Message) -> Result<Message, ClusterError> {
+        let request = Envelope::new(request);
+        let reply = self
+            .within(self.timeout, self.conn.request(&request))
+            .await?;
+        refused(reply)
+    }
+
+    /// `transfer` bounded by `timeout`, with its errors typed.
+    async fn within<T>(
+        &self,
+        timeout: Duration,
+        transfer: impl Future<Output = Result<T, TransportError>>,
+    ) -> Result<T, ClusterError> {
         let addr = self.addr;
-        let reply = tokio::time::timeout(self.timeout, self.conn.request(&Envelope::new(request)))
+        tokio::time::timeout(timeout, transfer)
             .await
-            .map_err(|_| ClusterError::Timeout {
-                addr,
-                timeout: self.timeout,
-            })?
-            .map_err(|source| ClusterError::Transport { addr, source })?;
-        match reply.body {
-            Message::Error { reason } => Err(ClusterError::Refused { reason }),
-            body => Ok(body),
-        }
+            .map_err(|_| ClusterError::Timeout { addr, timeout })?
+            .map_err(|source| ClusterError::Transport { addr, source })
+    }
+
+    /// The time allowed for a request moving `len` raw bytes.
+    fn transfer_timeout(&self, len: u64) -> Duration {
+        self.timeout + Duration::from_secs(len / MIN_TRANSFER_RATE)
     }
 
     /// Registers a node; returns its id and how often it must heartbeat.
@@ -105,14 +148,26 @@ impl GcsClient {
         }
     }
 
-    /// Tells the GCS `node` is alive.
+    /// Tells the GCS `node` is alive and what it has in use: `used`, in
+    /// its report number `version` (which grows with every change; the GCS
+    /// keeps the highest it has seen).
     ///
     /// # Errors
     ///
     /// [`ClusterError::Refused`] if the GCS declared the node dead or does
     /// not know it; otherwise as [`GcsClient::call`].
-    pub async fn heartbeat(&self, node: NodeId) -> Result<(), ClusterError> {
-        match self.call(Message::Heartbeat { node }).await? {
+    pub async fn heartbeat(
+        &self,
+        node: NodeId,
+        version: u64,
+        used: Vec<ResourceAmount>,
+    ) -> Result<(), ClusterError> {
+        let request = Message::Heartbeat {
+            node,
+            version,
+            used,
+        };
+        match self.call(request).await? {
             Message::Ok => Ok(()),
             other => Err(unexpected("Heartbeat", &other)),
         }
@@ -197,6 +252,205 @@ impl GcsClient {
             Message::KvPutDone { written } => Ok(written),
             other => Err(unexpected("KvPut", &other)),
         }
+    }
+
+    /// Starts a job for the driver `driver` (a program name, for humans)
+    /// listening at `driver_address`, whose workers run the binary with
+    /// SHA-256 `binary_hash` built as `fingerprint`.
+    ///
+    /// Returns the job's id, the driver's worker id, and whether the GCS
+    /// lacks the binary (then [`GcsClient::upload_binary`] it before any
+    /// worker needs it). The job finishes with [`GcsClient::finish_job`], or
+    /// by itself when this client's connection closes.
+    ///
+    /// # Errors
+    ///
+    /// As [`GcsClient::call`], or [`ClusterError::UnexpectedReply`].
+    pub async fn register_job(
+        &self,
+        driver: String,
+        driver_address: String,
+        binary_hash: [u8; 32],
+        fingerprint: BuildFingerprint,
+    ) -> Result<(JobId, WorkerId, bool), ClusterError> {
+        let request = Message::RegisterJob {
+            driver,
+            driver_address,
+            binary_hash,
+            fingerprint,
+        };
+        match self.call(request).await? {
+            Message::JobRegistered {
+                job,
+                worker,
+                upload,
+            } => Ok((job, worker, upload)),
+            other => Err(unexpected("RegisterJob", &other)),
+        }
+    }
+
+    /// Uploads a job binary whose SHA-256 is `hash` (see [`binary_hash`]).
+    ///
+    /// The bytes travel raw after the request frame; the time allowed grows
+    /// with their size. Uploading a binary the GCS already has is cheap: it
+    /// answers before reading it.
+    ///
+    /// # Errors
+    ///
+    /// [`ClusterError::Refused`] if the content does not hash to `hash` or
+    /// exceeds [`MAX_BINARY_LEN`]; otherwise as [`GcsClient::call`].
+    pub async fn upload_binary(&self, hash: [u8; 32], bytes: &[u8]) -> Result<(), ClusterError> {
+        let len = bytes.len() as u64;
+        let request = Envelope::new(Message::UploadBinary { hash, len });
+        let reply = self
+            .within(
+                self.transfer_timeout(len),
+                self.conn.request_with_bytes(&request, bytes),
+            )
+            .await?;
+        match refused(reply)? {
+            Message::Ok => Ok(()),
+            other => Err(unexpected("UploadBinary", &other)),
+        }
+    }
+
+    /// Downloads the job binary whose SHA-256 is `hash`, into a 16-aligned
+    /// buffer.
+    ///
+    /// The time allowed is that of the largest binary the GCS stores; a GCS
+    /// that goes away still fails the call at once.
+    ///
+    /// # Errors
+    ///
+    /// [`ClusterError::Refused`] if the GCS does not have it; otherwise as
+    /// [`GcsClient::call`], or [`ClusterError::UnexpectedReply`].
+    pub async fn fetch_binary(&self, hash: [u8; 32]) -> Result<AlignedVec<16>, ClusterError> {
+        let request = Envelope::new(Message::FetchBinary { hash });
+        let (reply, bytes) = self
+            .within(
+                self.transfer_timeout(MAX_BINARY_LEN),
+                self.conn.request_bulk(&request, MAX_BINARY_LEN),
+            )
+            .await?;
+        match (refused(reply)?, bytes) {
+            (Message::BinaryFollows { .. }, Some(bytes)) => Ok(bytes),
+            (other, _) => Err(unexpected("FetchBinary", &other)),
+        }
+    }
+
+    /// Marks `job` finished: its non-detached actors die, and node daemons
+    /// see it not running in [`GcsClient::jobs`]. Finishing it again does
+    /// nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`ClusterError::Refused`] for an unknown job; otherwise as
+    /// [`GcsClient::call`].
+    pub async fn finish_job(&self, job: JobId) -> Result<(), ClusterError> {
+        match self.call(Message::FinishJob { job }).await? {
+            Message::Ok => Ok(()),
+            other => Err(unexpected("FinishJob", &other)),
+        }
+    }
+
+    /// Registers a worker process of `job` started on `node`, listening at
+    /// `address`; returns its id, which no other worker or driver ever gets.
+    ///
+    /// # Errors
+    ///
+    /// [`ClusterError::Refused`] unless `job` is running; otherwise as
+    /// [`GcsClient::call`].
+    pub async fn register_worker(
+        &self,
+        job: JobId,
+        node: NodeId,
+        address: String,
+    ) -> Result<WorkerId, ClusterError> {
+        match self
+            .call(Message::RegisterWorker { job, node, address })
+            .await?
+        {
+            Message::WorkerRegistered { worker } => Ok(worker),
+            other => Err(unexpected("RegisterWorker", &other)),
+        }
+    }
+
+    /// Where worker (or driver) `worker` listens; `None` if the GCS never
+    /// registered it.
+    ///
+    /// # Errors
+    ///
+    /// As [`GcsClient::call`], or [`ClusterError::UnexpectedReply`].
+    pub async fn get_worker(&self, worker: WorkerId) -> Result<Option<String>, ClusterError> {
+        match self.call(Message::GetWorker { worker }).await? {
+            Message::WorkerInfo { address } => Ok(address),
+            other => Err(unexpected("GetWorker", &other)),
+        }
+    }
+
+    /// Registers an actor, pending or alive, hosted by `worker` at
+    /// `address`; a named one can then be found with
+    /// [`GcsClient::lookup_actor`] until it or its job ends.
+    ///
+    /// # Errors
+    ///
+    /// [`ClusterError::Refused`] if the name is taken in its namespace (the
+    /// reason names the holder), its job is not running, its id is taken,
+    /// or its node is dead; otherwise as [`GcsClient::call`].
+    pub async fn register_actor(
+        &self,
+        entry: ActorEntry,
+        worker: WorkerId,
+        address: String,
+    ) -> Result<(), ClusterError> {
+        let request = Message::RegisterActor {
+            entry,
+            worker,
+            address,
+        };
+        match self.call(request).await? {
+            Message::Ok => Ok(()),
+            other => Err(unexpected("RegisterActor", &other)),
+        }
+    }
+
+    /// The live actor named `name` in `namespace`, and where it is.
+    ///
+    /// # Errors
+    ///
+    /// [`ClusterError::Refused`] with "no actor named …" if there is none;
+    /// otherwise as [`GcsClient::call`].
+    pub async fn lookup_actor(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<ActorLocation, ClusterError> {
+        let request = Message::LookupActor {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        };
+        match self.call(request).await? {
+            Message::ActorLocation {
+                id,
+                class_name,
+                worker,
+                address,
+            } => Ok(ActorLocation {
+                id,
+                class_name,
+                worker,
+                address,
+            }),
+            other => Err(unexpected("LookupActor", &other)),
+        }
+    }
+}
+
+/// The reply's body, or [`ClusterError::Refused`] for [`Message::Error`].
+fn refused(reply: Envelope) -> Result<Message, ClusterError> {
+    match reply.body {
+        Message::Error { reason } => Err(ClusterError::Refused { reason }),
+        body => Ok(body),
     }
 }
 

@@ -1,18 +1,24 @@
 //! The GCS service: a [`Gcs`] served over the transport, and its health timer.
+//!
+//! This file is the async shell; what the service decides is in
+//! [`service`], without I/O. Job binaries travel as raw bytes after their
+//! frame on the request's stream (see `transport::bulk`), and uploads are
+//! hashed off the state lock.
+
+mod service;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use ray_gcs::{ActorState, Gcs, GcsConfig, HealthConfig, NodeInfo, NodeState};
-use ray_proto::wire::{ActorEntry, ActorStatus, Envelope, JobEntry, Message, NodeEntry};
-use ray_proto::NodeId;
+use ray_gcs::{Gcs, GcsConfig, HealthConfig};
+use ray_proto::wire::{BuildFingerprint, Envelope, Message};
+use ray_proto::JobId;
 use tokio::task::{JoinHandle, JoinSet};
-use tokio::time::Instant;
 
-use super::DEFAULT_HEALTH_TIMEOUT;
-use super::{labels_to_wire, message_kind, resources_from_wire, resources_to_wire};
+use self::service::{Action, State};
+use super::{binary_hash, DEFAULT_HEALTH_TIMEOUT, MAX_BINARY_LEN};
 use crate::transport::{CloseCode, Connection, Endpoint, IncomingRequest};
 
 /// Settings of a [`GcsServer`].
@@ -45,21 +51,6 @@ impl GcsServerConfig {
     }
 }
 
-/// The GCS table state and the clock it is read against.
-struct State {
-    gcs: Gcs,
-    next_node: u64,
-    heartbeat_interval: Duration,
-    /// The epoch of the `now` handed to [`Gcs`].
-    started: Instant,
-}
-
-impl State {
-    fn now(&self) -> Duration {
-        self.started.elapsed()
-    }
-}
-
 /// The GCS service on one [`Endpoint`]: it answers every request of every
 /// connection the endpoint accepts, and declares nodes dead when they stop
 /// heartbeating.
@@ -87,12 +78,7 @@ impl GcsServer {
                 ..GcsConfig::default()
             },
         );
-        let state = Arc::new(Mutex::new(State {
-            gcs,
-            next_node: 1,
-            heartbeat_interval: config.heartbeat_interval(),
-            started: Instant::now(),
-        }));
+        let state = Arc::new(Mutex::new(State::new(gcs, config.heartbeat_interval())));
         let accept_loop = tokio::spawn(accept_loop(endpoint.clone(), state.clone()));
         let health_loop = tokio::spawn(health_loop(state.clone(), config.check_interval()));
         Self {
@@ -115,6 +101,15 @@ impl GcsServer {
     /// How many nodes are alive now.
     pub fn alive_nodes(&self) -> usize {
         self.state.lock().gcs.alive_nodes().count()
+    }
+
+    /// The SHA-256 of the binary job `job` runs and its build fingerprint,
+    /// as its driver registered them; `None` for a job never registered.
+    pub fn job_binary(&self, job: JobId) -> Option<([u8; 32], BuildFingerprint)> {
+        self.state
+            .lock()
+            .job_binary(job)
+            .map(|b| (b.hash, b.fingerprint))
     }
 }
 
@@ -149,15 +144,17 @@ async fn accept_loop(endpoint: Endpoint, state: Arc<Mutex<State>>) {
 }
 
 /// Answers the requests of one connection, each in a task of its own, until
-/// it closes.
+/// it closes; then finishes the jobs that were registered on it (their
+/// driver exited or was killed).
 async fn serve_connection(conn: Connection, state: Arc<Mutex<State>>) {
+    let registered: Arc<Mutex<Vec<JobId>>> = Arc::default();
     let mut requests = JoinSet::new();
     loop {
         tokio::select! {
             request = conn.accept_request() => {
                 match request {
                     Ok(request) => {
-                        requests.spawn(serve_request(request, state.clone()));
+                        requests.spawn(serve_request(request, state.clone(), registered.clone()));
                     }
                     Err(e) => {
                         tracing::debug!(target: "ray::gcs", peer = %conn.remote_address(), error = %e, "gcs.connection_closed");
@@ -168,23 +165,87 @@ async fn serve_connection(conn: Connection, state: Arc<Mutex<State>>) {
             Some(_) = requests.join_next(), if !requests.is_empty() => {}
         }
     }
+    // After this no request of the connection can register another job.
+    requests.shutdown().await;
+    let jobs = std::mem::take(&mut *registered.lock());
+    if !jobs.is_empty() {
+        let mut state = state.lock();
+        let now = state.now();
+        for job in jobs {
+            service::driver_gone(&mut state, job, now);
+        }
+    }
 }
 
-async fn serve_request(mut request: IncomingRequest, state: Arc<Mutex<State>>) {
-    let reply = match request.read().await {
-        Ok(envelope) => {
-            let mut state = state.lock();
-            let now = state.now();
-            handle(&mut state, envelope.body, now)
-        }
+/// Reads one request, performs what [`service::handle`] decides, and
+/// records a job registered here in `registered`.
+async fn serve_request(
+    mut request: IncomingRequest,
+    state: Arc<Mutex<State>>,
+    registered: Arc<Mutex<Vec<JobId>>>,
+) {
+    let envelope = match request.read().await {
+        Ok(envelope) => envelope,
         Err(e) => {
             tracing::debug!(target: "ray::gcs", error = %e, "gcs.bad_request");
             return;
         }
     };
-    if let Err(e) = request.respond(&Envelope::new(reply)).await {
+    let action = {
+        let mut state = state.lock();
+        let now = state.now();
+        let action = service::handle(&mut state, envelope.body, now);
+        // Recorded under the state lock, with no await since the job was
+        // added: an aborted request either did both or neither.
+        if let Action::Reply(Message::JobRegistered { job, .. }) = &action {
+            registered.lock().push(*job);
+        }
+        action
+    };
+    let sent = match action {
+        Action::Reply(reply) => request.respond(&Envelope::new(reply)).await,
+        Action::SendBinary(bytes) => {
+            let header = Envelope::new(Message::BinaryFollows {
+                len: bytes.len() as u64,
+            });
+            request.respond_with_bytes(&header, &bytes).await
+        }
+        Action::ReceiveBinary { hash, len } => {
+            let reply = receive_binary(&mut request, &state, hash, len).await;
+            request.respond(&Envelope::new(reply)).await
+        }
+    };
+    if let Err(e) = sent {
         tracing::debug!(target: "ray::gcs", error = %e, "gcs.reply_failed");
     }
+}
+
+/// Reads an uploaded binary, hashes it on a blocking thread (hundreds of MB
+/// take a while), and stores it if the hash matches.
+async fn receive_binary(
+    request: &mut IncomingRequest,
+    state: &Mutex<State>,
+    hash: [u8; 32],
+    len: u64,
+) -> Message {
+    let bytes = match request.read_bytes(len, MAX_BINARY_LEN).await {
+        Ok(bytes) => Arc::new(bytes),
+        Err(e) => {
+            return Message::Error {
+                reason: format!("binary upload failed: {e}"),
+            }
+        }
+    };
+    let hashed = bytes.clone();
+    let actual = match tokio::task::spawn_blocking(move || binary_hash(&hashed)).await {
+        Ok(actual) => actual,
+        Err(e) => {
+            return Message::Error {
+                reason: format!("hashing the binary failed: {e}"),
+            }
+        }
+    };
+    service::store_binary(&mut state.lock(), hash, actual, bytes)
 }
 
 async fn health_loop(state: Arc<Mutex<State>>, every: Duration) {
@@ -203,239 +264,3 @@ async fn health_loop(state: Arc<Mutex<State>>, every: Duration) {
     }
 }
 
-/// The reply to one request: the whole of the service's logic, without I/O.
-fn handle(state: &mut State, request: Message, now: Duration) -> Message {
-    let gcs = &mut state.gcs;
-    match request {
-        Message::RegisterNode {
-            address,
-            resources,
-            labels,
-        } => {
-            let id = NodeId(state.next_node);
-            let info = NodeInfo {
-                id,
-                address,
-                resources: resources_from_wire(&resources),
-                labels: labels.into_iter().map(|l| (l.key, l.value)).collect(),
-            };
-            match gcs.register_node(info, now) {
-                Ok(()) => {
-                    state.next_node += 1;
-                    tracing::info!(target: "ray::gcs", node = %id, "node.registered");
-                    Message::NodeRegistered {
-                        node: id,
-                        heartbeat_interval_ms: state.heartbeat_interval.as_millis() as u64,
-                    }
-                }
-                Err(e) => error(e),
-            }
-        }
-        Message::Heartbeat { node } => match gcs.heartbeat(node, now) {
-            Ok(()) => Message::Ok,
-            Err(e) => error(e),
-        },
-        Message::GetNodes => {
-            let mut nodes: Vec<NodeEntry> = gcs
-                .nodes()
-                .map(|row| NodeEntry {
-                    id: row.info.id,
-                    address: row.info.address.clone(),
-                    resources: resources_to_wire(&row.info.resources),
-                    labels: labels_to_wire(&row.info.labels),
-                    alive: row.is_alive(),
-                    death_cause: match &row.state {
-                        NodeState::Alive => None,
-                        NodeState::Dead { cause } => Some(cause.clone()),
-                    },
-                })
-                .collect();
-            nodes.sort_by_key(|n| n.id);
-            Message::Nodes { nodes }
-        }
-        Message::GetJobs => {
-            let mut jobs: Vec<JobEntry> = gcs
-                .jobs()
-                .map(|row| JobEntry {
-                    id: row.info.id,
-                    driver: row.info.driver.clone(),
-                    running: row.is_running(),
-                })
-                .collect();
-            jobs.sort_by_key(|j| j.id);
-            Message::Jobs { jobs }
-        }
-        Message::GetActors => {
-            let mut actors: Vec<ActorEntry> = gcs
-                .actors()
-                .map(|row| ActorEntry {
-                    id: row.info.id,
-                    class_name: row.info.class_name.clone(),
-                    name: row.info.name.clone(),
-                    namespace: row.info.namespace.clone(),
-                    job: row.info.job,
-                    status: match &row.state {
-                        ActorState::PendingCreation => ActorStatus::PendingCreation,
-                        ActorState::Alive { node } => ActorStatus::Alive { node: *node },
-                        ActorState::Restarting { attempt } => {
-                            ActorStatus::Restarting { attempt: *attempt }
-                        }
-                        ActorState::Dead { cause } => ActorStatus::Dead {
-                            cause: cause.clone(),
-                        },
-                    },
-                })
-                .collect();
-            actors.sort_by_key(|a| a.id);
-            Message::Actors { actors }
-        }
-        Message::KvGet { namespace, key } => Message::KvValue {
-            value: gcs.kv_get(&namespace, &key).map(<[u8]>::to_vec),
-        },
-        Message::KvPut {
-            namespace,
-            key,
-            value,
-            overwrite,
-        } => Message::KvPutDone {
-            written: gcs.kv_put(&namespace, &key, value, overwrite),
-        },
-        Message::Ping { seq } => Message::Pong { seq },
-        other => Message::Error {
-            reason: format!("the GCS does not serve {}", message_kind(&other)),
-        },
-    }
-}
-
-fn error(e: ray_gcs::GcsError) -> Message {
-    Message::Error {
-        reason: e.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-
-    use ray_proto::wire::ResourceAmount;
-
-    use super::*;
-
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
-
-    fn state(timeout: Duration) -> State {
-        let config = GcsServerConfig {
-            health_timeout: timeout,
-        };
-        State {
-            gcs: Gcs::with_config(
-                ray_gcs::MemoryStorage::new(),
-                GcsConfig {
-                    health: HealthConfig { timeout },
-                    ..GcsConfig::default()
-                },
-            ),
-            next_node: 1,
-            heartbeat_interval: config.heartbeat_interval(),
-            started: Instant::now(),
-        }
-    }
-
-    fn register(state: &mut State, now: Duration) -> NodeId {
-        let reply = handle(
-            state,
-            Message::RegisterNode {
-                address: "127.0.0.1:1".into(),
-                resources: vec![ResourceAmount {
-                    name: "CPU".into(),
-                    raw: 20_000,
-                }],
-                labels: labels_to_wire(&labels(&[("zone", "a")])),
-            },
-            now,
-        );
-        match reply {
-            Message::NodeRegistered {
-                node,
-                heartbeat_interval_ms,
-            } => {
-                assert_eq!(heartbeat_interval_ms, 200);
-                node
-            }
-            other => panic!("{other:?}"),
-        }
-    }
-
-    fn nodes(state: &mut State) -> Vec<NodeEntry> {
-        match handle(state, Message::GetNodes, Duration::ZERO) {
-            Message::Nodes { nodes } => nodes,
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn registered_nodes_get_fresh_ids_and_are_listed() {
-        let mut s = state(Duration::from_secs(1));
-        assert_eq!(register(&mut s, Duration::ZERO), NodeId(1));
-        assert_eq!(register(&mut s, Duration::ZERO), NodeId(2));
-        let listed = nodes(&mut s);
-        assert_eq!(listed.len(), 2);
-        assert!(listed.iter().all(|n| n.alive && n.labels.len() == 1));
-        assert_eq!(listed[0].resources[0].raw, 20_000);
-    }
-
-    #[test]
-    fn silent_node_is_dead_and_its_heartbeat_is_refused() {
-        let mut s = state(Duration::from_secs(1));
-        let quiet = register(&mut s, Duration::ZERO);
-        let chatty = register(&mut s, Duration::ZERO);
-        let hb = |s: &mut State, node, at| handle(s, Message::Heartbeat { node }, at);
-        assert_eq!(hb(&mut s, chatty, Duration::from_millis(800)), Message::Ok);
-        assert_eq!(s.gcs.check_health(Duration::from_millis(1500)), vec![quiet]);
-        let listed = nodes(&mut s);
-        assert!(!listed[0].alive && listed[0].death_cause.is_some());
-        assert!(listed[1].alive);
-        assert!(matches!(
-            hb(&mut s, quiet, Duration::from_millis(1600)),
-            Message::Error { .. }
-        ));
-    }
-
-    #[test]
-    fn kv_put_then_get_and_unknown_requests_are_errors() {
-        let mut s = state(Duration::from_secs(1));
-        let put = Message::KvPut {
-            namespace: "ns".into(),
-            key: b"k".to_vec(),
-            value: b"v".to_vec(),
-            overwrite: false,
-        };
-        assert_eq!(
-            handle(&mut s, put.clone(), Duration::ZERO),
-            Message::KvPutDone { written: true }
-        );
-        assert_eq!(
-            handle(&mut s, put, Duration::ZERO),
-            Message::KvPutDone { written: false }
-        );
-        let get = Message::KvGet {
-            namespace: "ns".into(),
-            key: b"k".to_vec(),
-        };
-        assert_eq!(
-            handle(&mut s, get, Duration::ZERO),
-            Message::KvValue {
-                value: Some(b"v".to_vec())
-            }
-        );
-        assert!(matches!(
-            handle(&mut s, Message::Ok, Duration::ZERO),
-            Message::Error { reason } if reason.contains("Ok")
-        ));
-    }
-}

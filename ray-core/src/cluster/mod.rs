@@ -12,16 +12,23 @@
 //! Jobs, workers, task execution and object transfer between nodes are not
 //! here yet.
 
+mod core;
 mod gcs_client;
 mod gcs_server;
 mod node_daemon;
+mod node_service;
+mod worker;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-pub use gcs_client::GcsClient;
+pub use gcs_client::{binary_hash, ActorLocation, GcsClient, MAX_BINARY_LEN};
 pub use gcs_server::{GcsServer, GcsServerConfig};
 pub use node_daemon::{NodeDaemon, NodeSpec};
+
+pub(crate) use self::core::{ClusterCore, CoreConfig, RemoteActor};
+pub use node_service::{NodeService, NodeServiceConfig};
+pub(crate) use worker::job_fingerprint;
 
 use ray_proto::wire::{BuildFingerprint, Label, Message, ResourceAmount};
 use ray_sched::{Quantity, ResourceSet};

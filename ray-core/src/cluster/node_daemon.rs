@@ -54,6 +54,11 @@ impl NodeDaemon {
         })
     }
 
+    /// The GCS client this node registered through.
+    pub fn client(&self) -> &GcsClient {
+        &self.client
+    }
+
     /// The id the GCS gave this node.
     pub fn node_id(&self) -> NodeId {
         self.node
@@ -77,7 +82,7 @@ impl NodeDaemon {
         let mut missed = 0;
         loop {
             ticks.tick().await;
-            match self.client.heartbeat(self.node).await {
+            match self.client.heartbeat(self.node, 0, Vec::new()).await {
                 Ok(()) => missed = 0,
                 Err(e @ ClusterError::Timeout { .. }) => {
                     missed += 1;

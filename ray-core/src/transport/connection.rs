@@ -127,6 +127,17 @@ impl RecvHalf {
             }
         }
     }
+
+    /// The stream underneath, for raw bytes that follow a frame.
+    ///
+    /// The decoder never reads past the frame it is decoding (its
+    /// [`FrameDecoder::buf`] is exactly what that frame still needs), so
+    /// between frames no byte of the stream is held here: whatever follows
+    /// the last frame is still in the stream.
+    pub(super) fn stream_mut(&mut self) -> &mut quinn::RecvStream {
+        debug_assert!(self.decoder.is_idle(), "raw read inside a frame");
+        &mut self.stream
+    }
 }
 
 /// The typed error for a failed read, closing the connection when the peer

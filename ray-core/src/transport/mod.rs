@@ -19,11 +19,13 @@
 //! [`Message::HelloOk`]: ray_proto::wire::Message::HelloOk
 //! [`Message::Refused`]: ray_proto::wire::Message::Refused
 
+mod bulk;
 mod connection;
 mod connections;
 pub mod endpoint;
 pub mod frame;
 mod rpc;
+mod stream;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -35,6 +37,7 @@ pub use endpoint::{Endpoint, EndpointConfig, TransportConfig};
 pub use frame::{FrameDecoder, FrameError, DEFAULT_MAX_FRAME_LEN};
 pub use ray_proto::wire::{BuildFingerprint, Envelope, Message, Role, PROTOCOL_VERSION};
 pub use rpc::IncomingRequest;
+pub use stream::{FrameReader, FrameWriter};
 pub use tls::{ClusterCa, ClusterCredentials, ALPN, SERVER_NAME};
 
 /// The application error code a connection is closed with, so the peer
@@ -171,6 +174,28 @@ pub enum TransportError {
     ControlStreamClosed {
         /// The peer's address.
         peer: SocketAddr,
+    },
+    /// A raw payload was announced longer than the receiver accepts; only
+    /// its stream was refused, the connection stays up.
+    #[error("{peer} announced a payload of {len} bytes, over the limit of {max} bytes")]
+    PayloadTooLarge {
+        /// The peer's address.
+        peer: SocketAddr,
+        /// The length announced.
+        len: u64,
+        /// The limit in force.
+        max: u64,
+    },
+    /// The peer finished or reset a stream before the raw payload it
+    /// announced was whole.
+    #[error("{peer} ended a {len}-byte payload after {got} bytes")]
+    PayloadTruncated {
+        /// The peer's address.
+        peer: SocketAddr,
+        /// Bytes that arrived.
+        got: u64,
+        /// Bytes announced.
+        len: u64,
     },
     /// The endpoint was closed; it accepts and connects no more.
     #[error("the endpoint is closed")]

@@ -76,9 +76,9 @@ impl Connection {
 
 /// A request stream the peer opened, waiting to be read and answered.
 pub struct IncomingRequest {
-    conn: Connection,
-    send: SendHalf,
-    recv: RecvHalf,
+    pub(super) conn: Connection,
+    pub(super) send: SendHalf,
+    pub(super) recv: RecvHalf,
 }
 
 impl IncomingRequest {

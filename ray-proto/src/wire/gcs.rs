@@ -13,7 +13,7 @@ use rkyv::{Archive, Deserialize, Serialize};
 use crate::{ActorId, JobId, NodeId};
 
 /// An amount of one named resource.
-#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
 pub struct ResourceAmount {
     /// The resource (`CPU`, `GPU`, `memory`, or a custom name).
     pub name: String,
@@ -45,6 +45,10 @@ pub struct NodeEntry {
     pub alive: bool,
     /// Why it was declared dead, if it was.
     pub death_cause: Option<String>,
+    /// Resources in use, as the node last reported them.
+    pub used: Vec<ResourceAmount>,
+    /// The version of that report (grows with every change on the node).
+    pub version: u64,
 }
 
 /// A row of the job table.

@@ -59,12 +59,18 @@ fn issue(ca: &ClusterCa, dir: &Path) -> Result<ClusterCredentials, CliError> {
 
 /// Loads credentials from `path` (a credentials directory, or a file in
 /// one), or from the cluster directory's when `path` is `None`.
-pub fn load_credentials(path: Option<&Path>, dir: &Path) -> Result<ClusterCredentials, CliError> {
-    let path = match path {
+/// The credentials directory `--credentials` (a directory or a file in
+/// it) names, else the cluster directory's.
+pub fn credentials_path(path: Option<&Path>, dir: &Path) -> PathBuf {
+    match path {
         Some(p) if p.is_file() => p.parent().unwrap_or(Path::new(".")).to_owned(),
         Some(p) => p.to_owned(),
         None => credentials_dir(dir),
-    };
+    }
+}
+
+pub fn load_credentials(path: Option<&Path>, dir: &Path) -> Result<ClusterCredentials, CliError> {
+    let path = credentials_path(path, dir);
     if !path.exists() {
         return Err(CliError::failed(format!(
             "no credentials at {} (pass --credentials DIR: the head's credentials directory)",

@@ -6,7 +6,7 @@ use std::path::Path;
 use ray_core::cluster::{control_plane_fingerprint, resources_from_wire, ClusterError, GcsClient};
 use ray_core::transport::{Endpoint, EndpointConfig, Role, TransportError};
 use ray_core::Quantity;
-use ray_proto::wire::{ActorEntry, ActorStatus, JobEntry, NodeEntry};
+use ray_proto::wire::{ActorEntry, ActorStatus, JobEntry, NodeEntry, ResourceAmount};
 use serde_json::{json, Value};
 
 use crate::args::{Format, QueryArgs, Table};
@@ -68,13 +68,12 @@ pub async fn status(args: QueryArgs) -> Result<(), CliError> {
         nodes.len() - alive
     );
     for n in &nodes {
-        // Usage reporting comes with the node daemons' schedulers.
         println!(
-            "  {:<10} {:<22} {:<6} total {} (usage not reported yet)",
+            "  {:<10} {:<22} {:<6} {}",
             n.id.to_string(),
             n.address,
             state(n),
-            resources_text(n)
+            usage_text(n)
         );
     }
     let running = jobs.iter().filter(|j| j.running).count();
@@ -171,15 +170,33 @@ fn resources_text(n: &NodeEntry) -> String {
     resources_from_wire(&n.resources).to_string()
 }
 
+/// `CPU 1.5/4, GPU 0/1`: each resource the node has, used over total, as
+/// the node last reported (0 used before its first report).
+fn usage_text(n: &NodeEntry) -> String {
+    let used = resources_from_wire(&n.used);
+    let parts: Vec<String> = resources_from_wire(&n.resources)
+        .iter()
+        .map(|(name, total)| format!("{name} {}/{total}", used.get(name)))
+        .collect();
+    if parts.is_empty() {
+        "no resources".to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
+fn amounts_json(amounts: &[ResourceAmount]) -> serde_json::Map<String, Value> {
+    resources_from_wire(amounts)
+        .iter()
+        .map(|(name, q)| (name.to_owned(), amount(q)))
+        .collect()
+}
+
 fn amount(q: Quantity) -> Value {
     json!(q.to_f64())
 }
 
 fn node_json(n: &NodeEntry) -> Value {
-    let resources: serde_json::Map<String, Value> = resources_from_wire(&n.resources)
-        .iter()
-        .map(|(name, q)| (name.to_owned(), amount(q)))
-        .collect();
     let labels: serde_json::Map<String, Value> = n
         .labels
         .iter()
@@ -191,7 +208,9 @@ fn node_json(n: &NodeEntry) -> Value {
         "address": n.address,
         "state": state(n),
         "death_cause": n.death_cause,
-        "resources": resources,
+        "resources": amounts_json(&n.resources),
+        "used": amounts_json(&n.used),
+        "load_version": n.version,
         "labels": labels,
     })
 }

@@ -6,7 +6,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use ray_core::cluster::{
-    control_plane_fingerprint, GcsClient, GcsServer, GcsServerConfig, NodeDaemon, NodeSpec,
+    control_plane_fingerprint, GcsClient, GcsServer, GcsServerConfig, NodeDaemon, NodeService,
+    NodeServiceConfig, NodeSpec,
 };
 use ray_core::transport::{ClusterCredentials, Endpoint, EndpointConfig, Role};
 use tokio::signal::unix::{signal, SignalKind};
@@ -35,12 +36,12 @@ pub async fn head(args: StartArgs) -> Result<(), CliError> {
     } else {
         gcs_addr
     };
-    let daemon = start_node(&args, &creds, dial).await?;
+    let creds_dir = layout::credentials_dir(&args.dir);
+    let daemon = start_node(&args, &creds, &creds_dir, dial).await?;
     let address_file = layout::address_file(&args.dir);
     std::fs::write(&address_file, format!("{gcs_addr}\n"))
         .map_err(|e| CliError::failed(format!("cannot write {}: {e}", address_file.display())))?;
     let _pid = PidFile::create(&args.dir)?;
-    let creds_dir = layout::credentials_dir(&args.dir);
     println!("rayrs: head started");
     println!("  cluster address: {gcs_addr}");
     println!("  credentials:     {}", creds_dir.display());
@@ -63,7 +64,8 @@ pub async fn head(args: StartArgs) -> Result<(), CliError> {
 /// Joins a node to the cluster at `gcs`.
 pub async fn join(args: StartArgs, gcs: SocketAddr) -> Result<(), CliError> {
     let creds = layout::load_credentials(args.credentials.as_deref(), &args.dir)?;
-    let daemon = start_node(&args, &creds, gcs).await?;
+    let creds_dir = layout::credentials_path(args.credentials.as_deref(), &args.dir);
+    let daemon = start_node(&args, &creds, &creds_dir, gcs).await?;
     let _pid = PidFile::create(&args.dir)?;
     println!("rayrs: {} joined the cluster at {gcs}", daemon.node_id());
     flush();
@@ -97,8 +99,9 @@ fn bind_endpoint(
 async fn start_node(
     args: &StartArgs,
     creds: &ClusterCredentials,
+    creds_dir: &Path,
     gcs: SocketAddr,
-) -> Result<NodeDaemon, CliError> {
+) -> Result<NodeService, CliError> {
     let ip = if gcs.ip().is_loopback() {
         loopback(gcs.ip())
     } else if gcs.is_ipv4() {
@@ -122,14 +125,28 @@ async fn start_node(
         resources: args.resources.clone(),
         labels: args.labels.clone(),
     };
-    NodeDaemon::register(client, &spec)
+    let daemon = NodeDaemon::register(client, &spec)
         .await
-        .map_err(|e| query::describe(e, args.credentials.as_deref(), &args.dir))
+        .map_err(|e| query::describe(e, args.credentials.as_deref(), &args.dir))?;
+    let creds_dir = std::path::absolute(creds_dir).unwrap_or_else(|_| creds_dir.to_owned());
+    let cache_dir = std::path::absolute(args.dir.join("binaries"))
+        .unwrap_or_else(|_| args.dir.join("binaries"));
+    Ok(NodeService::start(
+        daemon,
+        endpoint,
+        args.resources.clone(),
+        args.labels.clone(),
+        NodeServiceConfig {
+            credentials_dir: creds_dir,
+            cache_dir,
+            bind_ip: advertised.ip(),
+        },
+    ))
 }
 
 /// Serves until SIGTERM or Ctrl-C (a clean exit) or until the node can no
 /// longer heartbeat (an error).
-async fn until_stopped(daemon: &NodeDaemon) -> Result<(), CliError> {
+async fn until_stopped(daemon: &NodeService) -> Result<(), CliError> {
     let mut term = signal(SignalKind::terminate())
         .map_err(|e| CliError::failed(format!("cannot watch for SIGTERM: {e}")))?;
     tokio::select! {

@@ -1,0 +1,1459 @@
+//! The data plane of one cluster process (a driver or a worker): the
+//! owner's side of the direct task transport, and the worker's side that
+//! runs what owners push.
+//!
+//! **Owner.** A submitted task waits until the arguments it owns are
+//! ready, then queues under its scheduling key (resources and strategy).
+//! For a key with queued work the owner asks its local node daemon for a
+//! lease (one at a time per key, so leases ramp up as grants come back);
+//! the daemon grants one on itself or on a node it spilled to, naming a
+//! worker of this job there. The owner pushes up to [`PIPELINE`] tasks per
+//! lease straight to that worker on one framed stream ([`Link`]) and keeps
+//! the lease while work of that shape remains; an idle lease goes back
+//! after [`LEASE_IDLE`]. Results come back on the same stream: small values
+//! inline, large ones announced and then pulled (taken) from the worker.
+//!
+//! **Worker.** Pushed work runs through the process's own runtime (its
+//! pool, admission and actor mailboxes), so blocking `get`s, nesting and
+//! actor ordering work exactly as embedded. Arguments that are references
+//! become borrowed entries of the local object table, filled by fetching
+//! from the owner.
+//!
+//! **Objects crossing processes.** An owner keeps a task's argument refs
+//! until the task's result is back. Refs nested inside values that cross
+//! a process boundary are pinned until the job ends (no distributed
+//! borrower counting yet).
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use hashbrown::HashMap;
+use parking_lot::Mutex;
+use ray_proto::wire::{
+    BuildFingerprint, ErrorKind, Message, ResourceAmount, WireArg, WireError, WireOutcome,
+    WireStrategy, WorkItem, WorkResult,
+};
+use ray_proto::{ActorId, JobId, NodeId, ObjectId, TaskId, WorkerId};
+use ray_sched::SchedulingStrategy;
+use ray_store::ObjectBuffer;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{resources_from_wire, resources_to_wire, GcsClient};
+use crate::actor::{ActorCell, RawActorHandle, Target};
+use crate::error::{Error, UserError};
+use crate::object::Encoded;
+use crate::object_ref::{ArgKind, ObjectRef, TaskArg};
+use crate::options::{ActorOptions, ResourceRequest};
+use crate::ownership::RefHandle;
+use crate::placement::Pool;
+use crate::registry::{registry, ActorClass, ActorMethod, RemoteFunction};
+use crate::runtime::Runtime;
+use crate::task::TaskSpec;
+use crate::transport::{Connections, Endpoint, Envelope, FrameReader, FrameWriter};
+
+/// Tasks pushed to one lease before its results come back.
+pub(crate) const PIPELINE: usize = 64;
+/// How long an idle lease is kept for more work of its shape.
+pub(crate) const LEASE_IDLE: Duration = Duration::from_millis(50);
+/// Work items per pushed frame, at most.
+const BATCH_ITEMS: usize = 512;
+/// The largest object accepted from a peer (it must fit in memory anyway).
+const MAX_OBJECT_LEN: u64 = 1 << 40;
+
+/// What a cluster process needs to know about its job and its node.
+pub(crate) struct CoreConfig {
+    pub(crate) job: JobId,
+    pub(crate) binary_hash: [u8; 32],
+    pub(crate) fingerprint: BuildFingerprint,
+    /// The node daemon this process asks for leases.
+    pub(crate) local_node: SocketAddr,
+    /// The address peers reach this process at.
+    pub(crate) my_addr: SocketAddr,
+}
+
+/// Where a scheduling key's work goes: same resources, same strategy.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+struct SchedKey {
+    resources: Vec<ResourceAmount>,
+    strategy: WireStrategy,
+}
+
+/// A task waiting for a lease.
+struct Queued {
+    task: TaskId,
+    function: &'static RemoteFunction,
+    args: Vec<WireArg>,
+    keep: Vec<TaskArg>,
+    attempt: u32,
+    parent: Option<TaskId>,
+}
+
+struct Lease {
+    id: TaskId,
+    node: NodeId,
+    link: Arc<Link>,
+    inflight: usize,
+    idle_since: Option<Instant>,
+}
+
+#[derive(Default)]
+struct KeyState {
+    queue: VecDeque<Queued>,
+    leases: Vec<Lease>,
+    requesting: bool,
+}
+
+enum InflightKind {
+    Task { key: SchedKey, lease: TaskId },
+    ActorCall,
+    ActorCreate(oneshot::Sender<Result<(), Error>>),
+}
+
+/// Work pushed and not answered yet.
+struct Inflight {
+    kind: InflightKind,
+    name: &'static str,
+    link: SocketAddr,
+    node: NodeId,
+    /// Argument refs kept alive until the result is back.
+    _keep: Vec<TaskArg>,
+}
+
+#[derive(Default)]
+struct OwnerState {
+    keys: HashMap<SchedKey, KeyState>,
+    inflight: HashMap<TaskId, Inflight>,
+}
+
+/// A work stream to one worker process.
+pub(crate) struct Link {
+    addr: SocketAddr,
+    node: NodeId,
+    tx: mpsc::UnboundedSender<WorkItem>,
+}
+
+/// An actor hosted by this worker process.
+struct Hosted {
+    cell: Arc<ActorCell>,
+    lease: TaskId,
+}
+
+/// The cluster side of a [`Runtime`]: see the module docs.
+pub(crate) struct ClusterCore {
+    rt: OnceLock<Weak<Runtime>>,
+    pub(crate) tokio: tokio::runtime::Handle,
+    endpoint: Endpoint,
+    conns: Connections,
+    pub(crate) gcs: GcsClient,
+    pub(crate) job: JobId,
+    binary_hash: [u8; 32],
+    fingerprint: BuildFingerprint,
+    my_addr: String,
+    local_node: SocketAddr,
+    owner: Mutex<OwnerState>,
+    links: Mutex<HashMap<SocketAddr, Arc<tokio::sync::OnceCell<Arc<Link>>>>>,
+    worker_addrs: Mutex<HashMap<WorkerId, String>>,
+    node_addrs: Mutex<HashMap<NodeId, SocketAddr>>,
+    /// Large results waiting for their owner to take them (worker side).
+    held: Mutex<HashMap<ObjectId, ObjectBuffer>>,
+    /// Refs that crossed a process boundary inside values.
+    pinned: Mutex<Vec<Arc<RefHandle>>>,
+    hosted: Mutex<HashMap<ActorId, Hosted>>,
+}
+
+impl ClusterCore {
+    pub(crate) fn new(
+        tokio: tokio::runtime::Handle,
+        endpoint: Endpoint,
+        gcs: GcsClient,
+        config: CoreConfig,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            rt: OnceLock::new(),
+            tokio,
+            conns: Connections::new(endpoint.clone()),
+            endpoint,
+            gcs,
+            job: config.job,
+            binary_hash: config.binary_hash,
+            fingerprint: config.fingerprint,
+            my_addr: config.my_addr.to_string(),
+            local_node: config.local_node,
+            owner: Mutex::new(OwnerState::default()),
+            links: Mutex::new(HashMap::new()),
+            worker_addrs: Mutex::new(HashMap::new()),
+            node_addrs: Mutex::new(HashMap::new()),
+            held: Mutex::new(HashMap::new()),
+            pinned: Mutex::new(Vec::new()),
+            hosted: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Ties the core to its runtime and starts serving peers.
+    pub(crate) fn attach(self: &Arc<Self>, rt: &Arc<Runtime>) {
+        let _ = self.rt.set(Arc::downgrade(rt));
+        let me = self.clone();
+        self.tokio.spawn(async move { me.accept_loop().await });
+        let me = self.clone();
+        self.tokio.spawn(async move { me.reap_loop().await });
+    }
+
+    fn rt(&self) -> Option<Arc<Runtime>> {
+        self.rt.get().and_then(Weak::upgrade)
+    }
+
+    /// The connections this process has made.
+    pub(crate) fn connections(&self) -> &Connections {
+        &self.conns
+    }
+
+    // ---------------------------------------------------------------
+    // Owner: tasks
+    // ---------------------------------------------------------------
+
+    /// Submits a task to the cluster; its result completes `spec.task`'s
+    /// return object in this process's table.
+    pub(crate) fn submit_task(
+        self: &Arc<Self>,
+        rt: &Arc<Runtime>,
+        spec: TaskSpec,
+        strategy: &SchedulingStrategy,
+    ) {
+        let key = SchedKey {
+            resources: resources_to_wire(&spec.resources),
+            strategy: strategy_to_wire(strategy),
+        };
+        let deps = crate::task::pending_deps(rt, &spec.args);
+        let me = self.clone();
+        if deps.is_empty() {
+            if let Some(args) = self.wire_args_now(&spec.args) {
+                self.queue(key, spec, args);
+                return;
+            }
+        }
+        self.tokio.spawn(async move {
+            for d in &deps {
+                let _ = d.buffer().await;
+            }
+            match me.wire_args(&spec.args).await {
+                Ok(args) => me.queue(key, spec, args),
+                Err(e) => {
+                    if let Some(rt) = me.rt() {
+                        rt.complete_object(spec.task.return_object(), Err(e));
+                    }
+                }
+            }
+        });
+    }
+
+    fn queue(self: &Arc<Self>, key: SchedKey, spec: TaskSpec, args: Vec<WireArg>) {
+        let q = Queued {
+            task: spec.task,
+            function: spec.function,
+            args,
+            keep: spec.args,
+            attempt: spec.attempt,
+            parent: spec.parent,
+        };
+        self.owner
+            .lock()
+            .keys
+            .entry(key.clone())
+            .or_default()
+            .queue
+            .push_back(q);
+        self.pump(&key);
+    }
+
+    /// Pushes queued work of `key` onto its leases; asks for a lease if
+    /// work remains and none is being asked for.
+    fn pump(self: &Arc<Self>, key: &SchedKey) {
+        let mut request = false;
+        {
+            let mut st = self.owner.lock();
+            let OwnerState { keys, inflight } = &mut *st;
+            let Some(ks) = keys.get_mut(key) else { return };
+            while !ks.queue.is_empty() {
+                let Some(lease) = ks
+                    .leases
+                    .iter_mut()
+                    .filter(|l| l.inflight < PIPELINE)
+                    .min_by_key(|l| l.inflight)
+                else {
+                    break;
+                };
+                let Some(q) = ks.queue.pop_front() else { break };
+                lease.inflight += 1;
+                lease.idle_since = None;
+                let item = WorkItem::Task {
+                    task: q.task,
+                    function: q.function.id,
+                    args: q.args,
+                    lease: lease.id,
+                    resources: key.resources.clone(),
+                    attempt: q.attempt,
+                    parent: q.parent,
+                };
+                inflight.insert(
+                    q.task,
+                    Inflight {
+                        kind: InflightKind::Task {
+                            key: key.clone(),
+                            lease: lease.id,
+                        },
+                        name: q.function.name,
+                        link: lease.link.addr,
+                        node: lease.node,
+                        _keep: q.keep,
+                    },
+                );
+                // A closed link fails its inflight work when its reader ends.
+                let _ = lease.link.tx.send(item);
+            }
+            if !ks.queue.is_empty() && !ks.requesting {
+                ks.requesting = true;
+                request = true;
+            }
+            if ks.queue.is_empty() && ks.leases.is_empty() && !ks.requesting {
+                keys.remove(key);
+            }
+        }
+        if request {
+            let me = self.clone();
+            let key = key.clone();
+            self.tokio.spawn(async move { me.request_lease(key).await });
+        }
+    }
+
+    async fn request_lease(self: Arc<Self>, key: SchedKey) {
+        let result = self.lease(&key.resources, &key.strategy).await;
+        let failed = {
+            let mut st = self.owner.lock();
+            let Some(ks) = st.keys.get_mut(&key) else {
+                drop(st);
+                if let Ok((lease, node, _)) = result {
+                    self.return_lease(node, lease);
+                }
+                return;
+            };
+            ks.requesting = false;
+            match result {
+                Ok((id, node, link)) => {
+                    ks.leases.push(Lease {
+                        id,
+                        node,
+                        link,
+                        inflight: 0,
+                        idle_since: Some(Instant::now()),
+                    });
+                    None
+                }
+                Err(e) => Some((std::mem::take(&mut ks.queue), e)),
+            }
+        };
+        if let Some((queue, err)) = failed {
+            if let Some(rt) = self.rt() {
+                for q in queue {
+                    let e = match &err {
+                        Error::Infeasible {
+                            reason,
+                            request,
+                            total,
+                            ..
+                        } => Error::Infeasible {
+                            what: q.function.name.to_string(),
+                            reason: reason.clone(),
+                            request: request.clone(),
+                            total: total.clone(),
+                        },
+                        e => e.clone(),
+                    };
+                    rt.complete_object(q.task.return_object(), Err(e));
+                }
+            }
+        }
+        self.pump(&key);
+    }
+
+    /// Asks the local node daemon for a lease; returns it with the link to
+    /// the worker it names.
+    async fn lease(
+        self: &Arc<Self>,
+        resources: &[ResourceAmount],
+        strategy: &WireStrategy,
+    ) -> Result<(TaskId, NodeId, Arc<Link>), Error> {
+        let rt = self.rt().ok_or(Error::ShutDown)?;
+        let lease = rt.new_task_id();
+        let request = Message::RequestLease {
+            lease,
+            job: self.job,
+            binary_hash: self.binary_hash,
+            fingerprint: self.fingerprint,
+            resources: resources.to_vec(),
+            strategy: strategy.clone(),
+            spilled_from: None,
+        };
+        let reply = self.ask(self.local_node, request).await?;
+        match reply {
+            Message::LeaseGranted {
+                lease,
+                node,
+                address,
+                ..
+            } => {
+                let addr = parse_addr(&address)?;
+                match self.link(addr, node).await {
+                    Ok(link) => Ok((lease, node, link)),
+                    Err(e) => {
+                        self.return_lease(node, lease);
+                        Err(e)
+                    }
+                }
+            }
+            Message::LeaseInfeasible { reason } => Err(Error::Infeasible {
+                what: String::new(),
+                reason,
+                request: Box::new(resources_from_wire(resources)),
+                total: Box::new(ray_sched::ResourceSet::new()),
+            }),
+            Message::Error { reason } => Err(Error::Cluster {
+                cause: format!("lease refused: {reason}"),
+            }),
+            other => Err(Error::Cluster {
+                cause: format!("unexpected answer to a lease request: {other:?}"),
+            }),
+        }
+    }
+
+    /// Sends `request` to `addr` on a stream of its own; one reply.
+    pub(crate) async fn ask(&self, addr: SocketAddr, request: Message) -> Result<Message, Error> {
+        let conn = self.conns.get(addr).await.map_err(|e| Error::Cluster {
+            cause: format!("cannot reach {addr}: {e}"),
+        })?;
+        let reply = conn
+            .request(&Envelope::new(request))
+            .await
+            .map_err(|e| Error::Cluster {
+                cause: format!("request to {addr} failed: {e}"),
+            })?;
+        Ok(reply.body)
+    }
+
+    fn return_lease(self: &Arc<Self>, node: NodeId, lease: TaskId) {
+        let me = self.clone();
+        self.tokio.spawn(async move {
+            if let Ok(addr) = me.node_addr(node).await {
+                let _ = me.ask(addr, Message::ReturnLease { lease }).await;
+            }
+        });
+    }
+
+    /// Returns leases idle for longer than [`LEASE_IDLE`].
+    async fn reap_loop(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(LEASE_IDLE / 2);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if self.rt().is_none() {
+                return;
+            }
+            let now = Instant::now();
+            let mut expired = Vec::new();
+            {
+                let mut st = self.owner.lock();
+                st.keys.retain(|_, ks| {
+                    if ks.queue.is_empty() {
+                        ks.leases.retain(|l| {
+                            let idle = l.inflight == 0
+                                && l.idle_since.is_some_and(|t| now - t >= LEASE_IDLE);
+                            if idle {
+                                expired.push((l.node, l.id));
+                            }
+                            !idle
+                        });
+                    }
+                    !(ks.queue.is_empty() && ks.leases.is_empty() && !ks.requesting)
+                });
+            }
+            for (node, lease) in expired {
+                self.return_lease(node, lease);
+            }
+        }
+    }
+
+    async fn node_addr(&self, node: NodeId) -> Result<SocketAddr, Error> {
+        if let Some(a) = self.node_addrs.lock().get(&node) {
+            return Ok(*a);
+        }
+        let nodes = self.gcs.nodes().await.map_err(|e| Error::Cluster {
+            cause: e.to_string(),
+        })?;
+        let mut map = self.node_addrs.lock();
+        for n in nodes {
+            if let Ok(a) = n.address.parse() {
+                map.insert(n.id, a);
+            }
+        }
+        map.get(&node).copied().ok_or(Error::NodeDied {
+            node,
+            cause: "not in the node table".into(),
+        })
+    }
+
+    // ---------------------------------------------------------------
+    // Owner: links and results
+    // ---------------------------------------------------------------
+
+    /// The work stream to the worker at `addr`, opened on first use.
+    async fn link(self: &Arc<Self>, addr: SocketAddr, node: NodeId) -> Result<Arc<Link>, Error> {
+        let cell = self.links.lock().entry(addr).or_default().clone();
+        let me = self.clone();
+        cell.get_or_try_init(|| async move {
+            let conn = me.conns.get(addr).await.map_err(|e| Error::NodeDied {
+                node,
+                cause: format!("cannot reach its worker at {addr}: {e}"),
+            })?;
+            let (writer, reader) = conn.open_frames().await.map_err(|e| Error::NodeDied {
+                node,
+                cause: format!("cannot open a work stream to {addr}: {e}"),
+            })?;
+            let (tx, rx) = mpsc::unbounded_channel();
+            let link = Arc::new(Link { addr, node, tx });
+            me.tokio.spawn(write_loop(writer, rx));
+            let me2 = me.clone();
+            me.tokio.spawn(async move { me2.read_results(addr, node, reader).await });
+            Ok(link)
+        })
+        .await
+        .cloned()
+    }
+
+    async fn read_results(self: Arc<Self>, addr: SocketAddr, node: NodeId, mut reader: FrameReader) {
+        let cause = loop {
+            match reader.recv().await {
+                Ok(Some(env)) => match env.body {
+                    Message::WorkDone { results } => self.on_results(addr, results),
+                    other => break format!("unexpected message on a work stream: {other:?}"),
+                },
+                Ok(None) => break "the worker closed its work stream".to_string(),
+                Err(e) => break format!("its worker at {addr} is unreachable: {e}"),
+            }
+        };
+        self.link_died(addr, node, cause);
+    }
+
+    fn on_results(self: &Arc<Self>, addr: SocketAddr, results: Vec<WorkResult>) {
+        let Some(rt) = self.rt() else { return };
+        let mut touched: Vec<SchedKey> = Vec::new();
+        let mut done = Vec::with_capacity(results.len());
+        {
+            let mut st = self.owner.lock();
+            let OwnerState { keys, inflight } = &mut *st;
+            for r in results {
+                let Some(f) = inflight.remove(&r.task) else {
+                    continue;
+                };
+                if let InflightKind::Task { key, lease } = &f.kind {
+                    if let Some(ks) = keys.get_mut(key) {
+                        if let Some(l) = ks.leases.iter_mut().find(|l| l.id == *lease) {
+                            l.inflight -= 1;
+                            if l.inflight == 0 {
+                                l.idle_since = Some(Instant::now());
+                            }
+                        }
+                        if !ks.queue.is_empty() && !touched.contains(key) {
+                            touched.push(key.clone());
+                        }
+                    }
+                }
+                done.push((r, f));
+            }
+        }
+        for key in &touched {
+            self.pump(key);
+        }
+        for (r, f) in done {
+            match r.outcome {
+                WireOutcome::Value(bytes) => {
+                    let buf = ObjectBuffer::from_aligned(aligned(&bytes));
+                    self.finish(&rt, r.task, f, Ok(buf));
+                }
+                WireOutcome::Failed(e) => {
+                    let err = error_from_wire(e, f.name);
+                    self.finish(&rt, r.task, f, Err(err));
+                }
+                WireOutcome::Stored { .. } => {
+                    let me = self.clone();
+                    let rt = rt.clone();
+                    self.tokio.spawn(async move {
+                        let out = me.fetch(addr, r.task.return_object(), true).await;
+                        me.finish(&rt, r.task, f, out);
+                    });
+                }
+            }
+        }
+    }
+
+    fn finish(&self, rt: &Arc<Runtime>, task: TaskId, f: Inflight, out: Result<ObjectBuffer, Error>) {
+        match f.kind {
+            InflightKind::ActorCreate(done) => {
+                let _ = done.send(out.map(|_| ()));
+            }
+            _ => {
+                let out = out.map(|buf| Encoded {
+                    buf,
+                    nested: Vec::new(),
+                });
+                rt.complete_object(task.return_object(), out);
+            }
+        }
+    }
+
+    /// Everything pushed on the link to `addr` fails: its worker or node died.
+    fn link_died(self: &Arc<Self>, addr: SocketAddr, node: NodeId, cause: String) {
+        self.links.lock().remove(&addr);
+        let failed: Vec<(TaskId, Inflight)> = {
+            let mut st = self.owner.lock();
+            let OwnerState { keys, inflight } = &mut *st;
+            for ks in keys.values_mut() {
+                ks.leases.retain(|l| l.link.addr != addr);
+            }
+            let ids: Vec<TaskId> = inflight
+                .iter()
+                .filter(|(_, f)| f.link == addr)
+                .map(|(id, _)| *id)
+                .collect();
+            ids.into_iter()
+                .filter_map(|id| inflight.remove(&id).map(|f| (id, f)))
+                .collect()
+        };
+        if failed.is_empty() {
+            return;
+        }
+        tracing::warn!(target: "ray::cluster", node = %node, %addr, cause = %cause, failed = failed.len(), "worker.lost");
+        if let Some(rt) = self.rt() {
+            for (task, f) in failed {
+                let err = Error::NodeDied {
+                    node: f.node,
+                    cause: cause.clone(),
+                };
+                self.finish(&rt, task, f, Err(err));
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------
+    // Objects
+    // ---------------------------------------------------------------
+
+    /// Fetches object `id` from the process at `addr`.
+    async fn fetch(&self, addr: SocketAddr, id: ObjectId, take: bool) -> Result<ObjectBuffer, Error> {
+        let lost = |cause: String| Error::ObjectLost { object: id, cause };
+        let conn = self
+            .conns
+            .get(addr)
+            .await
+            .map_err(|e| lost(format!("its holder at {addr} is unreachable: {e}")))?;
+        let (mut w, mut r) = conn
+            .open_frames()
+            .await
+            .map_err(|e| lost(format!("cannot ask {addr}: {e}")))?;
+        w.send(&Envelope::new(Message::GetObject { id, take }))
+            .await
+            .map_err(|e| lost(format!("cannot ask {addr}: {e}")))?;
+        w.finish();
+        match r.recv().await {
+            Ok(Some(env)) => match env.body {
+                Message::ObjectFollows { len } if len <= MAX_OBJECT_LEN => {
+                    let bytes = r
+                        .recv_raw(len as usize)
+                        .await
+                        .map_err(|e| lost(format!("transfer from {addr} failed: {e}")))?;
+                    Ok(ObjectBuffer::from_aligned(bytes))
+                }
+                Message::ObjectFailed { error } => Err(error_from_wire(error, "")),
+                other => Err(lost(format!("{addr} answered {other:?}"))),
+            },
+            Ok(None) => Err(lost(format!("{addr} closed the stream"))),
+            Err(e) => Err(lost(format!("transfer from {addr} failed: {e}"))),
+        }
+    }
+
+    /// A counted ref to `id`, owned by another process: a borrowed entry of
+    /// the local table, filled by fetching the value from its owner.
+    pub(crate) fn borrow(self: &Arc<Self>, rt: &Arc<Runtime>, id: ObjectId, owner: Option<String>) -> Arc<RefHandle> {
+        let (handle, created) = rt.objects.get_or_insert_pending(rt, id);
+        if created {
+            if let Some(o) = &owner {
+                self.worker_addrs.lock().insert(id.owner, o.clone());
+            }
+            let me = self.clone();
+            let rt = rt.clone();
+            self.tokio.spawn(async move {
+                let out = match me.worker_addr(id.owner).await {
+                    Ok(addr) => me.fetch(addr, id, false).await,
+                    Err(e) => Err(e),
+                };
+                rt.complete_object(
+                    id,
+                    out.map(|buf| Encoded {
+                        buf,
+                        nested: Vec::new(),
+                    }),
+                );
+            });
+        }
+        handle
+    }
+
+    async fn worker_addr(&self, worker: WorkerId) -> Result<SocketAddr, Error> {
+        let known = self.worker_addrs.lock().get(&worker).cloned();
+        let addr = match known {
+            Some(a) => a,
+            None => {
+                let a = self
+                    .gcs
+                    .get_worker(worker)
+                    .await
+                    .map_err(|e| Error::Cluster {
+                        cause: e.to_string(),
+                    })?
+                    .ok_or_else(|| Error::Cluster {
+                        cause: format!("{worker} is not in the worker table"),
+                    })?;
+                self.worker_addrs.lock().insert(worker, a.clone());
+                a
+            }
+        };
+        parse_addr(&addr)
+    }
+
+    fn owner_addr_now(&self, owner: WorkerId, me: WorkerId) -> Option<String> {
+        if owner == me {
+            Some(self.my_addr.clone())
+        } else {
+            self.worker_addrs.lock().get(&owner).cloned()
+        }
+    }
+
+    /// `args` in wire form if every owner address is known now.
+    fn wire_args_now(&self, args: &[TaskArg]) -> Option<Vec<WireArg>> {
+        let rt = self.rt()?;
+        let mut out = Vec::with_capacity(args.len());
+        for a in args {
+            out.push(match &a.0 {
+                ArgKind::Value(buf, nested) => {
+                    self.pin(nested);
+                    WireArg::Value(buf.as_bytes().to_vec())
+                }
+                ArgKind::Ref(h) => WireArg::Ref {
+                    id: h.id,
+                    owner: self.owner_addr_now(h.id.owner, rt.worker)?,
+                },
+            });
+        }
+        Some(out)
+    }
+
+    /// `args` in wire form, looking up owner addresses as needed.
+    async fn wire_args(&self, args: &[TaskArg]) -> Result<Vec<WireArg>, Error> {
+        if let Some(a) = self.wire_args_now(args) {
+            return Ok(a);
+        }
+        for a in args {
+            if let ArgKind::Ref(h) = &a.0 {
+                self.worker_addr(h.id.owner).await?;
+            }
+        }
+        self.wire_args_now(args).ok_or(Error::ShutDown)
+    }
+
+    fn pin(&self, refs: &[Arc<RefHandle>]) {
+        if !refs.is_empty() {
+            self.pinned.lock().extend(refs.iter().cloned());
+        }
+    }
+
+    // ---------------------------------------------------------------
+    // Owner: actors
+    // ---------------------------------------------------------------
+
+    /// Creates an actor somewhere in the cluster; calls queue until it lives.
+    pub(crate) fn spawn_actor(
+        self: &Arc<Self>,
+        rt: &Arc<Runtime>,
+        class: &'static ActorClass,
+        args: Vec<TaskArg>,
+        opts: &ActorOptions,
+    ) -> crate::Result<Arc<RemoteActor>> {
+        let resources = resources_to_wire(opts.validate()?);
+        let strategy = strategy_to_wire(&opts.resources.strategy);
+        let id = ActorId::new(rt.worker, rt.next_seq());
+        let (tx, rx) = mpsc::unbounded_channel();
+        let actor = Arc::new(RemoteActor {
+            id,
+            class,
+            tx,
+            dead: Mutex::new(None),
+        });
+        let max_concurrency = opts.max_concurrency as u32;
+        let me = self.clone();
+        let shared = actor.clone();
+        self.tokio.spawn(async move {
+            me.run_actor(shared, rx, args, resources, strategy, max_concurrency)
+                .await
+        });
+        Ok(actor)
+    }
+
+    async fn run_actor(
+        self: Arc<Self>,
+        actor: Arc<RemoteActor>,
+        mut rx: mpsc::UnboundedReceiver<ActorMsg>,
+        args: Vec<TaskArg>,
+        resources: Vec<ResourceAmount>,
+        strategy: WireStrategy,
+        max_concurrency: u32,
+    ) {
+        let created = self
+            .create_actor(&actor, args, resources, strategy, max_concurrency)
+            .await;
+        let link = match created {
+            Ok(link) => link,
+            Err(e) => {
+                let cause = match e {
+                    Error::ActorDied { cause, .. } => cause,
+                    e => e.to_string(),
+                };
+                actor.set_dead(cause.clone());
+                // Fail calls until every handle is gone.
+                let rt = self.rt();
+                while let Some(msg) = rx.recv().await {
+                    if let (ActorMsg::Call { task, .. }, Some(rt)) = (msg, &rt) {
+                        rt.complete_object(task.return_object(), Err(actor.died(&cause)));
+                    }
+                }
+                return;
+            }
+        };
+        while let Some(msg) = rx.recv().await {
+            match msg {
+                ActorMsg::Call { task, method, args } => {
+                    let wire = match self.wire_args(&args).await {
+                        Ok(w) => w,
+                        Err(e) => {
+                            if let Some(rt) = self.rt() {
+                                rt.complete_object(task.return_object(), Err(e));
+                            }
+                            continue;
+                        }
+                    };
+                    self.owner.lock().inflight.insert(
+                        task,
+                        Inflight {
+                            kind: InflightKind::ActorCall,
+                            name: method.name,
+                            link: link.addr,
+                            node: link.node,
+                            _keep: args,
+                        },
+                    );
+                    let item = WorkItem::ActorCall {
+                        task,
+                        actor: actor.id,
+                        method: method.id,
+                        args: wire,
+                    };
+                    if link.tx.send(item).is_err() {
+                        // The link's reader fails what was inflight on it.
+                        break;
+                    }
+                }
+                ActorMsg::Kill => {
+                    let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
+                    actor.set_dead("killed by its owner".into());
+                }
+            }
+        }
+        // Every handle is gone: the actor goes too.
+        let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
+    }
+
+    async fn create_actor(
+        self: &Arc<Self>,
+        actor: &Arc<RemoteActor>,
+        args: Vec<TaskArg>,
+        resources: Vec<ResourceAmount>,
+        strategy: WireStrategy,
+        max_concurrency: u32,
+    ) -> Result<Arc<Link>, Error> {
+        let rt = self.rt().ok_or(Error::ShutDown)?;
+        for d in crate::task::pending_deps(&rt, &args) {
+            let _ = d.buffer().await;
+        }
+        let wire = self.wire_args(&args).await?;
+        let (lease, node, link) = self.lease(&resources, &strategy).await?;
+        let (done_tx, done_rx) = oneshot::channel();
+        let task = TaskId::new(actor.id.owner, actor.id.seq);
+        self.owner.lock().inflight.insert(
+            task,
+            Inflight {
+                kind: InflightKind::ActorCreate(done_tx),
+                name: actor.class.name,
+                link: link.addr,
+                node,
+                _keep: args,
+            },
+        );
+        let item = WorkItem::CreateActor {
+            actor: actor.id,
+            class: actor.class.id,
+            args: wire,
+            lease,
+            resources,
+            max_concurrency,
+        };
+        if link.tx.send(item).is_err() {
+            self.owner.lock().inflight.remove(&task);
+            return Err(Error::NodeDied {
+                node,
+                cause: "its work stream closed".into(),
+            });
+        }
+        match done_rx.await {
+            Ok(Ok(())) => Ok(link),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(Error::ShutDown),
+        }
+    }
+
+    // ---------------------------------------------------------------
+    // Serving peers (owners pushing work, borrowers fetching objects)
+    // ---------------------------------------------------------------
+
+    async fn accept_loop(self: Arc<Self>) {
+        while let Ok(conn) = self.endpoint.accept().await {
+            let me = self.clone();
+            self.tokio.spawn(async move {
+                while let Ok((w, r)) = conn.accept_frames().await {
+                    let me = me.clone();
+                    me.tokio.clone().spawn(async move { me.serve_stream(w, r).await });
+                }
+            });
+        }
+    }
+
+    async fn serve_stream(self: Arc<Self>, mut w: FrameWriter, mut r: FrameReader) {
+        let Ok(Some(first)) = r.recv().await else { return };
+        match first.body {
+            Message::GetObject { id, take } => self.serve_object(w, id, take).await,
+            Message::WorkBatch { items } => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let writer = self.tokio.spawn(result_loop(w, rx));
+                for item in items {
+                    self.execute(item, &tx);
+                }
+                while let Ok(Some(env)) = r.recv().await {
+                    match env.body {
+                        Message::WorkBatch { items } => {
+                            for item in items {
+                                self.execute(item, &tx);
+                            }
+                        }
+                        _ => break,
+                    }
+                }
+                drop(tx);
+                let _ = writer.await;
+            }
+            Message::Ping { seq } => {
+                let _ = w.send(&Envelope::new(Message::Pong { seq })).await;
+                w.finish();
+            }
+            _ => {
+                let reply = Message::Error {
+                    reason: "a data-plane stream must start with GetObject or WorkBatch".into(),
+                };
+                let _ = w.send(&Envelope::new(reply)).await;
+                w.finish();
+            }
+        }
+    }
+
+    async fn serve_object(self: Arc<Self>, mut w: FrameWriter, id: ObjectId, take: bool) {
+        let held = if take {
+            self.held.lock().remove(&id)
+        } else {
+            self.held.lock().get(&id).cloned()
+        };
+        let out = match held {
+            Some(buf) => Ok(buf),
+            None => match self.rt().and_then(|rt| rt.objects.handle(id)) {
+                Some(h) => ObjectRef::<()>::from_handle(h).buffer().await,
+                None => Err(Error::ObjectLost {
+                    object: id,
+                    cause: "no reference to it remains at its owner".into(),
+                }),
+            },
+        };
+        match out {
+            Ok(buf) => {
+                let head = Message::ObjectFollows {
+                    len: buf.len() as u64,
+                };
+                if w.send(&Envelope::new(head)).await.is_ok() {
+                    let _ = w.send_raw(buf.as_bytes()).await;
+                }
+            }
+            Err(e) => {
+                let _ = w
+                    .send(&Envelope::new(Message::ObjectFailed {
+                        error: error_to_wire(&e),
+                    }))
+                    .await;
+            }
+        }
+        w.finish();
+    }
+
+    /// Runs one pushed work item through this process's runtime.
+    fn execute(self: &Arc<Self>, item: WorkItem, results: &mpsc::UnboundedSender<WorkResult>) {
+        let Some(rt) = self.rt() else { return };
+        let fail = |task: TaskId, e: Error| {
+            let _ = results.send(WorkResult {
+                task,
+                outcome: WireOutcome::Failed(error_to_wire(&e)),
+            });
+        };
+        match item {
+            WorkItem::Task {
+                task,
+                function,
+                args,
+                resources,
+                attempt,
+                parent,
+                ..
+            } => {
+                let Some(f) = registry().function(function) else {
+                    return fail(task, missing(function.0, "remote function"));
+                };
+                let args = self.args_from_wire(&rt, args);
+                let local = rt.new_task_id();
+                let handle = match rt.pending_return(local) {
+                    Ok(h) => h,
+                    Err(e) => return fail(task, e),
+                };
+                rt.enqueue_task(TaskSpec {
+                    task: local,
+                    function: f,
+                    args,
+                    resources: resources_from_wire(&resources),
+                    pool: Pool::Node,
+                    max_retries: 0,
+                    retry_exceptions: false,
+                    attempt,
+                    parent: parent.or(Some(task)),
+                });
+                self.forward(handle, task, results.clone());
+            }
+            WorkItem::CreateActor {
+                actor,
+                class,
+                args,
+                lease,
+                resources,
+                max_concurrency,
+            } => {
+                let creation = TaskId::new(actor.owner, actor.seq);
+                let Some(cls) = registry().actor_class(class) else {
+                    return fail(creation, missing(class.0, "actor class"));
+                };
+                let args = self.args_from_wire(&rt, args);
+                let opts = ActorOptions {
+                    resources: ResourceRequest::from_set(resources_from_wire(&resources)),
+                    max_concurrency: max_concurrency.max(1) as usize,
+                    ..ActorOptions::default()
+                };
+                match crate::actor::spawn_actor_as(&rt, actor, cls, args, opts) {
+                    Ok((cell, created)) => {
+                        self.hosted.lock().insert(actor, Hosted { cell, lease });
+                        let results = results.clone();
+                        let me = self.clone();
+                        self.tokio.spawn(async move {
+                            let outcome = match created.await {
+                                Ok(Ok(())) => WireOutcome::Value(Vec::new()),
+                                Ok(Err(cause)) => {
+                                    me.drop_hosted(actor);
+                                    WireOutcome::Failed(error_to_wire(&Error::ActorDied {
+                                        actor,
+                                        class: cls.name,
+                                        cause,
+                                    }))
+                                }
+                                Err(_) => WireOutcome::Failed(error_to_wire(&Error::ShutDown)),
+                            };
+                            let _ = results.send(WorkResult {
+                                task: creation,
+                                outcome,
+                            });
+                        });
+                    }
+                    Err(e) => fail(creation, e),
+                }
+            }
+            WorkItem::ActorCall {
+                task,
+                actor,
+                method,
+                args,
+            } => {
+                let Some(m) = registry().actor_method(method) else {
+                    return fail(task, missing(method.0, "actor method"));
+                };
+                let cell = self.hosted.lock().get(&actor).map(|h| h.cell.clone());
+                let Some(cell) = cell else {
+                    return fail(
+                        task,
+                        Error::ActorDied {
+                            actor,
+                            class: "",
+                            cause: "it does not live on this worker (dead or killed)".into(),
+                        },
+                    );
+                };
+                let args = self.args_from_wire(&rt, args);
+                let raw = RawActorHandle {
+                    target: Target::Local(cell),
+                };
+                match raw.__call::<()>(m, args) {
+                    Ok(r) => self.forward(r.handle.clone(), task, results.clone()),
+                    Err(e) => fail(task, e),
+                }
+            }
+            WorkItem::KillActor { actor } => {
+                if let Some(cell) = self.drop_hosted(actor) {
+                    cell.fail("killed by its owner".into());
+                }
+            }
+        }
+    }
+
+    /// Forgets a hosted actor and gives its lease back to the node.
+    fn drop_hosted(self: &Arc<Self>, actor: ActorId) -> Option<Arc<ActorCell>> {
+        let h = self.hosted.lock().remove(&actor)?;
+        let me = self.clone();
+        let lease = h.lease;
+        self.tokio.spawn(async move {
+            let _ = me.ask(me.local_node, Message::ReturnLease { lease }).await;
+        });
+        Some(h.cell)
+    }
+
+    /// Sends the local result of pushed work back to its owner as `task`.
+    fn forward(
+        self: &Arc<Self>,
+        handle: Arc<RefHandle>,
+        task: TaskId,
+        results: mpsc::UnboundedSender<WorkResult>,
+    ) {
+        let me = self.clone();
+        self.tokio.spawn(async move {
+            let Some(rt) = me.rt() else { return };
+            let local = handle.id;
+            let out = ObjectRef::<()>::from_handle(handle).buffer().await;
+            me.pin(&rt.objects.take_contained(local));
+            let outcome = match out {
+                Ok(buf) if buf.len() <= rt.settings.max_inline_bytes => {
+                    WireOutcome::Value(buf.as_bytes().to_vec())
+                }
+                Ok(buf) => {
+                    let len = buf.len() as u64;
+                    me.held.lock().insert(task.return_object(), buf);
+                    WireOutcome::Stored { len }
+                }
+                Err(e) => WireOutcome::Failed(error_to_wire(&e)),
+            };
+            let _ = results.send(WorkResult { task, outcome });
+        });
+    }
+
+    fn args_from_wire(self: &Arc<Self>, rt: &Arc<Runtime>, args: Vec<WireArg>) -> Vec<TaskArg> {
+        args.into_iter()
+            .map(|a| match a {
+                WireArg::Value(bytes) => TaskArg(ArgKind::Value(
+                    ObjectBuffer::from_aligned(aligned(&bytes)),
+                    Vec::new(),
+                )),
+                WireArg::Ref { id, owner } => {
+                    let h = if id.owner == rt.worker {
+                        rt.objects
+                            .handle(id)
+                            .unwrap_or_else(|| self.borrow(rt, id, Some(owner)))
+                    } else {
+                        self.borrow(rt, id, Some(owner))
+                    };
+                    TaskArg(ArgKind::Ref(h))
+                }
+            })
+            .collect()
+    }
+
+    /// Tells the job's end to the GCS (drivers) and stops serving.
+    pub(crate) fn shutdown(&self) {
+        self.endpoint
+            .close(crate::transport::CloseCode::Normal, "runtime shut down");
+    }
+}
+
+/// Messages to a remote actor's task.
+pub(crate) enum ActorMsg {
+    Call {
+        task: TaskId,
+        method: &'static ActorMethod,
+        args: Vec<TaskArg>,
+    },
+    Kill,
+}
+
+/// The owner's handle on an actor living in another process.
+pub(crate) struct RemoteActor {
+    pub(crate) id: ActorId,
+    pub(crate) class: &'static ActorClass,
+    tx: mpsc::UnboundedSender<ActorMsg>,
+    dead: Mutex<Option<String>>,
+}
+
+impl RemoteActor {
+    fn died(&self, cause: &str) -> Error {
+        Error::ActorDied {
+            actor: self.id,
+            class: self.class.name,
+            cause: cause.to_string(),
+        }
+    }
+
+    fn set_dead(&self, cause: String) {
+        self.dead.lock().get_or_insert(cause);
+    }
+
+    /// Queues a call; its result completes `task`'s return object.
+    pub(crate) fn call(
+        &self,
+        rt: &Arc<Runtime>,
+        task: TaskId,
+        method: &'static ActorMethod,
+        args: Vec<TaskArg>,
+    ) {
+        if let Some(cause) = self.dead.lock().clone() {
+            rt.complete_object(task.return_object(), Err(self.died(&cause)));
+            return;
+        }
+        if let Err(mpsc::error::SendError(ActorMsg::Call { task, .. })) =
+            self.tx.send(ActorMsg::Call { task, method, args })
+        {
+            rt.complete_object(task.return_object(), Err(self.died("its owner stopped")));
+        }
+    }
+
+    /// Kills the actor.
+    pub(crate) fn kill(&self) {
+        let _ = self.tx.send(ActorMsg::Kill);
+    }
+}
+
+async fn write_loop(mut w: FrameWriter, mut rx: mpsc::UnboundedReceiver<WorkItem>) {
+    while let Some(first) = rx.recv().await {
+        let mut items = vec![first];
+        while items.len() < BATCH_ITEMS {
+            match rx.try_recv() {
+                Ok(i) => items.push(i),
+                Err(_) => break,
+            }
+        }
+        if w.send(&Envelope::new(Message::WorkBatch { items }))
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+    w.finish();
+}
+
+async fn result_loop(mut w: FrameWriter, mut rx: mpsc::UnboundedReceiver<WorkResult>) {
+    while let Some(first) = rx.recv().await {
+        let mut results = vec![first];
+        while results.len() < BATCH_ITEMS {
+            match rx.try_recv() {
+                Ok(r) => results.push(r),
+                Err(_) => break,
+            }
+        }
+        if w.send(&Envelope::new(Message::WorkDone { results }))
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+    w.finish();
+}
+
+fn aligned(bytes: &[u8]) -> rkyv::util::AlignedVec<16> {
+    let mut v = rkyv::util::AlignedVec::<16>::with_capacity(bytes.len());
+    v.extend_from_slice(bytes);
+    v
+}
+
+fn parse_addr(s: &str) -> Result<SocketAddr, Error> {
+    s.parse().map_err(|_| Error::Cluster {
+        cause: format!("bad peer address {s:?}"),
+    })
+}
+
+fn missing(id: u64, what: &str) -> Error {
+    Error::Cluster {
+        cause: format!(
+            "{what} {id:016x} is not in this worker's binary (the job binary and the driver differ)"
+        ),
+    }
+}
+
+/// `strategy` in wire form.
+pub(crate) fn strategy_to_wire(strategy: &SchedulingStrategy) -> WireStrategy {
+    match strategy {
+        SchedulingStrategy::Default => WireStrategy::Default,
+        SchedulingStrategy::Spread => WireStrategy::Spread,
+        SchedulingStrategy::NodeAffinity { node, soft } => WireStrategy::NodeAffinity {
+            node: *node,
+            soft: *soft,
+        },
+        SchedulingStrategy::PlacementGroup { group, bundle } => WireStrategy::PlacementGroup {
+            group: *group,
+            bundle: bundle.map(|b| b as u32),
+        },
+        #[allow(unreachable_patterns)]
+        _ => WireStrategy::Default,
+    }
+}
+
+/// The scheduling strategy a wire form describes.
+pub(crate) fn strategy_from_wire(strategy: &WireStrategy) -> SchedulingStrategy {
+    match strategy {
+        WireStrategy::Default => SchedulingStrategy::Default,
+        WireStrategy::Spread => SchedulingStrategy::Spread,
+        WireStrategy::NodeAffinity { node, soft } => SchedulingStrategy::NodeAffinity {
+            node: *node,
+            soft: *soft,
+        },
+        WireStrategy::PlacementGroup { group, bundle } => SchedulingStrategy::PlacementGroup {
+            group: *group,
+            bundle: bundle.map(|b| b as usize),
+        },
+    }
+}
+
+/// `e` in wire form.
+pub(crate) fn error_to_wire(e: &Error) -> WireError {
+    let mut w = WireError {
+        kind: ErrorKind::Other,
+        task: None,
+        actor: None,
+        object: None,
+        name: String::new(),
+        message: e.to_string(),
+        type_name: String::new(),
+        payload: Vec::new(),
+    };
+    match e {
+        Error::TaskPanicked {
+            task,
+            function,
+            message,
+        } => {
+            w.kind = ErrorKind::TaskPanicked;
+            w.task = Some(*task);
+            w.name = function.to_string();
+            w.message = message.clone();
+        }
+        Error::TaskFailed {
+            task,
+            function,
+            error,
+        } => {
+            w.kind = ErrorKind::TaskFailed;
+            w.task = Some(*task);
+            w.name = function.to_string();
+            w.message = error.message().to_string();
+            w.type_name = error.type_name().to_string();
+            w.payload = error.payload().as_bytes().to_vec();
+        }
+        Error::ActorDied {
+            actor,
+            class,
+            cause,
+        } => {
+            w.kind = ErrorKind::ActorDied;
+            w.actor = Some(*actor);
+            w.name = class.to_string();
+            w.message = cause.clone();
+        }
+        Error::ObjectLost { object, cause } => {
+            w.kind = ErrorKind::ObjectLost;
+            w.object = Some(*object);
+            w.message = cause.clone();
+        }
+        Error::ShutDown => w.kind = ErrorKind::ShutDown,
+        _ => {}
+    }
+    w
+}
+
+/// The typed error a wire form describes; `name` is the function, method
+/// or class the receiver knows the work by.
+pub(crate) fn error_from_wire(w: WireError, name: &'static str) -> Error {
+    let name = if name.is_empty() { intern(&w.name) } else { name };
+    match (w.kind, w.task, w.actor, w.object) {
+        (ErrorKind::TaskPanicked, Some(task), ..) => Error::TaskPanicked {
+            task,
+            function: name,
+            message: w.message,
+        },
+        (ErrorKind::TaskFailed, Some(task), ..) => Error::TaskFailed {
+            task,
+            function: name,
+            error: UserError::new(
+                intern(&w.type_name),
+                w.message,
+                ObjectBuffer::from_aligned(aligned(&w.payload)),
+            ),
+        },
+        (ErrorKind::ActorDied, _, Some(actor), _) => Error::ActorDied {
+            actor,
+            class: intern(&w.name),
+            cause: w.message,
+        },
+        (ErrorKind::ObjectLost, _, _, Some(object)) => Error::ObjectLost {
+            object,
+            cause: w.message,
+        },
+        (ErrorKind::ShutDown, ..) => Error::ShutDown,
+        _ => Error::Cluster { cause: w.message },
+    }
+}
+
+/// A `'static` copy of a name that crossed the wire; each distinct name is
+/// leaked once (names are function, class and type names: few).
+fn intern(s: &str) -> &'static str {
+    static NAMES: OnceLock<Mutex<hashbrown::HashSet<&'static str>>> = OnceLock::new();
+    let mut names = NAMES.get_or_init(Default::default).lock();
+    if let Some(n) = names.get(s) {
+        return n;
+    }
+    let n: &'static str = Box::leak(s.to_owned().into_boxed_str());
+    names.insert(n);
+    n
+}

@@ -1,0 +1,472 @@
+//! The GCS service without I/O: one request in, one [`Action`] out.
+//!
+//! Everything the service decides happens here, against [`State`] and a
+//! `now` passed in, so tests drive it step by step. The async shell
+//! (`gcs_server.rs`) only moves bytes: it reads requests, performs the
+//! [`Action`] (a reply, or raw binary bytes in either direction) and hashes
+//! uploads off the lock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hashbrown::HashMap;
+use ray_gcs::{ActorInfo, ActorState, Gcs, JobInfo, NodeState, WorkerInfo};
+use ray_proto::wire::{
+    ActorEntry, ActorStatus, BuildFingerprint, JobEntry, Message, NodeEntry, ResourceAmount,
+};
+use ray_proto::{ActorId, JobId, NodeId, WorkerId};
+use rkyv::util::AlignedVec;
+use tokio::time::Instant;
+
+use crate::cluster::{
+    labels_to_wire, message_kind, resources_from_wire, resources_to_wire, MAX_BINARY_LEN,
+};
+
+/// The binary a job's workers run, as its driver registered it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct JobBinary {
+    /// SHA-256 of the executable.
+    pub(super) hash: [u8; 32],
+    /// The build fingerprint its processes present in handshakes.
+    pub(super) fingerprint: BuildFingerprint,
+}
+
+/// A node's last load report.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct NodeLoad {
+    version: u64,
+    used: Vec<ResourceAmount>,
+}
+
+/// Where a registered actor's worker listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ActorHome {
+    worker: WorkerId,
+    address: String,
+}
+
+/// The GCS table state, what the tables do not hold, and the clock.
+pub(super) struct State {
+    pub(super) gcs: Gcs,
+    next_node: u64,
+    heartbeat_interval: Duration,
+    /// The epoch of the `now` handed to [`Gcs`].
+    started: Instant,
+    /// The binary of every job registered, by job.
+    job_binaries: HashMap<JobId, JobBinary>,
+    /// Uploaded job binaries by SHA-256; kept for the life of the service
+    /// (a detached actor may outlive its job and need its binary again).
+    binaries: HashMap<[u8; 32], Arc<AlignedVec<16>>>,
+    /// Each node's last load report; absent before its first.
+    loads: HashMap<NodeId, NodeLoad>,
+    /// The worker of each registered actor that is not dead.
+    actor_homes: HashMap<ActorId, ActorHome>,
+}
+
+impl State {
+    /// Empty tables around `gcs`; nodes are told to heartbeat every
+    /// `heartbeat_interval`.
+    pub(super) fn new(gcs: Gcs, heartbeat_interval: Duration) -> Self {
+        Self {
+            gcs,
+            next_node: 1,
+            heartbeat_interval,
+            started: Instant::now(),
+            job_binaries: HashMap::new(),
+            binaries: HashMap::new(),
+            loads: HashMap::new(),
+            actor_homes: HashMap::new(),
+        }
+    }
+
+    /// The time since the service started, the clock of [`Gcs`].
+    pub(super) fn now(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// The binary job `job` registered, if it did.
+    pub(super) fn job_binary(&self, job: JobId) -> Option<JobBinary> {
+        self.job_binaries.get(&job).copied()
+    }
+}
+
+/// What the shell does to answer one request.
+#[derive(Debug)]
+pub(super) enum Action {
+    /// Send this reply.
+    Reply(Message),
+    /// Read the `len` raw bytes that follow the request, hash them off the
+    /// lock, then answer with [`store_binary`].
+    ReceiveBinary {
+        /// The hash the uploader announced.
+        hash: [u8; 32],
+        /// The bytes announced.
+        len: u64,
+    },
+    /// Answer [`Message::BinaryFollows`] and send these bytes.
+    SendBinary(Arc<AlignedVec<16>>),
+}
+
+/// The answer to one request: the whole of the service's logic, without I/O.
+pub(super) fn handle(state: &mut State, request: Message, now: Duration) -> Action {
+    let reply = match request {
+        Message::UploadBinary { hash, len } => return upload(state, hash, len),
+        Message::FetchBinary { hash } => {
+            return match state.binaries.get(&hash) {
+                Some(bytes) => Action::SendBinary(bytes.clone()),
+                None => Action::Reply(Message::Error {
+                    reason: format!("unknown binary {}", hex(&hash)),
+                }),
+            }
+        }
+        Message::RegisterNode {
+            address,
+            resources,
+            labels,
+        } => register_node(state, address, &resources, labels, now),
+        Message::Heartbeat {
+            node,
+            version,
+            used,
+        } => match state.gcs.heartbeat(node, now) {
+            Ok(()) => {
+                // Each request has its own stream, so reports can overtake
+                // each other: keep the newest.
+                let load = state.loads.entry(node).or_default();
+                if version >= load.version {
+                    *load = NodeLoad { version, used };
+                }
+                Message::Ok
+            }
+            Err(e) => error(e),
+        },
+        Message::GetNodes => Message::Nodes {
+            nodes: nodes(state),
+        },
+        Message::GetJobs => {
+            let mut jobs: Vec<JobEntry> = state
+                .gcs
+                .jobs()
+                .map(|row| JobEntry {
+                    id: row.info.id,
+                    driver: row.info.driver.clone(),
+                    running: row.is_running(),
+                })
+                .collect();
+            jobs.sort_by_key(|j| j.id);
+            Message::Jobs { jobs }
+        }
+        Message::GetActors => Message::Actors {
+            actors: actors(state),
+        },
+        Message::KvGet { namespace, key } => Message::KvValue {
+            value: state.gcs.kv_get(&namespace, &key).map(<[u8]>::to_vec),
+        },
+        Message::KvPut {
+            namespace,
+            key,
+            value,
+            overwrite,
+        } => Message::KvPutDone {
+            written: state.gcs.kv_put(&namespace, &key, value, overwrite),
+        },
+        Message::RegisterJob {
+            driver,
+            driver_address,
+            binary_hash,
+            fingerprint,
+        } => register_job(state, driver, driver_address, binary_hash, fingerprint, now),
+        Message::FinishJob { job } => match finish_job(state, job, now) {
+            Ok(()) => Message::Ok,
+            Err(e) => error(e),
+        },
+        Message::RegisterWorker { job, node, address } => {
+            let info = WorkerInfo {
+                job,
+                node: Some(node),
+                address,
+            };
+            match state.gcs.register_worker(info) {
+                Ok(worker) => {
+                    tracing::debug!(target: "ray::gcs", job = %job, node = %node, worker = %worker, "worker.registered");
+                    Message::WorkerRegistered { worker }
+                }
+                Err(e) => error(e),
+            }
+        }
+        Message::GetWorker { worker } => Message::WorkerInfo {
+            address: state.gcs.worker(worker).map(|row| row.info.address.clone()),
+        },
+        Message::RegisterActor {
+            entry,
+            worker,
+            address,
+        } => register_actor(state, entry, worker, address),
+        Message::LookupActor { namespace, name } => lookup_actor(state, &namespace, &name),
+        Message::Ping { seq } => Message::Pong { seq },
+        other => Message::Error {
+            reason: format!("the GCS does not serve {}", message_kind(&other)),
+        },
+    };
+    Action::Reply(reply)
+}
+
+/// The reply to an upload whose bytes hash to `actual`: stores them if they
+/// are what the uploader announced as `announced`.
+pub(super) fn store_binary(
+    state: &mut State,
+    announced: [u8; 32],
+    actual: [u8; 32],
+    bytes: Arc<AlignedVec<16>>,
+) -> Message {
+    if announced != actual {
+        return Message::Error {
+            reason: format!(
+                "binary announced as {} hashes to {}",
+                hex(&announced),
+                hex(&actual)
+            ),
+        };
+    }
+    tracing::info!(target: "ray::gcs", hash = %hex(&actual), len = bytes.len(), "binary.stored");
+    // A concurrent upload of the same binary may have won: same bytes.
+    state.binaries.entry(actual).or_insert(bytes);
+    Message::Ok
+}
+
+/// Finishes job `job` because the connection its driver registered it on
+/// closed; a job already finished stays as it is.
+pub(super) fn driver_gone(state: &mut State, job: JobId, now: Duration) {
+    match finish_job(state, job, now) {
+        Ok(()) => tracing::info!(target: "ray::gcs", job = %job, "job.driver_gone"),
+        Err(e) => tracing::warn!(target: "ray::gcs", job = %job, error = %e, "job.driver_gone"),
+    }
+}
+
+fn upload(state: &State, hash: [u8; 32], len: u64) -> Action {
+    if len > MAX_BINARY_LEN {
+        return Action::Reply(Message::Error {
+            reason: format!(
+                "binary {} of {len} bytes exceeds the limit of {MAX_BINARY_LEN} bytes",
+                hex(&hash)
+            ),
+        });
+    }
+    if state.binaries.contains_key(&hash) {
+        // Someone uploaded it meanwhile; the shell drops the stream unread.
+        return Action::Reply(Message::Ok);
+    }
+    Action::ReceiveBinary { hash, len }
+}
+
+fn register_node(
+    state: &mut State,
+    address: String,
+    resources: &[ResourceAmount],
+    labels: Vec<ray_proto::wire::Label>,
+    now: Duration,
+) -> Message {
+    let id = NodeId(state.next_node);
+    let info = ray_gcs::NodeInfo {
+        id,
+        address,
+        resources: resources_from_wire(resources),
+        labels: labels.into_iter().map(|l| (l.key, l.value)).collect(),
+    };
+    match state.gcs.register_node(info, now) {
+        Ok(()) => {
+            state.next_node += 1;
+            tracing::info!(target: "ray::gcs", node = %id, "node.registered");
+            Message::NodeRegistered {
+                node: id,
+                heartbeat_interval_ms: state.heartbeat_interval.as_millis() as u64,
+            }
+        }
+        Err(e) => error(e),
+    }
+}
+
+fn nodes(state: &State) -> Vec<NodeEntry> {
+    let mut nodes: Vec<NodeEntry> = state
+        .gcs
+        .nodes()
+        .map(|row| {
+            let load = state.loads.get(&row.info.id);
+            NodeEntry {
+                id: row.info.id,
+                address: row.info.address.clone(),
+                resources: resources_to_wire(&row.info.resources),
+                labels: labels_to_wire(&row.info.labels),
+                alive: row.is_alive(),
+                death_cause: match &row.state {
+                    NodeState::Alive => None,
+                    NodeState::Dead { cause } => Some(cause.clone()),
+                },
+                used: load.map(|l| l.used.clone()).unwrap_or_default(),
+                version: load.map_or(0, |l| l.version),
+            }
+        })
+        .collect();
+    nodes.sort_by_key(|n| n.id);
+    nodes
+}
+
+fn actors(state: &State) -> Vec<ActorEntry> {
+    let mut actors: Vec<ActorEntry> = state
+        .gcs
+        .actors()
+        .map(|row| ActorEntry {
+            id: row.info.id,
+            class_name: row.info.class_name.clone(),
+            name: row.info.name.clone(),
+            namespace: row.info.namespace.clone(),
+            job: row.info.job,
+            status: match &row.state {
+                ActorState::PendingCreation => ActorStatus::PendingCreation,
+                ActorState::Alive { node } => ActorStatus::Alive { node: *node },
+                ActorState::Restarting { attempt } => ActorStatus::Restarting { attempt: *attempt },
+                ActorState::Dead { cause } => ActorStatus::Dead {
+                    cause: cause.clone(),
+                },
+            },
+        })
+        .collect();
+    actors.sort_by_key(|a| a.id);
+    actors
+}
+
+fn register_job(
+    state: &mut State,
+    driver: String,
+    driver_address: String,
+    binary_hash: [u8; 32],
+    fingerprint: BuildFingerprint,
+    now: Duration,
+) -> Message {
+    let job = state.gcs.next_job_id();
+    let info = JobInfo {
+        id: job,
+        driver,
+        started_at: now,
+    };
+    if let Err(e) = state.gcs.add_job(info) {
+        return error(e);
+    }
+    let driver_info = WorkerInfo {
+        job,
+        node: None,
+        address: driver_address,
+    };
+    let worker = match state.gcs.register_worker(driver_info) {
+        Ok(worker) => worker,
+        Err(e) => return error(e),
+    };
+    state.job_binaries.insert(
+        job,
+        JobBinary {
+            hash: binary_hash,
+            fingerprint,
+        },
+    );
+    let upload = !state.binaries.contains_key(&binary_hash);
+    tracing::info!(target: "ray::gcs", job = %job, worker = %worker, binary = %hex(&binary_hash), upload, "job.registered");
+    Message::JobRegistered {
+        job,
+        worker,
+        upload,
+    }
+}
+
+fn finish_job(state: &mut State, job: JobId, now: Duration) -> Result<(), ray_gcs::GcsError> {
+    let killed = state.gcs.finish_job(job, now)?;
+    for actor in killed {
+        state.actor_homes.remove(&actor);
+    }
+    tracing::info!(target: "ray::gcs", job = %job, "job.finished");
+    Ok(())
+}
+
+fn register_actor(
+    state: &mut State,
+    entry: ActorEntry,
+    worker: WorkerId,
+    address: String,
+) -> Message {
+    let node = match entry.status {
+        ActorStatus::PendingCreation => None,
+        ActorStatus::Alive { node } => Some(node),
+        ActorStatus::Restarting { .. } | ActorStatus::Dead { .. } => {
+            return Message::Error {
+                reason: format!(
+                    "actor {} can only be registered pending or alive, not {:?}",
+                    entry.id, entry.status
+                ),
+            }
+        }
+    };
+    let id = entry.id;
+    let info = ActorInfo {
+        id,
+        class_name: entry.class_name,
+        name: entry.name,
+        namespace: entry.namespace,
+        job: entry.job,
+        // The wire entry has no detached flag yet: every actor dies with
+        // its job.
+        detached: false,
+        max_restarts: 0,
+    };
+    if let Err(e) = state.gcs.register_actor(info) {
+        return error(e);
+    }
+    if let Some(node) = node {
+        if let Err(e) = state.gcs.set_actor_state(id, ActorState::Alive { node }) {
+            // Its node is gone: the actor is dead on arrival and frees its name.
+            let cause = e.to_string();
+            let _ = state.gcs.set_actor_state(
+                id,
+                ActorState::Dead {
+                    cause: cause.clone(),
+                },
+            );
+            return Message::Error { reason: cause };
+        }
+    }
+    state.actor_homes.insert(id, ActorHome { worker, address });
+    tracing::debug!(target: "ray::gcs", actor = %id, worker = %worker, "actor.registered");
+    Message::Ok
+}
+
+fn lookup_actor(state: &State, namespace: &str, name: &str) -> Message {
+    let found = state.gcs.named_actor(namespace, name).and_then(|id| {
+        let row = state.gcs.actor(id)?;
+        let home = state.actor_homes.get(&id)?;
+        Some(Message::ActorLocation {
+            id,
+            class_name: row.info.class_name.clone(),
+            worker: home.worker,
+            address: home.address.clone(),
+        })
+    });
+    found.unwrap_or_else(|| Message::Error {
+        reason: format!("no actor named {name:?} in namespace {namespace:?}"),
+    })
+}
+
+fn error(e: ray_gcs::GcsError) -> Message {
+    Message::Error {
+        reason: e.to_string(),
+    }
+}
+
+/// `bytes` in lowercase hex.
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,137 @@
+//! Wire types of jobs, leases and work: what drivers, node daemons and
+//! workers say to each other to run tasks, actors and objects.
+//!
+//! Values travel as the bytes of their rkyv archive (`Vec<u8>`); the
+//! receiver copies them into aligned buffers before it reads them. Large
+//! values and job binaries do not travel inside frames: a reply frame
+//! announces their length and the raw bytes follow on the same stream.
+
+// rkyv's derived resolvers have undocumented fields; the types themselves
+// are documented.
+#![allow(missing_docs)]
+
+use rkyv::{Archive, Deserialize, Serialize};
+
+use super::ResourceAmount;
+use crate::{ActorId, FunctionId, NodeId, ObjectId, PlacementGroupId, TaskId};
+
+/// Where a lease may be placed (ray-sched's `SchedulingStrategy`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
+pub enum WireStrategy {
+    /// Hybrid: local first, spill past the load threshold.
+    Default,
+    /// Least-loaded node first.
+    Spread,
+    /// On `node`; `soft` lets it go elsewhere when `node` cannot take it.
+    NodeAffinity { node: NodeId, soft: bool },
+    /// In a bundle of a placement group.
+    PlacementGroup {
+        group: PlacementGroupId,
+        bundle: Option<u32>,
+    },
+}
+
+/// A node's published load: ray-sched's `NodeUpdate`.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct WireNodeUpdate {
+    pub node: NodeId,
+    pub version: u64,
+    pub used: Vec<ResourceAmount>,
+}
+
+/// One argument of a task or actor call.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub enum WireArg {
+    /// The argument's archive.
+    Value(Vec<u8>),
+    /// A reference, resolved by asking its owner at `owner` (`host:port`).
+    Ref { id: ObjectId, owner: String },
+}
+
+/// Work an owner pushes to a worker on its work stream.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub enum WorkItem {
+    /// Run a remote function under `lease`.
+    Task {
+        task: TaskId,
+        function: FunctionId,
+        args: Vec<WireArg>,
+        lease: TaskId,
+        /// What the task holds while it runs (the lease's shape).
+        resources: Vec<ResourceAmount>,
+        attempt: u32,
+        parent: Option<TaskId>,
+    },
+    /// Construct an actor that holds `lease` for its life. The result of
+    /// the creation task (`actor`'s creation object) says whether it worked.
+    CreateActor {
+        actor: ActorId,
+        class: FunctionId,
+        args: Vec<WireArg>,
+        lease: TaskId,
+        /// What the actor holds for its life.
+        resources: Vec<ResourceAmount>,
+        max_concurrency: u32,
+    },
+    /// Call a method of an actor living in this worker.
+    ActorCall {
+        task: TaskId,
+        actor: ActorId,
+        method: FunctionId,
+        args: Vec<WireArg>,
+    },
+    /// Stop an actor; its pending calls fail.
+    KillActor { actor: ActorId },
+}
+
+/// Which [`WireError`] it is, so the receiver rebuilds the typed error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub enum ErrorKind {
+    TaskPanicked,
+    TaskFailed,
+    ActorDied,
+    ObjectLost,
+    Serialization,
+    ObjectStoreFull,
+    ShutDown,
+    Other,
+}
+
+/// An error that crossed a process boundary.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct WireError {
+    pub kind: ErrorKind,
+    /// The task or actor call involved, if any.
+    pub task: Option<TaskId>,
+    /// The actor involved, if any.
+    pub actor: Option<ActorId>,
+    /// The object involved, if any.
+    pub object: Option<ObjectId>,
+    /// The function, method or class name.
+    pub name: String,
+    /// The error's text.
+    pub message: String,
+    /// For `TaskFailed`: the user error's type name and archive.
+    pub type_name: String,
+    pub payload: Vec<u8>,
+}
+
+/// How a piece of work ended.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub enum WireOutcome {
+    /// The value's archive, small enough to travel inline.
+    Value(Vec<u8>),
+    /// A large value of `len` bytes, kept by the worker until the owner
+    /// takes it ([`super::Message::GetObject`] with `take`).
+    Stored { len: u64 },
+    /// It failed.
+    Failed(WireError),
+}
+
+/// The end of one [`WorkItem`] (for `KillActor` none is sent).
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct WorkResult {
+    /// The task, actor call or actor creation task.
+    pub task: TaskId,
+    pub outcome: WireOutcome,
+}
