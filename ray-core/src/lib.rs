@@ -54,6 +54,7 @@ mod task;
 pub mod transport;
 
 pub use actor::{ActorHandle, RawActorHandle, RemoteActor};
+pub use cluster::{Cluster, LocalClusterConfig};
 pub use error::{Error, Result, UserError};
 pub use object::Object;
 pub use object_ref::{ArchivedRef, IntoArg, ObjectRef, TaskArg};

@@ -221,7 +221,12 @@ async fn connect_driver(config: Config, address: String) -> Result<Ray> {
     let hash = crate::cluster::binary_hash(&bytes);
     let driver = exe.display().to_string();
     let (job, worker, upload) = gcs
-        .register_job(driver, my_addr.to_string(), hash, crate::cluster::job_fingerprint())
+        .register_job(
+            driver,
+            my_addr.to_string(),
+            hash,
+            crate::cluster::job_fingerprint(),
+        )
         .await
         .map_err(|e| cluster(e.to_string()))?;
     if upload {
@@ -232,7 +237,12 @@ async fn connect_driver(config: Config, address: String) -> Result<Ray> {
     drop(bytes);
     let nodes = gcs.nodes().await.map_err(|e| cluster(e.to_string()))?;
     let mut alive: Vec<_> = nodes.into_iter().filter(|n| n.alive).collect();
-    alive.sort_by_key(|n| (n.address.parse::<std::net::SocketAddr>().map(|a| a.ip()) != Ok(my_addr.ip()), n.id));
+    alive.sort_by_key(|n| {
+        (
+            n.address.parse::<std::net::SocketAddr>().map(|a| a.ip()) != Ok(my_addr.ip()),
+            n.id,
+        )
+    });
     let local_node = alive
         .first()
         .ok_or_else(|| cluster(format!("the cluster at {gcs_addr} has no live node")))?;

@@ -778,7 +778,10 @@ async fn bulk_bytes_round_trip_both_ways_at_0_1_and_20_mib() {
             .request_bulk(&Message::Ping { seq: 1 }.into(), 0)
             .await
             .expect("ping");
-        assert_eq!((pong.body, none.is_none()), (Message::Pong { seq: 1 }, true));
+        assert_eq!(
+            (pong.body, none.is_none()),
+            (Message::Pong { seq: 1 }, true)
+        );
     }
 }
 
@@ -876,7 +879,7 @@ async fn payload_over_the_limit_is_refused_on_its_stream_only() {
 
 /// Not a check: prints the throughput of one 100 MiB download and upload.
 /// `cargo test --release -p ray-core --test transport -- --ignored --nocapture bulk_throughput`
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "a measurement, run by hand in release"]
 async fn bulk_throughput_of_100_mib_on_loopback() {
     let len = 100 << 20;

@@ -151,7 +151,8 @@ impl<S: Storage> Gcs<S> {
         self.workers.next_id = id.0.checked_add(1).expect("fewer than 2^64 workers");
         let mut e = Encoder::new(ROW_VERSION);
         e.u64(self.workers.next_id);
-        self.storage.put(Table::Meta, NEXT_WORKER_ID_KEY, &e.finish());
+        self.storage
+            .put(Table::Meta, NEXT_WORKER_ID_KEY, &e.finish());
         let row = WorkerRow { id, info };
         self.storage
             .put(Table::Workers, &worker_key(id), &row.encode());
@@ -238,7 +239,11 @@ mod tests {
         let good = gcs.into_storage();
         let row = good.scan(Table::Workers)[0].1.clone();
         let cases = [
-            (Table::Workers, worker_key(id).to_vec(), row[..row.len() - 1].to_vec()),
+            (
+                Table::Workers,
+                worker_key(id).to_vec(),
+                row[..row.len() - 1].to_vec(),
+            ),
             (Table::Workers, worker_key(WorkerId(99)).to_vec(), row),
             (Table::Meta, NEXT_WORKER_ID_KEY.to_vec(), vec![1, 2]),
         ];

@@ -60,8 +60,8 @@ mod message {
     use rkyv::{Archive, Deserialize, Serialize};
 
     use super::{
-        ActorEntry, BuildFingerprint, JobEntry, Label, NodeEntry, ResourceAmount, Role,
-        WireError, WireNodeUpdate, WireStrategy, WorkItem, WorkResult,
+        ActorEntry, BuildFingerprint, JobEntry, Label, NodeEntry, ResourceAmount, Role, WireError,
+        WireNodeUpdate, WireStrategy, WorkItem, WorkResult,
     };
     use crate::{ActorId, JobId, NodeId, ObjectId, TaskId, WorkerId};
 

@@ -275,11 +275,19 @@ impl ClusterCore {
             let mut st = self.owner.lock();
             let OwnerState { keys, inflight } = &mut *st;
             let Some(ks) = keys.get_mut(key) else { return };
+            // Spread work takes one lease per task in flight, so every task
+            // is placed by the policy (a deep pipeline would put a burst on
+            // the first node that granted a lease).
+            let depth = if key.strategy == WireStrategy::Spread {
+                1
+            } else {
+                PIPELINE
+            };
             while !ks.queue.is_empty() {
                 let Some(lease) = ks
                     .leases
                     .iter_mut()
-                    .filter(|l| l.inflight < PIPELINE)
+                    .filter(|l| l.inflight < depth)
                     .min_by_key(|l| l.inflight)
                 else {
                     break;
@@ -523,14 +531,20 @@ impl ClusterCore {
             let link = Arc::new(Link { addr, node, tx });
             me.tokio.spawn(write_loop(writer, rx));
             let me2 = me.clone();
-            me.tokio.spawn(async move { me2.read_results(addr, node, reader).await });
+            me.tokio
+                .spawn(async move { me2.read_results(addr, node, reader).await });
             Ok(link)
         })
         .await
         .cloned()
     }
 
-    async fn read_results(self: Arc<Self>, addr: SocketAddr, node: NodeId, mut reader: FrameReader) {
+    async fn read_results(
+        self: Arc<Self>,
+        addr: SocketAddr,
+        node: NodeId,
+        mut reader: FrameReader,
+    ) {
         let cause = loop {
             match reader.recv().await {
                 Ok(Some(env)) => match env.body {
@@ -596,7 +610,13 @@ impl ClusterCore {
         }
     }
 
-    fn finish(&self, rt: &Arc<Runtime>, task: TaskId, f: Inflight, out: Result<ObjectBuffer, Error>) {
+    fn finish(
+        &self,
+        rt: &Arc<Runtime>,
+        task: TaskId,
+        f: Inflight,
+        out: Result<ObjectBuffer, Error>,
+    ) {
         match f.kind {
             InflightKind::ActorCreate(done) => {
                 let _ = done.send(out.map(|_| ()));
@@ -649,7 +669,12 @@ impl ClusterCore {
     // ---------------------------------------------------------------
 
     /// Fetches object `id` from the process at `addr`.
-    async fn fetch(&self, addr: SocketAddr, id: ObjectId, take: bool) -> Result<ObjectBuffer, Error> {
+    async fn fetch(
+        &self,
+        addr: SocketAddr,
+        id: ObjectId,
+        take: bool,
+    ) -> Result<ObjectBuffer, Error> {
         let lost = |cause: String| Error::ObjectLost { object: id, cause };
         let conn = self
             .conns
@@ -683,7 +708,12 @@ impl ClusterCore {
 
     /// A counted ref to `id`, owned by another process: a borrowed entry of
     /// the local table, filled by fetching the value from its owner.
-    pub(crate) fn borrow(self: &Arc<Self>, rt: &Arc<Runtime>, id: ObjectId, owner: Option<String>) -> Arc<RefHandle> {
+    pub(crate) fn borrow(
+        self: &Arc<Self>,
+        rt: &Arc<Runtime>,
+        id: ObjectId,
+        owner: Option<String>,
+    ) -> Arc<RefHandle> {
         let (handle, created) = rt.objects.get_or_insert_pending(rt, id);
         if created {
             if let Some(o) = &owner {
@@ -939,14 +969,18 @@ impl ClusterCore {
             self.tokio.spawn(async move {
                 while let Ok((w, r)) = conn.accept_frames().await {
                     let me = me.clone();
-                    me.tokio.clone().spawn(async move { me.serve_stream(w, r).await });
+                    me.tokio
+                        .clone()
+                        .spawn(async move { me.serve_stream(w, r).await });
                 }
             });
         }
     }
 
     async fn serve_stream(self: Arc<Self>, mut w: FrameWriter, mut r: FrameReader) {
-        let Ok(Some(first)) = r.recv().await else { return };
+        let Ok(Some(first)) = r.recv().await else {
+            return;
+        };
         match first.body {
             Message::GetObject { id, take } => self.serve_object(w, id, take).await,
             Message::WorkBatch { items } => {
@@ -1415,7 +1449,11 @@ pub(crate) fn error_to_wire(e: &Error) -> WireError {
 /// The typed error a wire form describes; `name` is the function, method
 /// or class the receiver knows the work by.
 pub(crate) fn error_from_wire(w: WireError, name: &'static str) -> Error {
-    let name = if name.is_empty() { intern(&w.name) } else { name };
+    let name = if name.is_empty() {
+        intern(&w.name)
+    } else {
+        name
+    };
     match (w.kind, w.task, w.actor, w.object) {
         (ErrorKind::TaskPanicked, Some(task), ..) => Error::TaskPanicked {
             task,

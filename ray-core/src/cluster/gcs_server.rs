@@ -264,3 +264,69 @@ async fn health_loop(state: Arc<Mutex<State>>, every: Duration) {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use ray_proto::wire::Role;
+
+    use super::*;
+    use crate::cluster::{control_plane_fingerprint, ClusterError, GcsClient};
+    use crate::transport::{ClusterCa, ClusterCredentials, EndpointConfig};
+
+    fn endpoint(creds: &ClusterCredentials, role: Role) -> Endpoint {
+        let config = EndpointConfig::new(role, control_plane_fingerprint());
+        Endpoint::bind(SocketAddr::from(([127, 0, 0, 1], 0)), creds, config).expect("bind")
+    }
+
+    async fn client(creds: &ClusterCredentials, addr: SocketAddr) -> GcsClient {
+        GcsClient::connect(&endpoint(creds, Role::Driver), addr, Duration::from_secs(5))
+            .await
+            .expect("connect")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn binary_uploaded_by_a_driver_is_fetched_by_another_and_its_job_ends_with_its_connection(
+    ) {
+        let ca = ClusterCa::generate().expect("CA");
+        let creds = ca.issue("test").expect("issue");
+        let server = GcsServer::start(endpoint(&creds, Role::Gcs), GcsServerConfig::default());
+        let addr = server.local_addr().expect("addr");
+        let driver = client(&creds, addr).await;
+        let node = client(&creds, addr).await;
+
+        let binary: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        let hash = binary_hash(&binary);
+        let fingerprint = BuildFingerprint([5; 32]);
+        let (job, _, upload) = driver
+            .register_job("main".into(), "127.0.0.1:1".into(), hash, fingerprint)
+            .await
+            .expect("register job");
+        assert!(upload);
+        assert_eq!(server.job_binary(job), Some((hash, fingerprint)));
+
+        let wrong = driver.upload_binary(hash, &binary[1..]).await;
+        assert!(
+            matches!(&wrong, Err(ClusterError::Refused { reason }) if reason.contains("hashes to")),
+            "{wrong:?}"
+        );
+        assert!(matches!(
+            node.fetch_binary(hash).await,
+            Err(ClusterError::Refused { .. })
+        ));
+        driver.upload_binary(hash, &binary).await.expect("upload");
+        let fetched = node.fetch_binary(hash).await.expect("fetch");
+        assert!(fetched.as_slice() == &binary[..]);
+
+        assert!(node.jobs().await.expect("jobs")[0].running);
+        driver.connection().close(CloseCode::Normal, "driver exits");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while node.jobs().await.expect("jobs")[0].running {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the job outlived its driver's connection"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}

@@ -15,6 +15,7 @@
 mod core;
 mod gcs_client;
 mod gcs_server;
+mod local;
 mod node_daemon;
 mod node_service;
 mod worker;
@@ -27,6 +28,7 @@ pub use gcs_server::{GcsServer, GcsServerConfig};
 pub use node_daemon::{NodeDaemon, NodeSpec};
 
 pub(crate) use self::core::{ClusterCore, CoreConfig, RemoteActor};
+pub use local::{Cluster, LocalClusterConfig};
 pub use node_service::{NodeService, NodeServiceConfig};
 pub(crate) use worker::job_fingerprint;
 

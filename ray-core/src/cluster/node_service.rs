@@ -358,7 +358,10 @@ impl NodeService {
             }
             Message::Ping { seq } => Message::Pong { seq },
             other => Message::Error {
-                reason: format!("a node daemon does not serve {}", super::message_kind(&other)),
+                reason: format!(
+                    "a node daemon does not serve {}",
+                    super::message_kind(&other)
+                ),
             },
         }
     }
@@ -387,12 +390,21 @@ impl NodeService {
                     );
                 }
                 Action::Infeasible { task, report } => {
-                    self.reply(
-                        task,
-                        Message::LeaseInfeasible {
-                            reason: report.reason,
-                        },
-                    );
+                    // A node may have joined since the last gossip: look
+                    // again (the scheduler re-places kept work on a join),
+                    // and answer infeasible only if it still is.
+                    let me = self.clone();
+                    tokio::spawn(async move {
+                        if let Ok(nodes) = me.inner.daemon.client().nodes().await {
+                            me.apply_nodes(nodes);
+                        }
+                        me.reply(
+                            task,
+                            Message::LeaseInfeasible {
+                                reason: report.reason,
+                            },
+                        );
+                    });
                 }
                 Action::Failed { task, reason } => {
                     self.reply(
@@ -540,6 +552,12 @@ impl NodeService {
             bind_ip: inner.config.bind_ip,
         };
         let mut cmd = tokio::process::Command::new(&path);
+        for (k, _) in std::env::vars_os() {
+            // A worker is not a daemon, whatever started its daemon.
+            if k.to_string_lossy().starts_with("RAYRS_DAEMON") {
+                cmd.env_remove(k);
+            }
+        }
         cmd.envs(env.to_vars())
             .stdin(std::process::Stdio::null())
             .kill_on_drop(false);
@@ -560,7 +578,9 @@ impl NodeService {
                 me.inner.jobs.lock().remove(&job);
             }
             if let Some(tx) = watched.ready.lock().take() {
-                let _ = tx.send(Err(format!("worker of {job} (pid {pid}) exited: {status:?}")));
+                let _ = tx.send(Err(format!(
+                    "worker of {job} (pid {pid}) exited: {status:?}"
+                )));
             }
             me.release_job_leases(job);
         });
@@ -583,7 +603,8 @@ impl NodeService {
         if path.exists() {
             return Ok(path);
         }
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let bytes = self
             .inner
             .daemon

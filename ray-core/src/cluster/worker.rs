@@ -130,6 +130,12 @@ pub(crate) fn job_fingerprint() -> BuildFingerprint {
 /// when a node daemon started this process as one.
 extern "C" fn worker_entry() {
     if std::env::var_os(VAR_JOB).is_none() {
+        if let Some(result) = super::local::daemon_from_env() {
+            if let Err(msg) = result {
+                eprintln!("ray-rs daemon {}: {msg}", std::process::id());
+            }
+            std::process::exit(0);
+        }
         return;
     }
     let code = match run_worker() {

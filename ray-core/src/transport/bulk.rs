@@ -142,7 +142,11 @@ impl IncomingRequest {
     /// peer's sending side is stopped; nothing is allocated);
     /// [`TransportError::PayloadTruncated`] if the peer ends the stream
     /// early; otherwise the connection's failure.
-    pub async fn read_bytes(&mut self, len: u64, max_len: u64) -> Result<AlignedVec<16>, TransportError> {
+    pub async fn read_bytes(
+        &mut self,
+        len: u64,
+        max_len: u64,
+    ) -> Result<AlignedVec<16>, TransportError> {
         let addr = self.conn.remote_address();
         read_payload(self.recv.stream_mut(), addr, len, max_len).await
     }

@@ -128,9 +128,7 @@ impl FrameReader {
                 Ok(Some(n)) => match self.decoder.advance(n) {
                     Ok(Some(envelope)) => return Ok(Some(envelope)),
                     Ok(None) => {}
-                    Err(e) => {
-                        return Err(read_error(&self.quic, self.peer, ReadFailure::Frame(e)))
-                    }
+                    Err(e) => return Err(read_error(&self.quic, self.peer, ReadFailure::Frame(e))),
                 },
                 Ok(None) => {
                     return match self.decoder.end_of_stream() {
@@ -166,12 +164,16 @@ impl FrameReader {
 
 impl std::fmt::Debug for FrameWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FrameWriter").field("peer", &self.peer).finish()
+        f.debug_struct("FrameWriter")
+            .field("peer", &self.peer)
+            .finish()
     }
 }
 
 impl std::fmt::Debug for FrameReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FrameReader").field("peer", &self.peer).finish()
+        f.debug_struct("FrameReader")
+            .field("peer", &self.peer)
+            .finish()
     }
 }

@@ -155,13 +155,20 @@ fn silent_node_is_dead_and_its_heartbeat_is_refused() {
     let quiet = register(&mut s, Duration::ZERO);
     let chatty = register(&mut s, Duration::ZERO);
     let at = Duration::from_millis(800);
-    assert_eq!(reply(&mut s, heartbeat(chatty, 1, Vec::new()), at), Message::Ok);
+    assert_eq!(
+        reply(&mut s, heartbeat(chatty, 1, Vec::new()), at),
+        Message::Ok
+    );
     assert_eq!(s.gcs.check_health(Duration::from_millis(1500)), vec![quiet]);
     let listed = nodes(&mut s);
     assert!(!listed[0].alive && listed[0].death_cause.is_some());
     assert!(listed[1].alive);
     assert!(matches!(
-        reply(&mut s, heartbeat(quiet, 1, Vec::new()), Duration::from_millis(1600)),
+        reply(
+            &mut s,
+            heartbeat(quiet, 1, Vec::new()),
+            Duration::from_millis(1600)
+        ),
         Message::Error { .. }
     ));
 }
@@ -174,7 +181,11 @@ fn heartbeat_load_reports_fill_node_entries_and_older_ones_are_ignored() {
     assert!(before.used.is_empty());
     assert_eq!(before.version, 0);
 
-    reply(&mut s, heartbeat(node, 5, vec![cpu(15_000)]), Duration::ZERO);
+    reply(
+        &mut s,
+        heartbeat(node, 5, vec![cpu(15_000)]),
+        Duration::ZERO,
+    );
     // A report that was overtaken on the wire arrives late.
     reply(&mut s, heartbeat(node, 4, vec![cpu(5_000)]), Duration::ZERO);
     let after = &nodes(&mut s)[0];
@@ -237,7 +248,11 @@ fn register_job_asks_for_an_upload_only_until_the_binary_is_stored() {
     );
     // The driver's address is known under its worker id.
     assert_eq!(
-        reply(&mut s, Message::GetWorker { worker: driver1 }, Duration::ZERO),
+        reply(
+            &mut s,
+            Message::GetWorker { worker: driver1 },
+            Duration::ZERO
+        ),
         Message::WorkerInfo {
             address: Some("127.0.0.1:4000".into())
         }
@@ -277,7 +292,11 @@ fn binary_whose_content_does_not_match_its_hash_is_refused() {
         Message::Error { reason } if reason.contains("hashes to")
     ));
     assert!(matches!(
-        reply(&mut s, Message::FetchBinary { hash: claimed }, Duration::ZERO),
+        reply(
+            &mut s,
+            Message::FetchBinary { hash: claimed },
+            Duration::ZERO
+        ),
         Message::Error { .. }
     ));
     let huge = Message::UploadBinary {

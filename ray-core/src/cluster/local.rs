@@ -1,0 +1,380 @@
+//! [`Cluster::local`]: a real multi-process cluster on loopback, for tests,
+//! benches and the workload harness.
+//!
+//! The head (GCS and a node daemon) and every other node are separate
+//! processes: the current executable started again with `RAYRS_DAEMON_*`
+//! variables, which the same pre-`main` hook that makes workers (see
+//! [`super::worker`]) turns into a daemon. So no other binary has to be
+//! built first, and the daemons speak exactly this build's protocol.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ray_sched::{Quantity, ResourceSet, CPU};
+
+use super::{
+    control_plane_fingerprint, GcsClient, GcsServer, GcsServerConfig, NodeDaemon, NodeService,
+    NodeServiceConfig, NodeSpec,
+};
+use crate::error::{Error, Result};
+use crate::transport::{ClusterCa, ClusterCredentials, Endpoint, EndpointConfig, Role};
+use crate::{Config, Ray};
+
+const VAR_KIND: &str = "RAYRS_DAEMON";
+const VAR_DIR: &str = "RAYRS_DAEMON_DIR";
+const VAR_CPUS: &str = "RAYRS_DAEMON_CPUS";
+const VAR_ADDRESS: &str = "RAYRS_DAEMON_ADDRESS";
+const VAR_HEALTH_MS: &str = "RAYRS_DAEMON_HEALTH_MS";
+
+/// How [`Cluster::local_with`] sets the cluster up.
+#[derive(Debug, Clone)]
+pub struct LocalClusterConfig {
+    /// CPUs each node offers (default 2).
+    pub cpus_per_node: f64,
+    /// A node silent this long is dead (default 2 s: tests kill nodes);
+    /// nodes heartbeat and refresh their view five times as often.
+    pub health_timeout: Duration,
+    /// How long to wait for every node to join (default 30 s).
+    pub start_timeout: Duration,
+}
+
+impl Default for LocalClusterConfig {
+    fn default() -> Self {
+        Self {
+            cpus_per_node: 2.0,
+            health_timeout: Duration::from_secs(2),
+            start_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A head and `n - 1` more nodes, each a separate process on loopback;
+/// everything is killed and its directory removed on drop.
+#[derive(Debug)]
+pub struct Cluster {
+    dir: PathBuf,
+    address: SocketAddr,
+    /// Index 0 is the head.
+    nodes: Vec<Option<Child>>,
+    heartbeat: Duration,
+}
+
+impl Cluster {
+    /// Starts a head and `n - 1` nodes (2 CPUs each) and waits until all
+    /// `n` are registered.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for `n == 0`; [`Error::Cluster`] if a
+    /// process cannot start or the nodes do not join in time.
+    pub async fn local(n: usize) -> Result<Cluster> {
+        Self::local_with(n, LocalClusterConfig::default()).await
+    }
+
+    /// [`Cluster::local`] with explicit settings.
+    ///
+    /// # Errors
+    ///
+    /// As [`Cluster::local`].
+    pub async fn local_with(n: usize, config: LocalClusterConfig) -> Result<Cluster> {
+        if n == 0 {
+            return Err(Error::InvalidArgument(
+                "a cluster needs at least one node".into(),
+            ));
+        }
+        let cluster = |cause: String| Error::Cluster { cause };
+        let dir =
+            std::env::temp_dir().join(format!("rayrs-local-{}-{}", std::process::id(), unique()));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| cluster(format!("cannot create {}: {e}", dir.display())))?;
+        let ca = ClusterCa::generate().map_err(|e| cluster(e.to_string()))?;
+        let creds = ca
+            .issue("ray-rs-local")
+            .map_err(|e| cluster(e.to_string()))?;
+        creds
+            .save(&dir.join("credentials"))
+            .map_err(|e| cluster(e.to_string()))?;
+        let mut me = Cluster {
+            dir,
+            address: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            nodes: Vec::new(),
+            heartbeat: GcsServerConfig {
+                health_timeout: config.health_timeout,
+            }
+            .heartbeat_interval(),
+        };
+        let deadline = Instant::now() + config.start_timeout;
+        me.nodes.push(Some(me.spawn("head", None, &config)?));
+        let addr_file = me.dir.join("gcs_address");
+        me.address = loop {
+            if let Some(a) = std::fs::read_to_string(&addr_file)
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+            {
+                break a;
+            }
+            if Instant::now() > deadline {
+                return Err(cluster("the head did not start in time".into()));
+            }
+            me.check_alive()?;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        for _ in 1..n {
+            let child = me.spawn("node", Some(me.address), &config)?;
+            me.nodes.push(Some(child));
+        }
+        me.wait_for_nodes(n, deadline, &creds).await?;
+        Ok(me)
+    }
+
+    fn spawn(
+        &self,
+        kind: &str,
+        address: Option<SocketAddr>,
+        config: &LocalClusterConfig,
+    ) -> Result<Child> {
+        let exe = std::env::current_exe().map_err(|e| Error::Cluster {
+            cause: format!("cannot find this executable: {e}"),
+        })?;
+        let mut cmd = Command::new(exe);
+        cmd.env(VAR_KIND, kind)
+            .env(VAR_DIR, &self.dir)
+            .env(VAR_CPUS, config.cpus_per_node.to_string())
+            .env(VAR_HEALTH_MS, config.health_timeout.as_millis().to_string())
+            .stdin(Stdio::null());
+        if let Some(a) = address {
+            cmd.env(VAR_ADDRESS, a.to_string());
+        }
+        die_with_parent(&mut cmd);
+        cmd.spawn().map_err(|e| Error::Cluster {
+            cause: format!("cannot start a {kind} process: {e}"),
+        })
+    }
+
+    fn check_alive(&mut self) -> Result<()> {
+        for (i, slot) in self.nodes.iter_mut().enumerate() {
+            if let Some(child) = slot {
+                if let Ok(Some(status)) = child.try_wait() {
+                    return Err(Error::Cluster {
+                        cause: format!("node process {i} exited early: {status}"),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn wait_for_nodes(
+        &mut self,
+        n: usize,
+        deadline: Instant,
+        creds: &ClusterCredentials,
+    ) -> Result<()> {
+        let cluster = |cause: String| Error::Cluster { cause };
+        let endpoint = Endpoint::bind(
+            SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            creds,
+            EndpointConfig::new(Role::Cli, control_plane_fingerprint()),
+        )
+        .map_err(|e| cluster(e.to_string()))?;
+        let client = GcsClient::connect(&endpoint, self.address, Duration::from_secs(10))
+            .await
+            .map_err(|e| cluster(e.to_string()))?;
+        loop {
+            let alive = client
+                .nodes()
+                .await
+                .map(|ns| ns.iter().filter(|n| n.alive).count())
+                .unwrap_or(0);
+            if alive >= n {
+                // Every daemon refreshes its view of the others once per
+                // heartbeat: after one, they all know each other.
+                tokio::time::sleep(self.heartbeat + Duration::from_millis(50)).await;
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(cluster(format!("only {alive} of {n} nodes joined in time")));
+            }
+            self.check_alive()?;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// The GCS address drivers join.
+    pub fn address(&self) -> String {
+        self.address.to_string()
+    }
+
+    /// The directory of the cluster credentials.
+    pub fn credentials(&self) -> PathBuf {
+        self.dir.join("credentials")
+    }
+
+    /// A driver configuration that joins this cluster.
+    pub fn config(&self) -> Config {
+        Config {
+            address: Some(self.address()),
+            credentials: Some(self.credentials()),
+            ..Config::default()
+        }
+    }
+
+    /// Joins this cluster as the driver of a new job.
+    ///
+    /// # Errors
+    ///
+    /// What [`crate::init_with`] returns.
+    pub async fn connect(&self) -> Result<Ray> {
+        crate::init_with(self.config()).await
+    }
+
+    /// The process ids of the node processes (index 0: the head).
+    pub fn pids(&self) -> Vec<Option<u32>> {
+        self.nodes
+            .iter()
+            .map(|c| c.as_ref().map(Child::id))
+            .collect()
+    }
+
+    /// Kills node process `i` (0 is the head) with SIGKILL, as a crash would.
+    pub fn kill_node(&mut self, i: usize) {
+        if let Some(mut child) = self.nodes.get_mut(i).and_then(Option::take) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // Nodes first, the head last, so no node reports a dead GCS.
+        for slot in self.nodes.iter_mut().rev() {
+            if let Some(mut child) = slot.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+fn die_with_parent(cmd: &mut Command) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: the closure runs in the forked child before exec and only
+        // calls `prctl`, which is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = cmd;
+}
+
+/// Runs a daemon when this process was started as one by
+/// [`Cluster::local`]; returns `None` otherwise.
+pub(crate) fn daemon_from_env() -> Option<std::result::Result<(), String>> {
+    let kind = std::env::var(VAR_KIND).ok()?;
+    Some(run_daemon(&kind))
+}
+
+fn run_daemon(kind: &str) -> std::result::Result<(), String> {
+    let dir = PathBuf::from(std::env::var(VAR_DIR).map_err(|_| format!("{VAR_DIR} is not set"))?);
+    let cpus: f64 = std::env::var(VAR_CPUS)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2.0);
+    let health_ms: u64 = std::env::var(VAR_HEALTH_MS)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10_000);
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("ray-daemon")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start tokio: {e}"))?;
+    tokio.block_on(async move {
+        let creds_dir = dir.join("credentials");
+        let creds = ClusterCredentials::load(&creds_dir).map_err(|e| e.to_string())?;
+        let loopback = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        let bind = |role| {
+            Endpoint::bind(
+                loopback,
+                &creds,
+                EndpointConfig::new(role, control_plane_fingerprint()),
+            )
+            .map_err(|e| e.to_string())
+        };
+        let (_server, gcs_addr) = if kind == "head" {
+            let endpoint = bind(Role::Gcs)?;
+            let addr = endpoint.local_addr().map_err(|e| e.to_string())?;
+            let server = GcsServer::start(
+                endpoint,
+                GcsServerConfig {
+                    health_timeout: Duration::from_millis(health_ms),
+                },
+            );
+            (Some(server), addr)
+        } else {
+            let addr = std::env::var(VAR_ADDRESS)
+                .ok()
+                .and_then(|a| a.parse().ok())
+                .ok_or(format!("{VAR_ADDRESS} is not set"))?;
+            (None, addr)
+        };
+        let endpoint = bind(Role::Node)?;
+        let client = GcsClient::connect(&endpoint, gcs_addr, Duration::from_secs(10))
+            .await
+            .map_err(|e| e.to_string())?;
+        let local = endpoint.local_addr().map_err(|e| e.to_string())?;
+        let resources = ResourceSet::new().with(
+            CPU,
+            Quantity::from_f64(cpus).map_err(|e| format!("{VAR_CPUS}: {e}"))?,
+        );
+        let spec = NodeSpec {
+            address: local.to_string(),
+            resources: resources.clone(),
+            labels: Default::default(),
+        };
+        let daemon = NodeDaemon::register(client, &spec)
+            .await
+            .map_err(|e| e.to_string())?;
+        let service = NodeService::start(
+            daemon,
+            endpoint,
+            resources,
+            Default::default(),
+            NodeServiceConfig {
+                credentials_dir: creds_dir.clone(),
+                cache_dir: dir.join("binaries"),
+                bind_ip: local.ip(),
+            },
+        );
+        if kind == "head" {
+            write_atomically(&dir.join("gcs_address"), &gcs_addr.to_string())?;
+        }
+        Err(service.run().await.to_string())
+    })
+}
+
+fn write_atomically(path: &Path, text: &str) -> std::result::Result<(), String> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}

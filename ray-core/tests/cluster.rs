@@ -1,0 +1,180 @@
+//! Tasks, actors and objects across real node processes on loopback
+//! (`Cluster::local`), and what happens when a node is killed.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use ray_core::prelude::*;
+use ray_core::{Cluster, Error, NodeId};
+
+#[remote]
+fn where_am_i(x: u64) -> (u64, u64) {
+    std::thread::sleep(Duration::from_millis(20));
+    (x, Ray::current().expect("in a task").node_id().0)
+}
+
+#[remote]
+fn checksum(v: Vec<u8>) -> u64 {
+    v.iter().map(|&b| u64::from(b)).sum()
+}
+
+#[remote]
+fn make_bytes(n: u64) -> Vec<u8> {
+    (0..n).map(|i| (i % 251) as u8).collect()
+}
+
+#[remote]
+fn boom(msg: String) -> u64 {
+    panic!("{msg}")
+}
+
+#[remote]
+fn fan_out(n: u64) -> u64 {
+    let ray = Ray::current().expect("in a task");
+    let refs: Vec<_> = (0..n)
+        .map(|i| where_am_i::remote(&ray, i).expect("submit"))
+        .collect();
+    refs.iter()
+        .map(|r| r.get_blocking().expect("child result").0)
+        .sum()
+}
+
+#[remote]
+struct Counter {
+    n: u64,
+}
+
+#[remote]
+impl Counter {
+    fn new(start: u64) -> Self {
+        Counter { n: start }
+    }
+    fn incr(&mut self, by: u64) -> u64 {
+        self.n += by;
+        self.n
+    }
+    fn node(&self) -> u64 {
+        Ray::current().expect("in an actor").node_id().0
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_actors_and_objects_cross_two_node_processes() {
+    let cluster = Cluster::local(2).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+
+    // Spread tasks land on both nodes and return the right values.
+    let refs: Vec<_> = (0..16)
+        .map(|i| where_am_i::options().spread().remote(&ray, i).unwrap())
+        .collect();
+    let mut nodes = BTreeSet::new();
+    for (i, r) in refs.iter().enumerate() {
+        let (x, node) = r.get().await.expect("task result");
+        assert_eq!(x, i as u64);
+        nodes.insert(node);
+    }
+    assert_eq!(nodes.len(), 2, "spread tasks ran on {nodes:?}");
+    let other = *nodes.iter().max().unwrap();
+
+    // A large object put by the driver is pulled by a task on the other
+    // node; a large result comes back.
+    let data: Vec<u8> = (0..(8u64 << 20)).map(|i| (i % 251) as u8).collect();
+    let expected: u64 = data.iter().map(|&b| u64::from(b)).sum();
+    let obj = ray.put(data).await.unwrap();
+    let far = checksum::options()
+        .node_affinity(NodeId(other), false)
+        .remote(&ray, &obj)
+        .unwrap();
+    assert_eq!(far.get().await.unwrap(), expected);
+    let big = make_bytes::options()
+        .node_affinity(NodeId(other), false)
+        .remote(&ray, 3u64 << 20)
+        .unwrap();
+    let bytes = big.get().await.unwrap();
+    assert_eq!(bytes.len(), 3 << 20);
+    assert_eq!(bytes[1000], (1000 % 251) as u8);
+    // A ref produced on one node, consumed by a task on the other.
+    let chained = checksum::remote(&ray, &big).unwrap();
+    let want: u64 = bytes.iter().map(|&b| u64::from(b)).sum();
+    assert_eq!(chained.get().await.unwrap(), want);
+
+    // Nested tasks: a worker is an owner too.
+    assert_eq!(fan_out::remote(&ray, 10).unwrap().get().await.unwrap(), 45);
+
+    // Errors keep their type across processes.
+    let err = boom::remote(&ray, "kaboom")
+        .unwrap()
+        .get()
+        .await
+        .unwrap_err();
+    match err {
+        Error::TaskPanicked {
+            function, message, ..
+        } => {
+            assert!(function.ends_with("boom"), "{function}");
+            assert!(message.contains("kaboom"), "{message}");
+        }
+        e => panic!("expected TaskPanicked, got {e:?}"),
+    }
+
+    // An actor on the other node keeps its calls in order.
+    let c = Counter::options()
+        .node_affinity(NodeId(other), false)
+        .remote(&ray, 10)
+        .unwrap();
+    let calls: Vec<_> = (0..100).map(|_| c.incr(1).unwrap()).collect();
+    for (i, r) in calls.iter().enumerate() {
+        assert_eq!(r.get().await.unwrap(), 11 + i as u64);
+    }
+    assert_eq!(c.node().unwrap().get().await.unwrap(), other);
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_a_node_fails_its_work_with_a_typed_error() {
+    let mut cluster = Cluster::local(2).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let c = Counter::options().spread().remote(&ray, 0).unwrap();
+    let node = c.node().unwrap().get().await.unwrap();
+    // Find the process of the actor's node: node ids follow start order.
+    let victim = if node == 1 { 0 } else { 1 };
+    if victim == 0 {
+        // The head holds the GCS too; place on the second node instead.
+        drop(c);
+        return killing_second_node(cluster, ray).await;
+    }
+    cluster.kill_node(victim);
+    let started = std::time::Instant::now();
+    let err = c
+        .incr(1)
+        .unwrap()
+        .get_timeout(Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::NodeDied { node: n, .. } if n.0 == node),
+        "expected NodeDied for node {node}, got {err:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+    ray.shutdown();
+}
+
+async fn killing_second_node(mut cluster: Cluster, ray: Ray) {
+    let c = Counter::options()
+        .node_affinity(NodeId(2), false)
+        .remote(&ray, 0)
+        .unwrap();
+    assert_eq!(c.node().unwrap().get().await.unwrap(), 2);
+    cluster.kill_node(1);
+    let err = c
+        .incr(1)
+        .unwrap()
+        .get_timeout(Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::NodeDied { node: n, .. } if n.0 == 2),
+        "expected NodeDied for node-2, got {err:?}"
+    );
+    ray.shutdown();
+}
