@@ -290,6 +290,9 @@ impl Drop for ActorCell {
     }
 }
 
+/// Says once whether an actor's constructor succeeded (`Err`: why it died).
+pub(crate) type Created = tokio::sync::oneshot::Receiver<std::result::Result<(), String>>;
+
 /// Creates an actor; the constructor runs once resources allow.
 pub(crate) fn spawn_actor(
     rt: &Arc<Runtime>,
@@ -309,10 +312,7 @@ pub(crate) fn spawn_actor_as(
     class: &'static ActorClass,
     args: Vec<TaskArg>,
     opts: ActorOptions,
-) -> Result<(
-    Arc<ActorCell>,
-    tokio::sync::oneshot::Receiver<std::result::Result<(), String>>,
-)> {
+) -> Result<(Arc<ActorCell>, Created)> {
     rt.check_running()?;
     let req = opts.validate()?.clone();
     let pool = rt.check_placeable(class.name, &opts.resources)?;

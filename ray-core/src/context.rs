@@ -72,25 +72,33 @@ pub(crate) fn current_task() -> Option<TaskId> {
 /// back to the node and its pool slot to other work.
 pub(crate) struct BlockGuard {
     rt: Arc<Runtime>,
+    task: TaskId,
     resources: Option<(Pool, ResourceSet)>,
 }
 
 /// Starts a blocking wait if this thread runs a task; `None` otherwise.
 pub(crate) fn begin_blocking() -> Option<BlockGuard> {
-    let (rt, resources) = CURRENT.with(|c| {
+    let (rt, task, resources) = CURRENT.with(|c| {
         let mut c = c.borrow_mut();
         let ctx = c.as_mut()?;
         if ctx.blocked > 0 {
             return None;
         }
         ctx.blocked = 1;
-        Some((ctx.rt.clone(), ctx.resources.clone()))
+        Some((ctx.rt.clone(), ctx.task, ctx.resources.clone()))
     })?;
     if let Some((pool, res)) = &resources {
         rt.release_to(pool, res);
     }
+    if let Some(core) = rt.cluster.get() {
+        core.task_blocked(task, true);
+    }
     rt.pool.begin_blocking();
-    Some(BlockGuard { rt, resources })
+    Some(BlockGuard {
+        rt,
+        task,
+        resources,
+    })
 }
 
 impl Drop for BlockGuard {
@@ -103,6 +111,9 @@ impl Drop for BlockGuard {
         self.rt.pool.end_blocking();
         if let Some((pool, res)) = &self.resources {
             self.rt.acquire_forced_in(pool, res);
+        }
+        if let Some(core) = self.rt.cluster.get() {
+            core.task_blocked(self.task, false);
         }
     }
 }

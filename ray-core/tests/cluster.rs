@@ -101,6 +101,16 @@ async fn tasks_actors_and_objects_cross_two_node_processes() {
     // Nested tasks: a worker is an owner too.
     assert_eq!(fan_out::remote(&ray, 10).unwrap().get().await.unwrap(), 45);
 
+    // More waiting parents than the cluster has CPUs, each on a lease of
+    // its own (spread): a blocked parent lends its lease back to its node,
+    // so the children still get leases and run.
+    let parents: Vec<_> = (0..6)
+        .map(|_| fan_out::options().spread().remote(&ray, 5).unwrap())
+        .collect();
+    for p in &parents {
+        assert_eq!(p.get_timeout(Duration::from_secs(30)).await.unwrap(), 10);
+    }
+
     // Errors keep their type across processes.
     let err = boom::remote(&ray, "kaboom")
         .unwrap()

@@ -161,6 +161,13 @@ pub(crate) struct ClusterCore {
     /// Refs that crossed a process boundary inside values.
     pinned: Mutex<Vec<Arc<RefHandle>>>,
     hosted: Mutex<HashMap<ActorId, Hosted>>,
+    /// Pushed tasks running here: local task id -> the lease they run under.
+    lease_of: Mutex<HashMap<TaskId, TaskId>>,
+    /// Tasks of each lease blocked in a `get` or `wait` right now.
+    blocked: Mutex<HashMap<TaskId, u32>>,
+    /// Block and unblock notices for the node, sent in order.
+    notices: mpsc::UnboundedSender<(TaskId, bool)>,
+    notices_rx: Mutex<Option<mpsc::UnboundedReceiver<(TaskId, bool)>>>,
 }
 
 impl ClusterCore {
@@ -170,6 +177,7 @@ impl ClusterCore {
         gcs: GcsClient,
         config: CoreConfig,
     ) -> Arc<Self> {
+        let (notices, notices_rx) = mpsc::unbounded_channel();
         Arc::new(Self {
             rt: OnceLock::new(),
             tokio,
@@ -188,7 +196,51 @@ impl ClusterCore {
             held: Mutex::new(HashMap::new()),
             pinned: Mutex::new(Vec::new()),
             hosted: Mutex::new(HashMap::new()),
+            lease_of: Mutex::new(HashMap::new()),
+            blocked: Mutex::new(HashMap::new()),
+            notices,
+            notices_rx: Mutex::new(Some(notices_rx)),
         })
+    }
+
+    /// A task running here started (`true`) or stopped waiting on objects.
+    /// The first blocked task of a lease lends the lease's resources back
+    /// to its node (so work it waits for can be leased there), the last
+    /// one to resume takes them again: nested tasks cannot deadlock a
+    /// node whose every CPU is leased to waiting parents.
+    pub(crate) fn task_blocked(&self, task: TaskId, blocked: bool) {
+        let Some(lease) = self.lease_of.lock().get(&task).copied() else {
+            return;
+        };
+        let notify = {
+            let mut b = self.blocked.lock();
+            let n = b.entry(lease).or_insert(0);
+            if blocked {
+                *n += 1;
+                *n == 1
+            } else {
+                *n = n.saturating_sub(1);
+                let last = *n == 0;
+                if last {
+                    b.remove(&lease);
+                }
+                last
+            }
+        };
+        if notify {
+            let _ = self.notices.send((lease, blocked));
+        }
+    }
+
+    async fn notice_loop(self: Arc<Self>) {
+        let Some(mut rx) = self.notices_rx.lock().take() else {
+            return;
+        };
+        while let Some((lease, blocked)) = rx.recv().await {
+            let _ = self
+                .ask(self.local_node, Message::LeaseBlocked { lease, blocked })
+                .await;
+        }
     }
 
     /// Ties the core to its runtime and starts serving peers.
@@ -198,6 +250,8 @@ impl ClusterCore {
         self.tokio.spawn(async move { me.accept_loop().await });
         let me = self.clone();
         self.tokio.spawn(async move { me.reap_loop().await });
+        let me = self.clone();
+        self.tokio.spawn(async move { me.notice_loop().await });
     }
 
     fn rt(&self) -> Option<Arc<Runtime>> {
@@ -1066,10 +1120,10 @@ impl ClusterCore {
                 task,
                 function,
                 args,
+                lease,
                 resources,
                 attempt,
                 parent,
-                ..
             } => {
                 let Some(f) = registry().function(function) else {
                     return fail(task, missing(function.0, "remote function"));
@@ -1080,6 +1134,7 @@ impl ClusterCore {
                     Ok(h) => h,
                     Err(e) => return fail(task, e),
                 };
+                self.lease_of.lock().insert(local, lease);
                 rt.enqueue_task(TaskSpec {
                     task: local,
                     function: f,
@@ -1198,6 +1253,9 @@ impl ClusterCore {
             let Some(rt) = me.rt() else { return };
             let local = handle.id;
             let out = ObjectRef::<()>::from_handle(handle).buffer().await;
+            me.lease_of
+                .lock()
+                .remove(&TaskId::new(local.owner, local.seq));
             me.pin(&rt.objects.take_contained(local));
             let outcome = match out {
                 Ok(buf) if buf.len() <= rt.settings.max_inline_bytes => {

@@ -57,11 +57,14 @@ struct Pending {
     fingerprint: BuildFingerprint,
 }
 
+/// A started worker's id and address, or why it did not start.
+type Started = Result<(WorkerId, String), String>;
+
 /// The worker process of one job on this node.
 #[derive(Default)]
 struct JobWorker {
-    started: tokio::sync::OnceCell<Result<(WorkerId, String), String>>,
-    ready: Mutex<Option<oneshot::Sender<Result<(WorkerId, String), String>>>>,
+    started: tokio::sync::OnceCell<Started>,
+    ready: Mutex<Option<oneshot::Sender<Started>>>,
     expected: Mutex<Option<BuildFingerprint>>,
     pid: Mutex<Option<u32>>,
 }
