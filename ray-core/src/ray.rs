@@ -44,6 +44,10 @@ pub struct Config {
     /// The cluster credentials directory (default: `RAY_CREDENTIALS`, else
     /// `$RAYRS_DIR/credentials`, else `/tmp/rayrs/credentials`).
     pub credentials: Option<std::path::PathBuf>,
+    /// The executable the cluster's workers run for this job (default:
+    /// this one). It must be the same build: a worker whose build
+    /// fingerprint differs from the driver's is refused by its node.
+    pub executable: Option<std::path::PathBuf>,
 }
 
 impl Default for Config {
@@ -58,6 +62,7 @@ impl Default for Config {
             namespace: "default".into(),
             address: None,
             credentials: None,
+            executable: None,
         }
     }
 }
@@ -211,8 +216,11 @@ async fn connect_driver(config: Config, address: String) -> Result<Ray> {
         Some(ip) if local.ip().is_unspecified() => std::net::SocketAddr::new(ip, local.port()),
         _ => local,
     };
-    let exe = std::env::current_exe()
-        .map_err(|e| cluster(format!("cannot find this executable: {e}")))?;
+    let exe = match config.executable.clone() {
+        Some(exe) => exe,
+        None => std::env::current_exe()
+            .map_err(|e| cluster(format!("cannot find this executable: {e}")))?,
+    };
     let binary = tokio::task::spawn_blocking(move || std::fs::read(&exe).map(|b| (exe, b)))
         .await
         .map_err(|e| cluster(e.to_string()))?
