@@ -237,6 +237,16 @@ impl ObjectTable {
         }
     }
 
+    /// Every object and its value, if it has one (the state API).
+    pub(crate) fn snapshot(&self) -> Vec<(ObjectId, Option<Value>)> {
+        let mut out = Vec::new();
+        for shard in &self.shards {
+            let shard = shard.lock();
+            out.extend(shard.iter().map(|(id, e)| (*id, e.value.clone())));
+        }
+        out
+    }
+
     /// Number of live objects.
     pub(crate) fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().len()).sum()

@@ -14,7 +14,8 @@ use std::fmt;
 use rkyv::{Archive, Deserialize, Serialize};
 
 pub use core::{
-    ErrorKind, WireArg, WireError, WireNodeUpdate, WireOutcome, WireStrategy, WorkItem, WorkResult,
+    ErrorKind, ObjectRow, TaskRow, WireArg, WireError, WireNodeUpdate, WireOutcome, WireStrategy,
+    WorkItem, WorkResult,
 };
 pub use gcs::{ActorEntry, ActorStatus, JobEntry, Label, NodeEntry, ResourceAmount};
 pub use message::{ArchivedMessage, Message, MessageResolver};
@@ -233,6 +234,12 @@ mod message {
             id: ObjectId,
             take: bool,
         },
+        /// Asks a driver or worker for the tasks it owns that have not
+        /// finished (the state API); answered [`Message::Tasks`].
+        ListTasks,
+        /// Asks a driver or worker for the objects it owns; answered
+        /// [`Message::Objects`].
+        ListObjects,
         /// Registers a live actor with the GCS (for `get_actor` by name).
         RegisterActor {
             entry: ActorEntry,
@@ -281,6 +288,14 @@ mod message {
         },
         LeaseInfeasible {
             reason: String,
+        },
+
+        // State API replies.
+        Tasks {
+            tasks: Vec<super::TaskRow>,
+        },
+        Objects {
+            objects: Vec<super::ObjectRow>,
         },
 
         // Object replies.

@@ -112,19 +112,33 @@ enum InflightKind {
 }
 
 /// Work pushed and not answered yet.
-struct Inflight {
+pub(super) struct Inflight {
     kind: InflightKind,
-    name: &'static str,
-    link: SocketAddr,
-    node: NodeId,
+    pub(super) name: &'static str,
+    pub(super) link: SocketAddr,
+    pub(super) node: NodeId,
     /// Argument refs kept alive until the result is back.
     _keep: Vec<TaskArg>,
 }
 
 #[derive(Default)]
-struct OwnerState {
+pub(super) struct OwnerState {
     keys: HashMap<SchedKey, KeyState>,
-    inflight: HashMap<TaskId, Inflight>,
+    pub(super) inflight: HashMap<TaskId, Inflight>,
+}
+
+impl OwnerState {
+    /// Tasks queued for a lease: (task, function name, resources asked).
+    pub(super) fn queued(&self) -> Vec<(TaskId, &'static str, Vec<ResourceAmount>)> {
+        self.keys
+            .iter()
+            .flat_map(|(k, ks)| {
+                ks.queue
+                    .iter()
+                    .map(|q| (q.task, q.function.name, k.resources.clone()))
+            })
+            .collect()
+    }
 }
 
 /// A work stream to one worker process.
@@ -152,7 +166,7 @@ pub(crate) struct ClusterCore {
     fingerprint: BuildFingerprint,
     my_addr: String,
     local_node: SocketAddr,
-    owner: Mutex<OwnerState>,
+    pub(super) owner: Mutex<OwnerState>,
     links: Mutex<HashMap<SocketAddr, Arc<tokio::sync::OnceCell<Arc<Link>>>>>,
     worker_addrs: Mutex<HashMap<WorkerId, String>>,
     node_addrs: Mutex<HashMap<NodeId, SocketAddr>>,
@@ -254,7 +268,7 @@ impl ClusterCore {
         self.tokio.spawn(async move { me.notice_loop().await });
     }
 
-    fn rt(&self) -> Option<Arc<Runtime>> {
+    pub(super) fn rt(&self) -> Option<Arc<Runtime>> {
         self.rt.get().and_then(Weak::upgrade)
     }
 
@@ -1058,6 +1072,11 @@ impl ClusterCore {
             }
             Message::Ping { seq } => {
                 let _ = w.send(&Envelope::new(Message::Pong { seq })).await;
+                w.finish();
+            }
+            msg @ (Message::ListTasks | Message::ListObjects) => {
+                let reply = super::state::answer(&self, msg);
+                let _ = w.send(&Envelope::new(reply)).await;
                 w.finish();
             }
             _ => {

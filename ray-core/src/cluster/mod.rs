@@ -18,6 +18,7 @@ mod gcs_server;
 mod local;
 mod node_daemon;
 mod node_service;
+mod state;
 mod worker;
 
 use std::net::SocketAddr;

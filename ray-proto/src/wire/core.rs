@@ -135,3 +135,26 @@ pub struct WorkResult {
     pub task: TaskId,
     pub outcome: WireOutcome,
 }
+
+/// A task its owner has not seen finish (the state API's `list tasks`).
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct TaskRow {
+    pub task: TaskId,
+    /// The function or `Class::method`.
+    pub name: String,
+    /// `QUEUED` (waiting for a lease) or `RUNNING` (pushed to a worker).
+    pub state: String,
+    /// Where it was pushed, when it was.
+    pub node: Option<NodeId>,
+    pub resources: Vec<ResourceAmount>,
+}
+
+/// An object its owner holds (the state API's `list objects`).
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct ObjectRow {
+    pub object: ObjectId,
+    /// `PENDING`, `INLINE`, `STORED` or `FAILED`.
+    pub state: String,
+    /// The value's size in bytes, once known.
+    pub bytes: Option<u64>,
+}
