@@ -336,3 +336,140 @@ fn stop_with_nothing_started_succeeds() {
     let out = rayrs(&["stop", "--dir", dir.path()]);
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+/// A task that stays RUNNING long enough to be listed.
+#[ray_core::remote]
+fn sleepy_state_probe(ms: u64) -> u64 {
+    std::thread::sleep(Duration::from_millis(ms));
+    ms
+}
+
+/// `rayrs list WHAT --format json` against `cluster`, run off the async
+/// runtime (the driver in this process must keep answering meanwhile).
+async fn list_state(cluster: &ray_core::Cluster, what: &'static str) -> Output {
+    let address = cluster.address();
+    let credentials = cluster.credentials();
+    tokio::task::spawn_blocking(move || {
+        let credentials = credentials.to_str().expect("utf-8 path").to_owned();
+        rayrs(&[
+            "list",
+            what,
+            "--format",
+            "json",
+            "--address",
+            &address,
+            "--credentials",
+            &credentials,
+        ])
+    })
+    .await
+    .expect("rayrs runs")
+}
+
+fn json_rows(out: &Output) -> Vec<Value> {
+    assert!(out.status.success(), "{}", stderr(out));
+    match serde_json::from_slice(&out.stdout).expect("list prints JSON") {
+        Value::Array(rows) => rows,
+        other => panic!("expected a JSON array, got {other}"),
+    }
+}
+
+/// Registers a worker of the running job at an address nobody answers on,
+/// as a worker that exited without a word would look to the GCS.
+async fn register_silent_worker(cluster: &ray_core::Cluster) -> (ray_core::WorkerId, String) {
+    use ray_core::cluster::{control_plane_fingerprint, GcsClient};
+    use ray_core::transport::{ClusterCredentials, Endpoint, EndpointConfig, Role};
+
+    let creds = ClusterCredentials::load(&cluster.credentials()).expect("credentials");
+    let endpoint = Endpoint::bind(
+        "127.0.0.1:0".parse().expect("addr"),
+        &creds,
+        EndpointConfig::new(Role::Cli, control_plane_fingerprint()),
+    )
+    .expect("bind");
+    let gcs_addr = cluster.address().parse().expect("GCS address");
+    let gcs = GcsClient::connect(&endpoint, gcs_addr, Duration::from_secs(10))
+        .await
+        .expect("connect to the GCS");
+    let job = gcs
+        .jobs()
+        .await
+        .expect("jobs")
+        .into_iter()
+        .find(|j| j.running)
+        .expect("the driver's job runs")
+        .id;
+    let node = gcs.nodes().await.expect("nodes")[0].id;
+    // A port nobody listens on: bound and released at once.
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("free port")
+        .port();
+    let address = format!("127.0.0.1:{port}");
+    let worker = gcs
+        .register_worker(job, node, address.clone())
+        .await
+        .expect("register the silent worker");
+    (worker, address)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_tasks_and_objects_show_a_running_task_and_a_put_object_of_every_owner() {
+    let cluster = ray_core::Cluster::local(1).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let task = sleepy_state_probe::remote(&ray, 8_000).expect("submit");
+    let object = ray.put(vec![7u8; 1 << 20]).await.expect("put 1 MiB");
+    let deadline = Instant::now() + Duration::from_secs(15);
+
+    // The task is QUEUED until a worker process has started for it.
+    let running = loop {
+        let tasks = json_rows(&list_state(&cluster, "tasks").await);
+        let probe = tasks.into_iter().find(|t| {
+            t["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("sleepy_state_probe"))
+        });
+        if let Some(t) = probe.filter(|t| t["state"] == "RUNNING") {
+            break t;
+        }
+        assert!(Instant::now() < deadline, "the task never showed RUNNING");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(running["node"], "node-1", "{running}");
+    assert!(
+        running["owner"]
+            .as_str()
+            .is_some_and(|o| o.starts_with("worker-")),
+        "{running}"
+    );
+    let owner = running["owner"].clone();
+
+    // A worker the GCS knows but that never answers costs one stderr line,
+    // not the listing.
+    let (silent, silent_addr) = register_silent_worker(&cluster).await;
+    let out = list_state(&cluster, "objects").await;
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "stderr: {err}");
+    assert!(
+        err.starts_with(&format!("rayrs: {silent} at {silent_addr} did not answer")),
+        "stderr: {err}"
+    );
+    let objects = json_rows(&out);
+    let id = object.id().to_string();
+    let put = objects
+        .iter()
+        .find(|o| o["id"] == id.as_str())
+        .unwrap_or_else(|| panic!("{id} not in {objects:?}"));
+    assert!(
+        put["state"] == "STORED" || put["state"] == "INLINE",
+        "{put}"
+    );
+    let bytes = put["bytes"].as_u64().expect("a stored object has a size");
+    assert!(
+        (1 << 20..(1 << 20) + 4096).contains(&bytes),
+        "1 MiB put as {bytes} bytes"
+    );
+    // The driver owns both the task and the object.
+    assert_eq!(put["owner"], owner, "{put}");
+    drop(task);
+}

@@ -146,6 +146,15 @@ pub(crate) struct Link {
     addr: SocketAddr,
     node: NodeId,
     tx: mpsc::UnboundedSender<WorkItem>,
+    /// Set (before the inflight scan) when the link is lost: work pushed
+    /// after that fails at once instead of waiting for an answer.
+    dead: std::sync::atomic::AtomicBool,
+}
+
+impl Link {
+    fn is_dead(&self) -> bool {
+        self.dead.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 /// An actor hosted by this worker process.
@@ -355,7 +364,7 @@ impl ClusterCore {
                 let Some(lease) = ks
                     .leases
                     .iter_mut()
-                    .filter(|l| l.inflight < depth)
+                    .filter(|l| l.inflight < depth && !l.link.is_dead())
                     .min_by_key(|l| l.inflight)
                 else {
                     break;
@@ -596,23 +605,25 @@ impl ClusterCore {
                 cause: format!("cannot open a work stream to {addr}: {e}"),
             })?;
             let (tx, rx) = mpsc::unbounded_channel();
-            let link = Arc::new(Link { addr, node, tx });
+            let link = Arc::new(Link {
+                addr,
+                node,
+                tx,
+                dead: false.into(),
+            });
             me.tokio.spawn(write_loop(writer, rx));
             let me2 = me.clone();
+            let watched = link.clone();
             me.tokio
-                .spawn(async move { me2.read_results(addr, node, reader).await });
+                .spawn(async move { me2.read_results(watched, reader).await });
             Ok(link)
         })
         .await
         .cloned()
     }
 
-    async fn read_results(
-        self: Arc<Self>,
-        addr: SocketAddr,
-        node: NodeId,
-        mut reader: FrameReader,
-    ) {
+    async fn read_results(self: Arc<Self>, link: Arc<Link>, mut reader: FrameReader) {
+        let addr = link.addr;
         let cause = loop {
             match reader.recv().await {
                 Ok(Some(env)) => match env.body {
@@ -623,7 +634,7 @@ impl ClusterCore {
                 Err(e) => break format!("its worker at {addr} is unreachable: {e}"),
             }
         };
-        self.link_died(addr, node, cause);
+        self.link_died(&link, cause);
     }
 
     fn on_results(self: &Arc<Self>, addr: SocketAddr, results: Vec<WorkResult>) {
@@ -700,7 +711,9 @@ impl ClusterCore {
     }
 
     /// Everything pushed on the link to `addr` fails: its worker or node died.
-    fn link_died(self: &Arc<Self>, addr: SocketAddr, node: NodeId, cause: String) {
+    fn link_died(self: &Arc<Self>, link: &Link, cause: String) {
+        let (addr, node) = (link.addr, link.node);
+        link.dead.store(true, std::sync::atomic::Ordering::Release);
         self.links.lock().remove(&addr);
         let failed: Vec<(TaskId, Inflight)> = {
             let mut st = self.owner.lock();
@@ -730,6 +743,29 @@ impl ClusterCore {
                 self.finish(&rt, task, f, Err(err));
             }
         }
+    }
+
+    /// Pushes one item on `link`, registered as inflight first; if the
+    /// link is already lost the item fails at once. The check and the
+    /// insert happen under the owner lock that `link_died` scans under, so
+    /// every item is answered by its worker or failed exactly once.
+    fn push(self: &Arc<Self>, link: &Link, task: TaskId, f: Inflight, item: WorkItem) -> bool {
+        let mut st = self.owner.lock();
+        if link.is_dead() {
+            drop(st);
+            if let Some(rt) = self.rt() {
+                let err = Error::NodeDied {
+                    node: link.node,
+                    cause: format!("its worker at {} is gone", link.addr),
+                };
+                self.finish(&rt, task, f, Err(err));
+            }
+            return false;
+        }
+        st.inflight.insert(task, f);
+        // Sent under the lock: items keep their order on the link.
+        let _ = link.tx.send(item);
+        true
     }
 
     // ---------------------------------------------------------------
@@ -948,25 +984,24 @@ impl ClusterCore {
                             continue;
                         }
                     };
-                    self.owner.lock().inflight.insert(
-                        task,
-                        Inflight {
-                            kind: InflightKind::ActorCall,
-                            name: method.name,
-                            link: link.addr,
-                            node: link.node,
-                            _keep: args,
-                        },
-                    );
+                    let f = Inflight {
+                        kind: InflightKind::ActorCall,
+                        name: method.name,
+                        link: link.addr,
+                        node: link.node,
+                        _keep: args,
+                    };
                     let item = WorkItem::ActorCall {
                         task,
                         actor: actor.id,
                         method: method.id,
                         args: wire,
                     };
-                    if link.tx.send(item).is_err() {
-                        // The link's reader fails what was inflight on it.
-                        break;
+                    if !self.push(&link, task, f, item) {
+                        actor.set_dead(format!(
+                            "its node {} (worker at {}) is gone",
+                            link.node, link.addr
+                        ));
                     }
                 }
                 ActorMsg::Kill => {
@@ -995,16 +1030,13 @@ impl ClusterCore {
         let (lease, node, link) = self.lease(&resources, &strategy).await?;
         let (done_tx, done_rx) = oneshot::channel();
         let task = TaskId::new(actor.id.owner, actor.id.seq);
-        self.owner.lock().inflight.insert(
-            task,
-            Inflight {
-                kind: InflightKind::ActorCreate(done_tx),
-                name: actor.class.name,
-                link: link.addr,
-                node,
-                _keep: args,
-            },
-        );
+        let f = Inflight {
+            kind: InflightKind::ActorCreate(done_tx),
+            name: actor.class.name,
+            link: link.addr,
+            node,
+            _keep: args,
+        };
         let item = WorkItem::CreateActor {
             actor: actor.id,
             class: actor.class.id,
@@ -1013,13 +1045,7 @@ impl ClusterCore {
             resources,
             max_concurrency,
         };
-        if link.tx.send(item).is_err() {
-            self.owner.lock().inflight.remove(&task);
-            return Err(Error::NodeDied {
-                node,
-                cause: "its work stream closed".into(),
-            });
-        }
+        self.push(&link, task, f, item);
         match done_rx.await {
             Ok(Ok(())) => Ok(link),
             Ok(Err(e)) => Err(e),

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use ray_proto::wire::{
     ActorEntry, BuildFingerprint, Envelope, JobEntry, Label, Message, NodeEntry, ResourceAmount,
+    WorkerEntry,
 };
 use ray_proto::{ActorId, JobId, NodeId, WorkerId};
 use rkyv::util::AlignedVec;
@@ -385,6 +386,20 @@ impl GcsClient {
         match self.call(Message::GetWorker { worker }).await? {
             Message::WorkerInfo { address } => Ok(address),
             other => Err(unexpected("GetWorker", &other)),
+        }
+    }
+
+    /// Every worker and driver of a running job, by id, except workers on
+    /// nodes the GCS declared dead: the processes that may own tasks and
+    /// objects. A listed process may still have exited since it registered.
+    ///
+    /// # Errors
+    ///
+    /// As [`GcsClient::call`], or [`ClusterError::UnexpectedReply`].
+    pub async fn workers(&self) -> Result<Vec<WorkerEntry>, ClusterError> {
+        match self.call(Message::GetWorkers).await? {
+            Message::Workers { workers } => Ok(workers),
+            other => Err(unexpected("GetWorkers", &other)),
         }
     }
 

@@ -17,14 +17,16 @@ usage:
   rayrs start --address HOST:PORT [--credentials DIR] [--num-cpus N]
                      [--resources JSON] [--labels JSON] [--dir D] [--block]
   rayrs status [--address HOST:PORT] [--credentials DIR] [--dir D]
-  rayrs list nodes|jobs|actors [--format table|json] [--address HOST:PORT]
-                     [--credentials DIR] [--dir D]
+  rayrs list nodes|jobs|actors|tasks|objects [--format table|json]
+                     [--address HOST:PORT] [--credentials DIR] [--dir D]
   rayrs stop [--dir D]
 
 D defaults to $RAYRS_DIR, else /tmp/rayrs. The head writes the cluster CA to
 D/ca, the credentials to copy to other hosts to D/credentials, and its address
 to D/gcs_address; status and list read those unless told otherwise.
---timeout-ms MS bounds connecting and each request (default 5000).";
+--timeout-ms MS bounds connecting and each request (default 5000).
+list tasks and list objects ask every worker and driver (up to 2 s each);
+one that does not answer is named on stderr and the others are listed.";
 
 /// A parsed command line.
 #[derive(Debug)]
@@ -71,6 +73,10 @@ pub enum Table {
     Nodes,
     Jobs,
     Actors,
+    /// Unfinished tasks, as their owners report them.
+    Tasks,
+    /// Objects, as their owners report them.
+    Objects,
 }
 
 /// How `rayrs list` prints.
@@ -190,6 +196,9 @@ pub fn resolve(address: &str) -> Result<SocketAddr, CliError> {
         .ok_or_else(|| CliError::usage(format!("--address must be HOST:PORT, got `{address}`")))
 }
 
+/// What `rayrs list` lists, for its error messages.
+const LISTABLE: &str = "nodes, jobs, actors, tasks or objects";
+
 const QUERY_FLAGS: &[&str] = &["--address", "--credentials", "--dir", "--timeout-ms"];
 
 const JOIN_FLAGS: &[&str] = &[
@@ -228,12 +237,14 @@ pub fn parse(args: &[String]) -> Result<Command, CliError> {
                 Some("nodes") => Table::Nodes,
                 Some("jobs") => Table::Jobs,
                 Some("actors") => Table::Actors,
+                Some("tasks") => Table::Tasks,
+                Some("objects") => Table::Objects,
                 Some(other) => {
                     return Err(CliError::usage(format!(
-                        "cannot list `{other}`: choose nodes, jobs or actors"
+                        "cannot list `{other}`: choose {LISTABLE}"
                     )))
                 }
-                None => return Err(CliError::usage("list what? nodes, jobs or actors".into())),
+                None => return Err(CliError::usage(format!("list what? {LISTABLE}"))),
             };
             let known = [QUERY_FLAGS, &["--format"]].concat();
             let flags = Flags::parse("list", &rest[1..], &known)?;

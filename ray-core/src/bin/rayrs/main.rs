@@ -2,11 +2,12 @@
 //!
 //! `rayrs start --head` runs the GCS and the head's node daemon in the
 //! foreground; `rayrs start --address` joins a node; `rayrs status` and
-//! `rayrs list` read the GCS tables; `rayrs stop` ends what this host
-//! started. Every failure is one line on stderr and a non-zero exit.
+//! `rayrs list` read the GCS tables (and, for tasks and objects, ask every
+//! owner); `rayrs stop` ends what this host started. Every failure is one line on stderr and a non-zero exit.
 
 mod args;
 mod layout;
+mod owners;
 mod query;
 mod start;
 mod stop;

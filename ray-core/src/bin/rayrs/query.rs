@@ -1,4 +1,7 @@
 //! `rayrs status` and `rayrs list`: the GCS tables, for people and scripts.
+//!
+//! `list tasks` and `list objects` ask every owner rather than the GCS (see
+//! [`crate::owners`]).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
@@ -10,6 +13,7 @@ use ray_proto::wire::{ActorEntry, ActorStatus, JobEntry, NodeEntry, ResourceAmou
 use serde_json::{json, Value};
 
 use crate::args::{Format, QueryArgs, Table};
+use crate::owners::{self, Ask};
 use crate::{layout, CliError};
 
 /// One line saying what went wrong reaching the GCS, and what to do.
@@ -34,7 +38,9 @@ pub fn describe(e: ClusterError, credentials: Option<&Path>, dir: &Path) -> CliE
     }
 }
 
-async fn connect(args: &QueryArgs) -> Result<GcsClient, CliError> {
+/// Binds a CLI endpoint and connects it to the GCS; the endpoint can then
+/// reach other cluster processes too.
+async fn connect(args: &QueryArgs) -> Result<(Endpoint, GcsClient), CliError> {
     let addr = layout::gcs_address(args.address, &args.dir)?;
     let creds = layout::load_credentials(args.credentials.as_deref(), &args.dir)?;
     let mut config = EndpointConfig::new(Role::Cli, control_plane_fingerprint());
@@ -48,14 +54,15 @@ async fn connect(args: &QueryArgs) -> Result<GcsClient, CliError> {
         0,
     );
     let endpoint = Endpoint::bind(local, &creds, config).map_err(CliError::failed)?;
-    GcsClient::connect(&endpoint, addr, args.timeout)
+    let client = GcsClient::connect(&endpoint, addr, args.timeout)
         .await
-        .map_err(|e| describe(e, args.credentials.as_deref(), &args.dir))
+        .map_err(|e| describe(e, args.credentials.as_deref(), &args.dir))?;
+    Ok((endpoint, client))
 }
 
 /// Prints nodes, then job and actor counts.
 pub async fn status(args: QueryArgs) -> Result<(), CliError> {
-    let client = connect(&args).await?;
+    let (_endpoint, client) = connect(&args).await?;
     let fail = |e| describe(e, args.credentials.as_deref(), &args.dir);
     let nodes = client.nodes().await.map_err(fail)?;
     let jobs = client.jobs().await.map_err(fail)?;
@@ -88,7 +95,7 @@ pub async fn status(args: QueryArgs) -> Result<(), CliError> {
 
 /// Prints one table.
 pub async fn list(args: QueryArgs, table: Table, format: Format) -> Result<(), CliError> {
-    let client = connect(&args).await?;
+    let (endpoint, client) = connect(&args).await?;
     let fail = |e| describe(e, args.credentials.as_deref(), &args.dir);
     let (rows, json): (Vec<String>, Vec<Value>) = match table {
         Table::Nodes => {
@@ -133,6 +140,12 @@ pub async fn list(args: QueryArgs, table: Table, format: Format) -> Result<(), C
                 .collect();
             (lines, actors.iter().map(actor_json).collect())
         }
+        Table::Tasks => owners::collect(&endpoint, &client, Ask::Tasks, args.timeout)
+            .await
+            .map_err(fail)?,
+        Table::Objects => owners::collect(&endpoint, &client, Ask::Objects, args.timeout)
+            .await
+            .map_err(fail)?,
     };
     match format {
         Format::Json => println!("{}", Value::Array(json)),
@@ -185,7 +198,8 @@ fn usage_text(n: &NodeEntry) -> String {
     }
 }
 
-fn amounts_json(amounts: &[ResourceAmount]) -> serde_json::Map<String, Value> {
+/// `{"CPU": 1.5, …}`: resource amounts as a JSON object of numbers.
+pub fn amounts_json(amounts: &[ResourceAmount]) -> serde_json::Map<String, Value> {
     resources_from_wire(amounts)
         .iter()
         .map(|(name, q)| (name.to_owned(), amount(q)))

@@ -13,6 +13,7 @@ use hashbrown::HashMap;
 use ray_gcs::{ActorInfo, ActorState, Gcs, JobInfo, NodeState, WorkerInfo};
 use ray_proto::wire::{
     ActorEntry, ActorStatus, BuildFingerprint, JobEntry, Message, NodeEntry, ResourceAmount,
+    WorkerEntry,
 };
 use ray_proto::{ActorId, JobId, NodeId, WorkerId};
 use rkyv::util::AlignedVec;
@@ -197,6 +198,9 @@ pub(super) fn handle(state: &mut State, request: Message, now: Duration) -> Acti
         Message::GetWorker { worker } => Message::WorkerInfo {
             address: state.gcs.worker(worker).map(|row| row.info.address.clone()),
         },
+        Message::GetWorkers => Message::Workers {
+            workers: live_workers(state),
+        },
         Message::RegisterActor {
             entry,
             worker,
@@ -333,6 +337,30 @@ fn actors(state: &State) -> Vec<ActorEntry> {
         .collect();
     actors.sort_by_key(|a| a.id);
     actors
+}
+
+/// The workers and drivers that may still own tasks and objects: those of
+/// running jobs, except workers on nodes declared dead (they died with
+/// their node, and asking them would only time out). By worker id.
+fn live_workers(state: &State) -> Vec<WorkerEntry> {
+    let gcs = &state.gcs;
+    let mut workers: Vec<WorkerEntry> = gcs
+        .workers()
+        .filter(|row| gcs.job(row.info.job).is_some_and(|job| job.is_running()))
+        .filter(|row| {
+            row.info
+                .node
+                .is_none_or(|node| gcs.node(node).is_some_and(|n| n.is_alive()))
+        })
+        .map(|row| WorkerEntry {
+            worker: row.id,
+            job: row.info.job,
+            node: row.info.node,
+            address: row.info.address.clone(),
+        })
+        .collect();
+    workers.sort_by_key(|w| w.worker);
+    workers
 }
 
 fn register_job(

@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 
 use ray_gcs::{GcsConfig, HealthConfig};
-use ray_proto::wire::{ActorEntry, ActorStatus, ResourceAmount};
+use ray_proto::wire::{ActorEntry, ActorStatus, ResourceAmount, WorkerEntry};
 
 use super::*;
 use crate::cluster::{binary_hash, GcsServerConfig};
@@ -428,4 +428,56 @@ fn actor_on_a_dead_node_is_refused_and_frees_its_name() {
     ));
     assert!(matches!(lookup(&mut s, "a"), Message::Error { .. }));
     assert_eq!(s.gcs.named_actor("ns", "a"), None);
+}
+
+fn workers(state: &mut State) -> Vec<WorkerEntry> {
+    match reply(state, Message::GetWorkers, Duration::ZERO) {
+        Message::Workers { workers } => workers,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn get_workers_lists_workers_and_drivers_of_running_jobs_on_live_nodes() {
+    let mut s = state(Duration::from_secs(1));
+    assert!(workers(&mut s).is_empty());
+    let node = register(&mut s, Duration::ZERO);
+    let (job, driver, _) = register_job(&mut s, [5; 32]);
+    let worker = match reply(
+        &mut s,
+        Message::RegisterWorker {
+            job,
+            node,
+            address: "127.0.0.1:5000".into(),
+        },
+        Duration::ZERO,
+    ) {
+        Message::WorkerRegistered { worker } => worker,
+        other => panic!("{other:?}"),
+    };
+    let (finished, _, _) = register_job(&mut s, [6; 32]);
+    reply(&mut s, Message::FinishJob { job: finished }, Duration::ZERO);
+
+    assert_eq!(
+        workers(&mut s),
+        vec![
+            WorkerEntry {
+                worker: driver,
+                job,
+                node: None,
+                address: "127.0.0.1:4000".into(),
+            },
+            WorkerEntry {
+                worker,
+                job,
+                node: Some(node),
+                address: "127.0.0.1:5000".into(),
+            },
+        ]
+    );
+
+    // The node falls silent: its workers died with it, the driver did not.
+    assert_eq!(s.gcs.check_health(Duration::from_secs(5)), vec![node]);
+    let left: Vec<WorkerId> = workers(&mut s).iter().map(|w| w.worker).collect();
+    assert_eq!(left, vec![driver]);
 }
