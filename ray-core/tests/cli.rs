@@ -419,9 +419,11 @@ async fn list_tasks_and_objects_show_a_running_task_and_a_put_object_of_every_ow
     let ray = cluster.connect().await.expect("driver joins");
     let task = sleepy_state_probe::remote(&ray, 8_000).expect("submit");
     let object = ray.put(vec![7u8; 1 << 20]).await.expect("put 1 MiB");
-    let deadline = Instant::now() + Duration::from_secs(15);
+    let deadline = Instant::now() + DEADLINE;
 
-    // The task is QUEUED until a worker process has started for it.
+    // The task is QUEUED until a worker process has started for it (the
+    // node fetches this ~100 MB test binary first: seconds on a busy
+    // machine); it then sleeps far longer than one poll.
     let running = loop {
         let tasks = json_rows(&list_state(&cluster, "tasks").await);
         let probe = tasks.into_iter().find(|t| {

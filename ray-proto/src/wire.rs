@@ -17,7 +17,7 @@ pub use core::{
     ErrorKind, ObjectRow, TaskRow, WireArg, WireError, WireNodeUpdate, WireOutcome, WireStrategy,
     WorkItem, WorkResult,
 };
-pub use gcs::{ActorEntry, ActorStatus, JobEntry, Label, NodeEntry, ResourceAmount};
+pub use gcs::{ActorEntry, ActorStatus, JobEntry, Label, NodeEntry, ResourceAmount, WorkerEntry};
 pub use message::{ArchivedMessage, Message, MessageResolver};
 
 mod core;
@@ -27,7 +27,7 @@ mod gcs;
 ///
 /// Bump it whenever [`Message`] (or anything it contains) changes shape:
 /// peers with different versions refuse each other at the handshake.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// One control message as it travels on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
@@ -62,7 +62,7 @@ mod message {
 
     use super::{
         ActorEntry, BuildFingerprint, JobEntry, Label, NodeEntry, ResourceAmount, Role, WireError,
-        WireNodeUpdate, WireStrategy, WorkItem, WorkResult,
+        WireNodeUpdate, WireStrategy, WorkItem, WorkResult, WorkerEntry,
     };
     use crate::{ActorId, JobId, NodeId, ObjectId, TaskId, WorkerId};
 
@@ -188,6 +188,9 @@ mod message {
         GetWorker {
             worker: WorkerId,
         },
+        /// Asks for every worker and driver of a running job (the state
+        /// API asks each of them what it owns); answered [`Message::Workers`].
+        GetWorkers,
 
         // Node daemon requests.
         /// An owner asks for resources and a worker of its job to run work
@@ -267,6 +270,11 @@ mod message {
         },
         WorkerInfo {
             address: Option<String>,
+        },
+        /// The answer to [`Message::GetWorkers`].
+        Workers {
+            /// Every worker and driver of a running job, by id.
+            workers: Vec<WorkerEntry>,
         },
         ActorLocation {
             id: ActorId,
@@ -487,6 +495,47 @@ mod tests {
             },
             Message::KvValue { value: None },
             Message::KvPutDone { written: true },
+            Message::GetWorker {
+                worker: WorkerId(3),
+            },
+            Message::WorkerInfo {
+                address: Some("127.0.0.1:5000".into()),
+            },
+            Message::GetWorkers,
+            Message::Workers {
+                workers: vec![
+                    WorkerEntry {
+                        worker: WorkerId(1),
+                        job: crate::JobId(1),
+                        node: None,
+                        address: "127.0.0.1:4000".into(),
+                    },
+                    WorkerEntry {
+                        worker: WorkerId(2),
+                        job: crate::JobId(1),
+                        node: Some(NodeId(4)),
+                        address: "[::1]:5000".into(),
+                    },
+                ],
+            },
+            Message::ListTasks,
+            Message::ListObjects,
+            Message::Tasks {
+                tasks: vec![TaskRow {
+                    task: crate::TaskId::new(WorkerId(2), 6),
+                    name: "m::f".into(),
+                    state: "RUNNING".into(),
+                    node: Some(NodeId(4)),
+                    resources: Vec::new(),
+                }],
+            },
+            Message::Objects {
+                objects: vec![ObjectRow {
+                    object: crate::ObjectId::new(WorkerId(2), 7),
+                    state: "STORED".into(),
+                    bytes: Some(1 << 20),
+                }],
+            },
             Message::RequestLease {
                 lease: crate::TaskId::new(WorkerId(2), 5),
                 job: crate::JobId(1),

@@ -10,7 +10,7 @@
 
 use rkyv::{Archive, Deserialize, Serialize};
 
-use crate::{ActorId, JobId, NodeId};
+use crate::{ActorId, JobId, NodeId, WorkerId};
 
 /// An amount of one named resource.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
@@ -99,4 +99,18 @@ pub struct ActorEntry {
     pub job: JobId,
     /// Its state.
     pub status: ActorStatus,
+}
+
+/// A row of the worker table: a worker process or a driver, and where it
+/// listens.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct WorkerEntry {
+    /// The worker (or driver).
+    pub worker: WorkerId,
+    /// The job whose code it runs.
+    pub job: JobId,
+    /// The node that started it; `None` for a driver.
+    pub node: Option<NodeId>,
+    /// Where it accepts connections (`host:port`).
+    pub address: String,
 }
