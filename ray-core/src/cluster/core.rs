@@ -32,8 +32,8 @@ use std::time::{Duration, Instant};
 use hashbrown::HashMap;
 use parking_lot::Mutex;
 use ray_proto::wire::{
-    BuildFingerprint, ErrorKind, Message, ResourceAmount, WireArg, WireError, WireOutcome,
-    WireStrategy, WorkItem, WorkResult,
+    ActorEntry, ActorStatus, BuildFingerprint, ErrorKind, Message, ResourceAmount, WireArg,
+    WireError, WireOutcome, WireStrategy, WorkItem, WorkResult,
 };
 use ray_proto::{ActorId, JobId, NodeId, ObjectId, TaskId, WorkerId};
 use ray_sched::SchedulingStrategy;
@@ -145,6 +145,7 @@ impl OwnerState {
 pub(crate) struct Link {
     addr: SocketAddr,
     node: NodeId,
+    worker: WorkerId,
     tx: mpsc::UnboundedSender<WorkItem>,
     /// Set (before the inflight scan) when the link is lost: work pushed
     /// after that fails at once instead of waiting for an answer.
@@ -486,10 +487,10 @@ impl ClusterCore {
                 lease,
                 node,
                 address,
-                ..
+                worker,
             } => {
                 let addr = parse_addr(&address)?;
-                match self.link(addr, node).await {
+                match self.link(addr, node, worker).await {
                     Ok(link) => Ok((lease, node, link)),
                     Err(e) => {
                         self.return_lease(node, lease);
@@ -592,7 +593,12 @@ impl ClusterCore {
     // ---------------------------------------------------------------
 
     /// The work stream to the worker at `addr`, opened on first use.
-    async fn link(self: &Arc<Self>, addr: SocketAddr, node: NodeId) -> Result<Arc<Link>, Error> {
+    async fn link(
+        self: &Arc<Self>,
+        addr: SocketAddr,
+        node: NodeId,
+        worker: WorkerId,
+    ) -> Result<Arc<Link>, Error> {
         let cell = self.links.lock().entry(addr).or_default().clone();
         let me = self.clone();
         cell.get_or_try_init(|| async move {
@@ -608,6 +614,7 @@ impl ClusterCore {
             let link = Arc::new(Link {
                 addr,
                 node,
+                worker,
                 tx,
                 dead: false.into(),
             });
@@ -933,11 +940,30 @@ impl ClusterCore {
             dead: Mutex::new(None),
         });
         let max_concurrency = opts.max_concurrency as u32;
+        let entry = ActorEntry {
+            id,
+            class_name: class.name.to_string(),
+            name: opts.name.clone(),
+            namespace: opts
+                .namespace
+                .clone()
+                .unwrap_or_else(|| rt.settings.namespace.clone()),
+            job: self.job,
+            status: ActorStatus::PendingCreation,
+        };
         let me = self.clone();
         let shared = actor.clone();
         self.tokio.spawn(async move {
-            me.run_actor(shared, rx, args, resources, strategy, max_concurrency)
-                .await
+            me.run_actor(
+                shared,
+                rx,
+                args,
+                resources,
+                strategy,
+                max_concurrency,
+                entry,
+            )
+            .await
         });
         Ok(actor)
     }
@@ -950,10 +976,30 @@ impl ClusterCore {
         resources: Vec<ResourceAmount>,
         strategy: WireStrategy,
         max_concurrency: u32,
+        entry: ActorEntry,
     ) {
-        let created = self
+        let mut created = self
             .create_actor(&actor, args, resources, strategy, max_concurrency)
             .await;
+        if let Ok(link) = &created {
+            // The GCS's actor table: `rayrs list actors`, and names.
+            let entry = ActorEntry {
+                status: ActorStatus::Alive { node: link.node },
+                ..entry
+            };
+            let registered = self
+                .gcs
+                .register_actor(entry, link.worker, link.addr.to_string())
+                .await;
+            if let Err(e) = registered {
+                let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
+                created = Err(Error::ActorDied {
+                    actor: actor.id,
+                    class: actor.class.name,
+                    cause: format!("the GCS refused to register it: {e}"),
+                });
+            }
+        }
         let link = match created {
             Ok(link) => link,
             Err(e) => {
