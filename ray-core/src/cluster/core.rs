@@ -968,6 +968,7 @@ impl ClusterCore {
         Ok(actor)
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn run_actor(
         self: Arc<Self>,
         actor: Arc<RemoteActor>,
