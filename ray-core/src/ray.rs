@@ -445,6 +445,10 @@ impl Ray {
     }
 
     /// The live named actor `name` in the runtime's namespace.
+    ///
+    /// On a cluster, named actors are registered in the GCS (`rayrs list
+    /// actors` shows them) but a handle cannot be looked up by name yet:
+    /// this fails with `ActorNotFound`.
     pub fn get_actor<A: RemoteActor>(&self, name: &str) -> Result<ActorHandle<A>> {
         actor::lookup(&self.rt, name, &self.rt.settings.namespace)
     }
@@ -469,6 +473,13 @@ impl Ray {
         bundles: Vec<crate::placement::Bundle>,
         strategy: ray_sched::PlacementStrategy,
     ) -> Result<crate::placement::PlacementGroup> {
+        if self.rt.cluster.get().is_some() {
+            return Err(Error::Cluster {
+                cause: "placement groups run on the embedded runtime only so far; \
+                        a cluster driver cannot create one yet"
+                    .into(),
+            });
+        }
         crate::placement::create(&self.rt, bundles, strategy)
     }
 
