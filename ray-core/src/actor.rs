@@ -290,6 +290,30 @@ impl Drop for ActorCell {
     }
 }
 
+/// Runs `f` to completion on the cluster's tokio runtime from sync code:
+/// directly on a thread outside any runtime (pool threads, the blocking
+/// facade), through `block_in_place` on a multi-thread runtime's worker.
+/// A current-thread runtime cannot wait for its own I/O: that is an error.
+fn block_on_cluster<F: std::future::Future>(
+    tokio: &tokio::runtime::Handle,
+    f: F,
+) -> Result<F::Output> {
+    match tokio::runtime::Handle::try_current() {
+        Err(_) => {
+            let _guard = context::begin_blocking();
+            Ok(tokio.block_on(f))
+        }
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            Ok(tokio::task::block_in_place(|| tokio.block_on(f)))
+        }
+        Ok(_) => Err(Error::InvalidArgument(
+            "get_actor on a cluster waits for the GCS: call it from a multi-thread tokio \
+             runtime or outside one"
+                .into(),
+        )),
+    }
+}
+
 /// Says once whether an actor's constructor succeeded (`Err`: why it died).
 pub(crate) type Created = tokio::sync::oneshot::Receiver<std::result::Result<(), String>>;
 
@@ -510,6 +534,13 @@ pub(crate) fn lookup<A: RemoteActor>(
     name: &str,
     namespace: &str,
 ) -> Result<ActorHandle<A>> {
+    if let Some(core) = rt.cluster.get() {
+        let find = core.find_actor(A::CLASS, namespace, name);
+        let actor = block_on_cluster(&core.tokio, find)??;
+        return Ok(ActorHandle::from_raw(RawActorHandle {
+            target: Target::Remote(actor, rt.clone()),
+        }));
+    }
     let not_found = || Error::ActorNotFound {
         namespace: namespace.to_string(),
         name: name.to_string(),

@@ -446,9 +446,10 @@ impl Ray {
 
     /// The live named actor `name` in the runtime's namespace.
     ///
-    /// On a cluster, named actors are registered in the GCS (`rayrs list
-    /// actors` shows them) but a handle cannot be looked up by name yet:
-    /// this fails with `ActorNotFound`.
+    /// On a cluster the name is looked up in the GCS (actors are
+    /// registered there once alive) and calls go straight to the worker
+    /// hosting the actor; dropping this handle does not kill it. It waits
+    /// for the GCS, so from async code call it on a multi-thread runtime.
     pub fn get_actor<A: RemoteActor>(&self, name: &str) -> Result<ActorHandle<A>> {
         actor::lookup(&self.rt, name, &self.rt.settings.namespace)
     }

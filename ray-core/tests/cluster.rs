@@ -39,6 +39,14 @@ fn fan_out(n: u64) -> u64 {
         .sum()
 }
 
+/// Finds the named counter from inside a task (another process) and adds.
+#[remote]
+fn bump_named(name: String, by: u64) -> u64 {
+    let ray = Ray::current().expect("in a task");
+    let c = ray.get_actor::<Counter>(&name).expect("named actor found");
+    c.incr(by).unwrap().get_blocking().unwrap()
+}
+
 #[remote]
 struct Counter {
     n: u64,
@@ -137,6 +145,19 @@ async fn tasks_actors_and_objects_cross_two_node_processes() {
         assert_eq!(r.get().await.unwrap(), 11 + i as u64);
     }
     assert_eq!(c.node().unwrap().get().await.unwrap(), other);
+
+    // A named actor is found through the GCS, by the driver and by a task
+    // in a worker process; all handles reach the same state.
+    let named = Counter::options().name("tally").remote(&ray, 100).unwrap();
+    assert_eq!(named.incr(1).unwrap().get().await.unwrap(), 101);
+    let found = ray.get_actor::<Counter>("tally").expect("found by name");
+    assert_eq!(found.incr(1).unwrap().get().await.unwrap(), 102);
+    let from_task = bump_named::remote(&ray, "tally", 10u64).unwrap();
+    assert_eq!(from_task.get().await.unwrap(), 112);
+    assert!(matches!(
+        ray.get_actor::<Counter>("nobody"),
+        Err(Error::ActorNotFound { .. })
+    ));
     ray.shutdown();
 }
 

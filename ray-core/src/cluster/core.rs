@@ -1019,6 +1019,19 @@ impl ClusterCore {
                 return;
             }
         };
+        self.forward_calls(&actor, rx, &link, true).await;
+    }
+
+    /// Forwards `actor`'s calls, in order, to its worker on `link` until
+    /// every handle is gone; an `owned` actor is then killed (a handle
+    /// found by name is not the owner's and leaves it alive).
+    async fn forward_calls(
+        self: &Arc<Self>,
+        actor: &Arc<RemoteActor>,
+        mut rx: mpsc::UnboundedReceiver<ActorMsg>,
+        link: &Arc<Link>,
+        owned: bool,
+    ) {
         while let Some(msg) = rx.recv().await {
             match msg {
                 ActorMsg::Call { task, method, args } => {
@@ -1044,7 +1057,7 @@ impl ClusterCore {
                         method: method.id,
                         args: wire,
                     };
-                    if !self.push(&link, task, f, item) {
+                    if !self.push(link, task, f, item) {
                         actor.set_dead(format!(
                             "its node {} (worker at {}) is gone",
                             link.node, link.addr
@@ -1057,8 +1070,67 @@ impl ClusterCore {
                 }
             }
         }
-        // Every handle is gone: the actor goes too.
-        let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
+        if owned {
+            // Every handle is gone: the actor goes too.
+            let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
+        }
+    }
+
+    /// A handle to the live actor named `name` in `namespace`, found in
+    /// the GCS; calls go straight to the worker hosting it.
+    pub(crate) async fn find_actor(
+        self: &Arc<Self>,
+        class: &'static ActorClass,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Arc<RemoteActor>, Error> {
+        let loc = self
+            .gcs
+            .lookup_actor(namespace, name)
+            .await
+            .map_err(|e| match e {
+                super::ClusterError::Refused { .. } => Error::ActorNotFound {
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                },
+                e => Error::Cluster {
+                    cause: e.to_string(),
+                },
+            })?;
+        if loc.class_name != class.name {
+            return Err(Error::ActorClassMismatch {
+                name: name.to_string(),
+                expected: class.name,
+                actual: intern(&loc.class_name),
+            });
+        }
+        let addr = parse_addr(&loc.address)?;
+        let node = match self.gcs.workers().await {
+            Ok(ws) => ws
+                .into_iter()
+                .find(|w| w.worker == loc.worker)
+                .and_then(|w| w.node),
+            Err(_) => None,
+        }
+        .ok_or_else(|| Error::ActorDied {
+            actor: loc.id,
+            class: class.name,
+            cause: format!("its worker {} is no longer in the cluster", loc.worker),
+        })?;
+        let link = self.link(addr, node, loc.worker).await?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let actor = Arc::new(RemoteActor {
+            id: loc.id,
+            class,
+            tx,
+            dead: Mutex::new(None),
+        });
+        let me = self.clone();
+        let shared = actor.clone();
+        self.tokio.spawn(async move {
+            me.forward_calls(&shared, rx, &link, false).await;
+        });
+        Ok(actor)
     }
 
     async fn create_actor(
