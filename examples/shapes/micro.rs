@@ -1,6 +1,7 @@
-//! The shapes of workloads W1–W4 (WORKLOADS.md), shared by the workload
-//! harness (`examples/workloads.rs`) and the criterion benches, so both
-//! measure exactly the same thing.
+//! The shapes of workloads W1–W5 (WORKLOADS.md), shared by the workload
+//! harness (`examples/workloads.rs`), the criterion benches and the
+//! cluster workload tests (`tests/cluster_workloads.rs`), so all of them
+//! run exactly the same thing.
 
 use ray_core::prelude::*;
 use ray_core::ArchivedRef;
@@ -13,6 +14,8 @@ pub const W2_ROUND_TRIPS: usize = 2_000;
 pub const W3_CALLS: usize = 20_000;
 /// W3: sequential actor call round trips.
 pub const W3_ROUND_TRIPS: usize = 2_000;
+/// W5: the actor counts, in order.
+pub const W5_ACTORS: [usize; 2] = [50, 1_000];
 /// W4: the byte-buffer sizes put and gotten.
 pub const W4_SIZES: [(&str, usize); 3] =
     [("1KiB", 1 << 10), ("1MiB", 1 << 20), ("100MiB", 100 << 20)];
@@ -34,13 +37,13 @@ impl NoopActor {
     fn noop(&self) {}
 }
 
-/// W1, one batch: submits `n` no-op tasks, then gets them all.
-pub async fn task_batch(ray: &Ray, n: usize) -> ray_core::Result<()> {
+/// W1, one batch: submits `n` no-op tasks, then gets them all; returns
+/// how many results came back.
+pub async fn task_batch(ray: &Ray, n: usize) -> ray_core::Result<usize> {
     let refs = (0..n)
         .map(|_| noop::remote(ray))
         .collect::<ray_core::Result<Vec<_>>>()?;
-    ray.get_all(&refs).await?;
-    Ok(())
+    Ok(ray.get_all(&refs).await?.len())
 }
 
 /// W2, one round trip: submits a no-op task and waits for it.
@@ -48,17 +51,17 @@ pub async fn task_round_trip(ray: &Ray) -> ray_core::Result<()> {
     noop::remote(ray)?.get().await
 }
 
-/// W3, one batch: submits `n` calls to `actor`, then gets them all.
+/// W3, one batch: submits `n` calls to `actor`, then gets them all;
+/// returns how many results came back.
 pub async fn call_batch(
     ray: &Ray,
     actor: &ActorHandle<NoopActor>,
     n: usize,
-) -> ray_core::Result<()> {
+) -> ray_core::Result<usize> {
     let refs = (0..n)
         .map(|_| actor.noop())
         .collect::<ray_core::Result<Vec<_>>>()?;
-    ray.get_all(&refs).await?;
-    Ok(())
+    Ok(ray.get_all(&refs).await?.len())
 }
 
 /// W3, one round trip: calls `actor` and waits for the result.
@@ -86,4 +89,18 @@ pub async fn put_get_archived(ray: &Ray, data: Vec<u8>) -> ray_core::Result<usiz
 /// W4: a zero-copy view of an object that already exists.
 pub async fn get_archived(r: &ObjectRef<Vec<u8>>) -> ray_core::Result<ArchivedRef<Vec<u8>>> {
     r.get_archived().await
+}
+
+/// W5, one step: creates `n` [`NoopActor`]s, calls each once and waits for
+/// every answer; returns the actors, still alive.
+pub async fn create_and_call(ray: &Ray, n: usize) -> ray_core::Result<Vec<ActorHandle<NoopActor>>> {
+    let actors = (0..n)
+        .map(|_| NoopActor::remote(ray))
+        .collect::<ray_core::Result<Vec<_>>>()?;
+    let calls = actors
+        .iter()
+        .map(|a| a.noop())
+        .collect::<ray_core::Result<Vec<_>>>()?;
+    ray.get_all(&calls).await?;
+    Ok(actors)
 }

@@ -61,7 +61,6 @@ pub(crate) struct ObjectTable {
 
 /// What [`ObjectTable::remove`] took out, to be cleaned up without a lock.
 pub(crate) struct Removed {
-    pub(crate) stored: bool,
     _contained: Vec<Arc<RefHandle>>,
     _waiters: Vec<Waker>,
 }
@@ -162,20 +161,33 @@ impl ObjectTable {
             return (h, false);
         }
         let handle = Arc::new(RefHandle { id, rt: rt.clone() });
-        let old = shard.insert(
+        // An entry whose last handle is dropping (its removal comes later
+        // and must not take this one, see `remove`) hands over what it has:
+        // its value (stored bytes stay in the store) or its fetch in flight,
+        // which completes whichever entry holds the id.
+        let mut old = shard.remove(&id);
+        let (value, contained, waiters, created) = match old.take() {
+            Some(e) if !matches!(e.value, Some(Value::Failed(_))) => {
+                (e.value, e.contained, e.waiters, false)
+            }
+            failed => {
+                // Dropped below, outside the lock.
+                old = failed;
+                (None, Vec::new(), Vec::new(), true)
+            }
+        };
+        shard.insert(
             id,
             Entry {
-                value: None,
+                value,
                 handle: Arc::downgrade(&handle),
-                contained: Vec::new(),
-                waiters: Vec::new(),
+                contained,
+                waiters,
             },
         );
         drop(shard);
-        // An entry whose last handle is dropping: its removal comes later
-        // and must not take this one (see `remove`).
         drop(old);
-        (handle, true)
+        (handle, created)
     }
 
     /// Takes the refs nested in `id`'s value (their holder keeps them).
@@ -201,7 +213,15 @@ impl ObjectTable {
     }
 
     /// Removes the object. The caller drops the result outside any lock.
-    pub(crate) fn remove(&self, id: ObjectId) -> Option<Removed> {
+    ///
+    /// `free_stored` runs under the entry's lock when its value is in the
+    /// object store, so the bytes go before anyone can register the id
+    /// again (a borrowed object fetched anew stores under the same id).
+    pub(crate) fn remove(
+        &self,
+        id: ObjectId,
+        free_stored: impl FnOnce(ObjectId),
+    ) -> Option<Removed> {
         let entry = {
             let mut shard = self.shard(id).lock();
             if shard.get(&id)?.handle.strong_count() > 0 {
@@ -209,10 +229,13 @@ impl ObjectTable {
                 // object fetched again): the new entry stays.
                 return None;
             }
-            shard.remove(&id)?
+            let entry = shard.remove(&id)?;
+            if matches!(entry.value, Some(Value::Stored)) {
+                free_stored(id);
+            }
+            entry
         };
         Some(Removed {
-            stored: matches!(entry.value, Some(Value::Stored)),
             _contained: entry.contained,
             _waiters: entry.waiters,
         })

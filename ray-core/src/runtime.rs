@@ -390,13 +390,12 @@ impl Runtime {
 
     /// The last reference to `id` is gone: free it.
     pub(crate) fn release_object(&self, id: ObjectId) {
-        if let Some(removed) = self.objects.remove(id) {
-            if removed.stored {
-                self.store.delete(id);
-            }
-            // `removed` drops here, outside every lock: nested refs it held
-            // may release further objects.
-        }
+        let removed = self.objects.remove(id, |id| {
+            self.store.delete(id);
+        });
+        // `removed` drops here, outside every lock: nested refs it held may
+        // release further objects.
+        drop(removed);
     }
 
     /// Stops the runtime: queued work fails with `ShutDown`, actors die,
