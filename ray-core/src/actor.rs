@@ -567,3 +567,90 @@ pub(crate) fn lookup<A: RemoteActor>(
         target: Target::Local(cell),
     }))
 }
+
+// An `ActorHandle` inside a value (a task argument, a returned value, a
+// put) travels as the actor's id; the receiving process finds the actor
+// (its own handle, its local cell, or the GCS's location of a remote one).
+
+impl<A: RemoteActor> rkyv::Archive for ActorHandle<A> {
+    type Archived = ray_proto::ArchivedActorId;
+    type Resolver = <ActorId as rkyv::Archive>::Resolver;
+
+    fn resolve(&self, resolver: Self::Resolver, out: rkyv::Place<Self::Archived>) {
+        self.id().resolve(resolver, out)
+    }
+}
+
+impl<A: RemoteActor, S: rkyv::rancor::Fallible + ?Sized> rkyv::Serialize<S> for ActorHandle<A> {
+    fn serialize(&self, serializer: &mut S) -> std::result::Result<Self::Resolver, S::Error> {
+        // The value may outlive every handle here: keep the actor alive.
+        match &self.raw.target {
+            Target::Local(cell) => {
+                cell.rt.pinned_actors.lock().insert(cell.id, cell.clone());
+            }
+            Target::Remote(actor, _) => actor.escape(),
+        }
+        self.id().serialize(serializer)
+    }
+}
+
+impl<A, D> rkyv::Deserialize<ActorHandle<A>, D> for ray_proto::ArchivedActorId
+where
+    A: RemoteActor,
+    D: rkyv::rancor::Fallible + ?Sized,
+    D::Error: rkyv::rancor::Source,
+{
+    fn deserialize(&self, deserializer: &mut D) -> std::result::Result<ActorHandle<A>, D::Error> {
+        use rkyv::rancor::Source;
+        let id: ActorId = rkyv::Deserialize::<ActorId, D>::deserialize(self, deserializer)?;
+        let Some(rt) = crate::object::decoding_runtime() else {
+            return Err(D::Error::new(HandleError(
+                id,
+                "decoded outside a ray-rs runtime".into(),
+            )));
+        };
+        from_id::<A>(&rt, id).map_err(|e| D::Error::new(HandleError(id, e.to_string())))
+    }
+}
+
+/// The handle of actor `id` as this process can reach it.
+fn from_id<A: RemoteActor>(rt: &Arc<Runtime>, id: ActorId) -> Result<ActorHandle<A>> {
+    let local = rt
+        .live_actors
+        .lock()
+        .get(&id)
+        .and_then(std::sync::Weak::upgrade);
+    if let Some(cell) = local {
+        if cell.class.id != A::CLASS.id {
+            return Err(Error::ActorClassMismatch {
+                name: id.to_string(),
+                expected: A::CLASS.name,
+                actual: cell.class.name,
+            });
+        }
+        return Ok(ActorHandle::from_raw(RawActorHandle {
+            target: Target::Local(cell),
+        }));
+    }
+    match rt.cluster.get() {
+        Some(core) => Ok(ActorHandle::from_raw(RawActorHandle {
+            target: Target::Remote(core.adopt_actor(id, A::CLASS), rt.clone()),
+        })),
+        None => Err(Error::ActorDied {
+            actor: id,
+            class: A::CLASS.name,
+            cause: "no longer alive in this runtime".into(),
+        }),
+    }
+}
+
+#[derive(Debug)]
+struct HandleError(ActorId, String);
+
+impl fmt::Display for HandleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "actor handle {}: {}", self.0, self.1)
+    }
+}
+
+impl std::error::Error for HandleError {}

@@ -54,6 +54,12 @@ impl Counter {
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 static MAX_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 
+/// Calls the actor behind a handle passed as an argument.
+#[remote]
+fn add_through(c: ActorHandle<Counter>, by: u64) -> u64 {
+    c.incr(by).unwrap().get_blocking().unwrap()
+}
+
 #[remote]
 struct Sleeper;
 
@@ -431,4 +437,19 @@ async fn shutdown_stops_unnamed_actors_too() {
     c.incr(1).unwrap().get().await.unwrap();
     ray.shutdown();
     assert!(matches!(c.incr(1), Err(Error::ShutDown)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handle_passed_to_a_task_reaches_the_same_actor_and_keeps_it_alive() {
+    let ray = common::runtime(2.0).await;
+    let c = Counter::remote(&ray, 1).unwrap();
+    let r = add_through::remote(&ray, c.clone(), 10u64).unwrap();
+    assert_eq!(r.get().await.unwrap(), 11);
+    // The handle inside a stored value keeps the actor alive after every
+    // handle of the caller is dropped.
+    let boxed = ray.put(c.clone()).await.unwrap();
+    drop(c);
+    let again = add_through::remote(&ray, &boxed, 1u64).unwrap();
+    assert_eq!(again.get().await.unwrap(), 12);
+    ray.shutdown();
 }

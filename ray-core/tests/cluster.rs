@@ -47,6 +47,12 @@ fn bump_named(name: String, by: u64) -> u64 {
     c.incr(by).unwrap().get_blocking().unwrap()
 }
 
+/// Calls the actor behind a handle passed as an argument.
+#[remote]
+fn bump_handle(c: ActorHandle<Counter>, by: u64) -> u64 {
+    c.incr(by).unwrap().get_blocking().unwrap()
+}
+
 #[remote]
 struct Counter {
     n: u64,
@@ -154,6 +160,15 @@ async fn tasks_actors_and_objects_cross_two_node_processes() {
     assert_eq!(found.incr(1).unwrap().get().await.unwrap(), 102);
     let from_task = bump_named::remote(&ray, "tally", 10u64).unwrap();
     assert_eq!(from_task.get().await.unwrap(), 112);
+    // A handle passed to a task on the other node reaches the same actor,
+    // even one created just before (it is found once registered).
+    let fresh = Counter::remote(&ray, 1000).unwrap();
+    let far_call = bump_handle::options()
+        .node_affinity(NodeId(other), false)
+        .remote(&ray, fresh.clone(), 5u64)
+        .unwrap();
+    assert_eq!(far_call.get().await.unwrap(), 1005);
+    assert_eq!(fresh.incr(1).unwrap().get().await.unwrap(), 1006);
     assert!(matches!(
         ray.get_actor::<Counter>("nobody"),
         Err(Error::ActorNotFound { .. })

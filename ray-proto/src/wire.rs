@@ -249,6 +249,10 @@ mod message {
             worker: WorkerId,
             address: String,
         },
+        /// Where a live actor is, by id (a handle decoded in another process).
+        LocateActor {
+            id: ActorId,
+        },
         /// Looks up a live named actor.
         LookupActor {
             namespace: String,

@@ -185,6 +185,9 @@ pub(crate) struct ClusterCore {
     /// Refs that crossed a process boundary inside values.
     pinned: Mutex<Vec<Arc<RefHandle>>>,
     hosted: Mutex<HashMap<ActorId, Hosted>>,
+    /// Handles to remote actors this process holds, by id (a decoded
+    /// handle reuses a live one).
+    actors: Mutex<HashMap<ActorId, Weak<RemoteActor>>>,
     /// Pushed tasks running here: local task id -> the lease they run under.
     lease_of: Mutex<HashMap<TaskId, TaskId>>,
     /// Tasks of each lease blocked in a `get` or `wait` right now.
@@ -220,6 +223,7 @@ impl ClusterCore {
             held: Mutex::new(HashMap::new()),
             pinned: Mutex::new(Vec::new()),
             hosted: Mutex::new(HashMap::new()),
+            actors: Mutex::new(HashMap::new()),
             lease_of: Mutex::new(HashMap::new()),
             blocked: Mutex::new(HashMap::new()),
             notices,
@@ -933,12 +937,8 @@ impl ClusterCore {
         let strategy = strategy_to_wire(&opts.resources.strategy);
         let id = ActorId::new(rt.worker, rt.next_seq());
         let (tx, rx) = mpsc::unbounded_channel();
-        let actor = Arc::new(RemoteActor {
-            id,
-            class,
-            tx,
-            dead: Mutex::new(None),
-        });
+        let actor = Arc::new(RemoteActor::new(id, class, tx));
+        self.actors.lock().insert(id, Arc::downgrade(&actor));
         let max_concurrency = opts.max_concurrency as u32;
         let entry = ActorEntry {
             id,
@@ -972,7 +972,7 @@ impl ClusterCore {
     async fn run_actor(
         self: Arc<Self>,
         actor: Arc<RemoteActor>,
-        mut rx: mpsc::UnboundedReceiver<ActorMsg>,
+        rx: mpsc::UnboundedReceiver<ActorMsg>,
         args: Vec<TaskArg>,
         resources: Vec<ResourceAmount>,
         strategy: WireStrategy,
@@ -1008,14 +1008,7 @@ impl ClusterCore {
                     Error::ActorDied { cause, .. } => cause,
                     e => e.to_string(),
                 };
-                actor.set_dead(cause.clone());
-                // Fail calls until every handle is gone.
-                let rt = self.rt();
-                while let Some(msg) = rx.recv().await {
-                    if let (ActorMsg::Call { task, .. }, Some(rt)) = (msg, &rt) {
-                        rt.complete_object(task.return_object(), Err(actor.died(&cause)));
-                    }
-                }
+                self.fail_calls(&actor, rx, cause).await;
                 return;
             }
         };
@@ -1070,9 +1063,107 @@ impl ClusterCore {
                 }
             }
         }
-        if owned {
+        if owned && !actor.escaped.load(std::sync::atomic::Ordering::Acquire) {
             // Every handle is gone: the actor goes too.
             let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
+        }
+    }
+
+    /// A handle to actor `id` of `class` (decoded from a value): this
+    /// process's own handle if it has one, else one that finds the actor
+    /// in the GCS (retrying while it is being created) and then forwards
+    /// calls; calls made meanwhile wait in order.
+    pub(crate) fn adopt_actor(
+        self: &Arc<Self>,
+        id: ActorId,
+        class: &'static ActorClass,
+    ) -> Arc<RemoteActor> {
+        let mut actors = self.actors.lock();
+        if let Some(a) = actors.get(&id).and_then(Weak::upgrade) {
+            return a;
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let actor = Arc::new(RemoteActor::new(id, class, tx));
+        actors.insert(id, Arc::downgrade(&actor));
+        drop(actors);
+        let me = self.clone();
+        let shared = actor.clone();
+        self.tokio.spawn(async move {
+            match me.locate(id, class).await {
+                Ok(link) => me.forward_calls(&shared, rx, &link, false).await,
+                Err(e) => me.fail_calls(&shared, rx, e.to_string()).await,
+            }
+        });
+        actor
+    }
+
+    async fn locate(
+        self: &Arc<Self>,
+        id: ActorId,
+        class: &'static ActorClass,
+    ) -> Result<Arc<Link>, Error> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let loc = loop {
+            match self.gcs.locate_actor(id).await {
+                Ok(loc) => break loc,
+                Err(super::ClusterError::Refused { reason }) => {
+                    if Instant::now() > deadline {
+                        return Err(Error::ActorDied {
+                            actor: id,
+                            class: class.name,
+                            cause: reason,
+                        });
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => {
+                    return Err(Error::Cluster {
+                        cause: e.to_string(),
+                    })
+                }
+            }
+        };
+        if loc.class_name != class.name {
+            return Err(Error::ActorClassMismatch {
+                name: id.to_string(),
+                expected: class.name,
+                actual: intern(&loc.class_name),
+            });
+        }
+        let node = self
+            .worker_node(loc.worker)
+            .await
+            .ok_or_else(|| Error::ActorDied {
+                actor: id,
+                class: class.name,
+                cause: format!("its worker {} is no longer in the cluster", loc.worker),
+            })?;
+        self.link(parse_addr(&loc.address)?, node, loc.worker).await
+    }
+
+    async fn worker_node(&self, worker: WorkerId) -> Option<NodeId> {
+        self.gcs
+            .workers()
+            .await
+            .ok()?
+            .into_iter()
+            .find(|w| w.worker == worker)
+            .and_then(|w| w.node)
+    }
+
+    /// Fails every call to `actor` until all its handles are gone.
+    async fn fail_calls(
+        &self,
+        actor: &RemoteActor,
+        mut rx: mpsc::UnboundedReceiver<ActorMsg>,
+        cause: String,
+    ) {
+        actor.set_dead(cause.clone());
+        let rt = self.rt();
+        while let Some(msg) = rx.recv().await {
+            if let (ActorMsg::Call { task, .. }, Some(rt)) = (msg, &rt) {
+                rt.complete_object(task.return_object(), Err(actor.died(&cause)));
+            }
         }
     }
 
@@ -1105,26 +1196,17 @@ impl ClusterCore {
             });
         }
         let addr = parse_addr(&loc.address)?;
-        let node = match self.gcs.workers().await {
-            Ok(ws) => ws
-                .into_iter()
-                .find(|w| w.worker == loc.worker)
-                .and_then(|w| w.node),
-            Err(_) => None,
-        }
-        .ok_or_else(|| Error::ActorDied {
-            actor: loc.id,
-            class: class.name,
-            cause: format!("its worker {} is no longer in the cluster", loc.worker),
-        })?;
+        let node = self
+            .worker_node(loc.worker)
+            .await
+            .ok_or_else(|| Error::ActorDied {
+                actor: loc.id,
+                class: class.name,
+                cause: format!("its worker {} is no longer in the cluster", loc.worker),
+            })?;
         let link = self.link(addr, node, loc.worker).await?;
         let (tx, rx) = mpsc::unbounded_channel();
-        let actor = Arc::new(RemoteActor {
-            id: loc.id,
-            class,
-            tx,
-            dead: Mutex::new(None),
-        });
+        let actor = Arc::new(RemoteActor::new(loc.id, class, tx));
         let me = self.clone();
         let shared = actor.clone();
         self.tokio.spawn(async move {
@@ -1480,9 +1562,29 @@ pub(crate) struct RemoteActor {
     pub(crate) class: &'static ActorClass,
     tx: mpsc::UnboundedSender<ActorMsg>,
     dead: Mutex<Option<String>>,
+    /// A handle was serialized into a value that may reach another
+    /// process: the actor then lives until its job ends, not until this
+    /// process drops its handles (no distributed handle counting yet).
+    escaped: std::sync::atomic::AtomicBool,
 }
 
 impl RemoteActor {
+    fn new(id: ActorId, class: &'static ActorClass, tx: mpsc::UnboundedSender<ActorMsg>) -> Self {
+        Self {
+            id,
+            class,
+            tx,
+            dead: Mutex::new(None),
+            escaped: false.into(),
+        }
+    }
+
+    /// Marks the actor as reachable from elsewhere (see `escaped`).
+    pub(crate) fn escape(&self) {
+        self.escaped
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
     fn died(&self, cause: &str) -> Error {
         Error::ActorDied {
             actor: self.id,

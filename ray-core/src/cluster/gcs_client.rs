@@ -435,6 +435,30 @@ impl GcsClient {
     ///
     /// [`ClusterError::Refused`] with "no actor named …" if there is none;
     /// otherwise as [`GcsClient::call`].
+    /// Where the live actor `id` is.
+    ///
+    /// # Errors
+    ///
+    /// [`ClusterError::Refused`] if it is not registered or dead; otherwise
+    /// what [`GcsClient::call`] returns.
+    pub async fn locate_actor(&self, id: ActorId) -> Result<ActorLocation, ClusterError> {
+        match self.call(Message::LocateActor { id }).await? {
+            Message::ActorLocation {
+                id,
+                class_name,
+                worker,
+                address,
+            } => Ok(ActorLocation {
+                id,
+                class_name,
+                worker,
+                address,
+            }),
+            other => Err(unexpected("LocateActor", &other)),
+        }
+    }
+
+    /// Where the live actor named `name` in `namespace` is.
     pub async fn lookup_actor(
         &self,
         namespace: &str,

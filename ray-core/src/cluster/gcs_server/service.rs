@@ -207,6 +207,7 @@ pub(super) fn handle(state: &mut State, request: Message, now: Duration) -> Acti
             address,
         } => register_actor(state, entry, worker, address),
         Message::LookupActor { namespace, name } => lookup_actor(state, &namespace, &name),
+        Message::LocateActor { id } => locate_actor(state, id),
         Message::Ping { seq } => Message::Pong { seq },
         other => Message::Error {
             reason: format!("the GCS does not serve {}", message_kind(&other)),
@@ -478,6 +479,24 @@ fn lookup_actor(state: &State, namespace: &str, name: &str) -> Message {
     });
     found.unwrap_or_else(|| Message::Error {
         reason: format!("no actor named {name:?} in namespace {namespace:?}"),
+    })
+}
+
+fn locate_actor(state: &State, id: ray_proto::ActorId) -> Message {
+    let found = state.gcs.actor(id).and_then(|row| {
+        if row.state.is_dead() {
+            return None;
+        }
+        let home = state.actor_homes.get(&id)?;
+        Some(Message::ActorLocation {
+            id,
+            class_name: row.info.class_name.clone(),
+            worker: home.worker,
+            address: home.address.clone(),
+        })
+    });
+    found.unwrap_or_else(|| Message::Error {
+        reason: format!("{id} is not a live registered actor"),
     })
 }
 
