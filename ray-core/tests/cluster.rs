@@ -247,3 +247,38 @@ async fn a_worker_of_another_build_is_refused() {
     );
     ray.shutdown();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_actor_outlives_its_driver_and_a_plain_one_does_not() {
+    let cluster = Cluster::local(1).await.expect("cluster starts");
+    let first = cluster.connect().await.expect("first driver joins");
+    let keeper = Counter::options()
+        .name("keeper")
+        .detached(true)
+        .remote(&first, 40)
+        .unwrap();
+    let plain = Counter::options().name("plain").remote(&first, 0).unwrap();
+    assert_eq!(keeper.incr(2).unwrap().get().await.unwrap(), 42);
+    assert_eq!(plain.incr(1).unwrap().get().await.unwrap(), 1);
+    first.shutdown();
+    drop((keeper, plain));
+
+    // A new job finds the detached actor, state intact; the plain one died
+    // with the first job.
+    let second = cluster.connect().await.expect("second driver joins");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match second.get_actor::<Counter>("plain") {
+            Err(Error::ActorNotFound { .. }) => break,
+            Ok(_) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => panic!("the plain actor should be gone, got {other:?}"),
+        }
+    }
+    let found = second
+        .get_actor::<Counter>("keeper")
+        .expect("detached actor found");
+    assert_eq!(found.incr(1).unwrap().get().await.unwrap(), 43);
+    second.shutdown();
+}

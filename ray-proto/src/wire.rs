@@ -213,6 +213,11 @@ mod message {
             lease: TaskId,
             blocked: bool,
         },
+        /// The lease is held by a detached actor: it (and its worker)
+        /// outlive the job.
+        DetachLease {
+            lease: TaskId,
+        },
         /// A worker process started by a node daemon reports in.
         WorkerReady {
             job: JobId,
@@ -494,6 +499,7 @@ mod tests {
                     name: Some("c".into()),
                     namespace: "ns".into(),
                     job: crate::JobId(1),
+                    detached: true,
                     status: ActorStatus::Alive { node: NodeId(4) },
                 }],
             },

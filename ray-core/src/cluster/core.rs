@@ -949,6 +949,7 @@ impl ClusterCore {
                 .clone()
                 .unwrap_or_else(|| rt.settings.namespace.clone()),
             job: self.job,
+            detached: opts.detached,
             status: ActorStatus::PendingCreation,
         };
         let me = self.clone();
@@ -979,8 +980,9 @@ impl ClusterCore {
         max_concurrency: u32,
         entry: ActorEntry,
     ) {
+        let detached = entry.detached;
         let mut created = self
-            .create_actor(&actor, args, resources, strategy, max_concurrency)
+            .create_actor(&actor, args, resources, strategy, max_concurrency, detached)
             .await;
         if let Ok(link) = &created {
             // The GCS's actor table: `rayrs list actors`, and names.
@@ -1012,7 +1014,8 @@ impl ClusterCore {
                 return;
             }
         };
-        self.forward_calls(&actor, rx, &link, true).await;
+        // A detached actor is not killed when this process's handles go.
+        self.forward_calls(&actor, rx, &link, !detached).await;
     }
 
     /// Forwards `actor`'s calls, in order, to its worker on `link` until
@@ -1131,24 +1134,28 @@ impl ClusterCore {
             });
         }
         let node = self
-            .worker_node(loc.worker)
+            .actor_node(loc.id)
             .await
             .ok_or_else(|| Error::ActorDied {
                 actor: id,
                 class: class.name,
-                cause: format!("its worker {} is no longer in the cluster", loc.worker),
+                cause: format!("its worker {} is no longer alive", loc.worker),
             })?;
         self.link(parse_addr(&loc.address)?, node, loc.worker).await
     }
 
-    async fn worker_node(&self, worker: WorkerId) -> Option<NodeId> {
+    /// The node a live actor runs on, from the GCS's actor table.
+    async fn actor_node(&self, actor: ActorId) -> Option<NodeId> {
         self.gcs
-            .workers()
+            .actors()
             .await
             .ok()?
             .into_iter()
-            .find(|w| w.worker == worker)
-            .and_then(|w| w.node)
+            .find(|a| a.id == actor)
+            .and_then(|a| match a.status {
+                ActorStatus::Alive { node } => Some(node),
+                _ => None,
+            })
     }
 
     /// Fails every call to `actor` until all its handles are gone.
@@ -1197,12 +1204,12 @@ impl ClusterCore {
         }
         let addr = parse_addr(&loc.address)?;
         let node = self
-            .worker_node(loc.worker)
+            .actor_node(loc.id)
             .await
             .ok_or_else(|| Error::ActorDied {
                 actor: loc.id,
                 class: class.name,
-                cause: format!("its worker {} is no longer in the cluster", loc.worker),
+                cause: format!("its worker {} is no longer alive", loc.worker),
             })?;
         let link = self.link(addr, node, loc.worker).await?;
         let (tx, rx) = mpsc::unbounded_channel();
@@ -1222,6 +1229,7 @@ impl ClusterCore {
         resources: Vec<ResourceAmount>,
         strategy: WireStrategy,
         max_concurrency: u32,
+        detached: bool,
     ) -> Result<Arc<Link>, Error> {
         let rt = self.rt().ok_or(Error::ShutDown)?;
         for d in crate::task::pending_deps(&rt, &args) {
@@ -1245,6 +1253,7 @@ impl ClusterCore {
             lease,
             resources,
             max_concurrency,
+            detached,
         };
         self.push(&link, task, f, item);
         match done_rx.await {
@@ -1401,8 +1410,17 @@ impl ClusterCore {
                 lease,
                 resources,
                 max_concurrency,
+                detached,
             } => {
                 let creation = TaskId::new(actor.owner, actor.seq);
+                if detached {
+                    // Before the creation is answered: by the time the
+                    // owner can end its job, the node keeps this worker.
+                    let me = self.clone();
+                    self.tokio.spawn(async move {
+                        let _ = me.ask(me.local_node, Message::DetachLease { lease }).await;
+                    });
+                }
                 let Some(cls) = registry().actor_class(class) else {
                     return fail(creation, missing(class.0, "actor class"));
                 };

@@ -80,6 +80,8 @@ struct Inner {
     sched: Mutex<NodeScheduler<Pending>>,
     replies: Mutex<HashMap<TaskId, oneshot::Sender<Message>>>,
     lease_jobs: Mutex<HashMap<TaskId, JobId>>,
+    /// Leases held by detached actors: they outlive their job.
+    detached: Mutex<hashbrown::HashSet<TaskId>>,
     jobs: Mutex<HashMap<JobId, Arc<JobWorker>>>,
     node_addrs: Mutex<HashMap<NodeId, SocketAddr>>,
 }
@@ -123,6 +125,7 @@ impl NodeService {
             sched: Mutex::new(NodeScheduler::new(node, view, Policies::standard(seed))),
             replies: Mutex::new(HashMap::new()),
             lease_jobs: Mutex::new(HashMap::new()),
+            detached: Mutex::new(hashbrown::HashSet::new()),
             jobs: Mutex::new(HashMap::new()),
             node_addrs: Mutex::new(HashMap::new()),
         });
@@ -213,24 +216,41 @@ impl NodeService {
     /// The job ended: its worker goes, and its leases with it.
     fn end_job(&self, job: JobId) {
         let inner = &self.inner;
+        let keep = {
+            let lj = inner.lease_jobs.lock();
+            let detached = inner.detached.lock();
+            lj.iter().any(|(l, j)| *j == job && detached.contains(l))
+        };
+        if keep {
+            // Detached actors live in this worker: it stays, and so do
+            // their leases; the job's other leases go.
+            self.release_job_leases(job, false);
+            return;
+        }
         let Some(w) = inner.jobs.lock().remove(&job) else {
             return;
         };
         if let Some(pid) = *w.pid.lock() {
             kill(pid);
         }
-        self.release_job_leases(job);
+        self.release_job_leases(job, true);
     }
 
-    fn release_job_leases(&self, job: JobId) {
+    /// Gives back the job's leases; those of detached actors too only
+    /// when `all` (their worker is gone).
+    fn release_job_leases(&self, job: JobId, all: bool) {
         let inner = &self.inner;
         let leases: Vec<TaskId> = {
             let mut lj = inner.lease_jobs.lock();
+            let mut detached = inner.detached.lock();
             let ids: Vec<TaskId> = lj
                 .iter()
-                .filter(|(_, j)| **j == job)
+                .filter(|(l, j)| **j == job && (all || !detached.contains(*l)))
                 .map(|(l, _)| *l)
                 .collect();
+            for l in &ids {
+                detached.remove(l);
+            }
             for l in &ids {
                 lj.remove(l);
             }
@@ -301,9 +321,20 @@ impl NodeService {
             }
             Message::ReturnLease { lease } => {
                 inner.lease_jobs.lock().remove(&lease);
+                inner.detached.lock().remove(&lease);
                 let found = inner.sched.lock().finish(lease);
                 self.drain();
                 if found {
+                    Message::Ok
+                } else {
+                    Message::Error {
+                        reason: format!("{lease} is not a lease of {}", inner.node),
+                    }
+                }
+            }
+            Message::DetachLease { lease } => {
+                if inner.lease_jobs.lock().contains_key(&lease) {
+                    inner.detached.lock().insert(lease);
                     Message::Ok
                 } else {
                     Message::Error {
@@ -585,7 +616,7 @@ impl NodeService {
                     "worker of {job} (pid {pid}) exited: {status:?}"
                 )));
             }
-            me.release_job_leases(job);
+            me.release_job_leases(job, true);
         });
         match tokio::time::timeout(WORKER_START_TIMEOUT, rx).await {
             Ok(Ok(r)) => r,

@@ -72,6 +72,8 @@ pub enum WorkItem {
         /// What the actor holds for its life.
         resources: Vec<ResourceAmount>,
         max_concurrency: u32,
+        /// It outlives its job: its worker and lease stay when the job ends.
+        detached: bool,
     },
     /// Call a method of an actor living in this worker.
     ActorCall {

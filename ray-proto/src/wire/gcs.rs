@@ -97,6 +97,8 @@ pub struct ActorEntry {
     pub namespace: String,
     /// The job that created it.
     pub job: JobId,
+    /// It outlives its job (until killed).
+    pub detached: bool,
     /// Its state.
     pub status: ActorStatus,
 }

@@ -326,6 +326,7 @@ fn actors(state: &State) -> Vec<ActorEntry> {
             name: row.info.name.clone(),
             namespace: row.info.namespace.clone(),
             job: row.info.job,
+            detached: row.info.detached,
             status: match &row.state {
                 ActorState::PendingCreation => ActorStatus::PendingCreation,
                 ActorState::Alive { node } => ActorStatus::Alive { node: *node },
@@ -440,9 +441,7 @@ fn register_actor(
         name: entry.name,
         namespace: entry.namespace,
         job: entry.job,
-        // The wire entry has no detached flag yet: every actor dies with
-        // its job.
-        detached: false,
+        detached: entry.detached,
         max_restarts: 0,
     };
     if let Err(e) = state.gcs.register_actor(info) {

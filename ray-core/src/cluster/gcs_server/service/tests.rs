@@ -126,6 +126,7 @@ fn actor_entry(job: JobId, seq: u64, name: &str, status: ActorStatus) -> ActorEn
         name: Some(name.into()),
         namespace: "ns".into(),
         job,
+        detached: false,
         status,
     }
 }
