@@ -17,7 +17,10 @@ pub use core::{
     ErrorKind, ObjectRow, TaskRow, WireArg, WireError, WireNodeUpdate, WireOutcome, WireStrategy,
     WorkItem, WorkResult,
 };
-pub use gcs::{ActorEntry, ActorStatus, JobEntry, Label, NodeEntry, ResourceAmount, WorkerEntry};
+pub use gcs::{
+    ActorEntry, ActorStatus, JobEntry, Label, NodeEntry, ResourceAmount, WireChannel, WireEvent,
+    WorkerEntry,
+};
 pub use message::{ArchivedMessage, Message, MessageResolver};
 
 mod core;
@@ -253,6 +256,31 @@ mod message {
             entry: ActorEntry,
             worker: WorkerId,
             address: String,
+        },
+        /// Subscribes this connection to changes of the GCS tables on
+        /// `channels`; answered [`Message::Subscribed`].
+        Subscribe {
+            channels: Vec<super::WireChannel>,
+        },
+        /// The subscription's events since the last poll; with none, waits
+        /// up to `wait_ms` for one. Answered [`Message::Events`].
+        PollEvents {
+            sub: u64,
+            wait_ms: u32,
+        },
+        /// Ends a subscription.
+        Unsubscribe {
+            sub: u64,
+        },
+        Subscribed {
+            sub: u64,
+        },
+        /// Events in order; `dropped` counts those lost to the bounded
+        /// queue since the subscription began (the subscriber then re-reads
+        /// the tables).
+        Events {
+            events: Vec<super::WireEvent>,
+            dropped: u64,
         },
         /// Where a live actor is, by id (a handle decoded in another process).
         LocateActor {

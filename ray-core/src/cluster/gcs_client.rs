@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ray_proto::wire::{
     ActorEntry, BuildFingerprint, Envelope, JobEntry, Label, Message, NodeEntry, ResourceAmount,
-    WorkerEntry,
+    WireChannel, WireEvent, WorkerEntry,
 };
 use ray_proto::{ActorId, JobId, NodeId, WorkerId};
 use rkyv::util::AlignedVec;
@@ -435,6 +435,39 @@ impl GcsClient {
     ///
     /// [`ClusterError::Refused`] with "no actor named …" if there is none;
     /// otherwise as [`GcsClient::call`].
+    /// Subscribes to changes of the GCS tables on `channels`; the
+    /// subscription ends with this client's connection.
+    ///
+    /// # Errors
+    ///
+    /// What [`GcsClient::call`] returns.
+    pub async fn subscribe(&self, channels: Vec<WireChannel>) -> Result<u64, ClusterError> {
+        match self.call(Message::Subscribe { channels }).await? {
+            Message::Subscribed { sub } => Ok(sub),
+            other => Err(unexpected("Subscribe", &other)),
+        }
+    }
+
+    /// The events of subscription `sub` since the last poll, waiting up to
+    /// `wait` (keep it under this client's timeout) for the first; with
+    /// the count of events lost to the bounded queue so far.
+    ///
+    /// # Errors
+    ///
+    /// [`ClusterError::Refused`] for an unknown subscription; otherwise
+    /// what [`GcsClient::call`] returns.
+    pub async fn poll_events(
+        &self,
+        sub: u64,
+        wait: Duration,
+    ) -> Result<(Vec<WireEvent>, u64), ClusterError> {
+        let wait_ms = u32::try_from(wait.as_millis()).unwrap_or(u32::MAX);
+        match self.call(Message::PollEvents { sub, wait_ms }).await? {
+            Message::Events { events, dropped } => Ok((events, dropped)),
+            other => Err(unexpected("PollEvents", &other)),
+        }
+    }
+
     /// Where the live actor `id` is.
     ///
     /// # Errors

@@ -148,13 +148,19 @@ async fn accept_loop(endpoint: Endpoint, state: Arc<Mutex<State>>) {
 /// driver exited or was killed).
 async fn serve_connection(conn: Connection, state: Arc<Mutex<State>>) {
     let registered: Arc<Mutex<Vec<JobId>>> = Arc::default();
+    let subs: Arc<Mutex<Vec<u64>>> = Arc::default();
     let mut requests = JoinSet::new();
     loop {
         tokio::select! {
             request = conn.accept_request() => {
                 match request {
                     Ok(request) => {
-                        requests.spawn(serve_request(request, state.clone(), registered.clone()));
+                        requests.spawn(serve_request(
+                            request,
+                            state.clone(),
+                            registered.clone(),
+                            subs.clone(),
+                        ));
                     }
                     Err(e) => {
                         tracing::debug!(target: "ray::gcs", peer = %conn.remote_address(), error = %e, "gcs.connection_closed");
@@ -167,6 +173,9 @@ async fn serve_connection(conn: Connection, state: Arc<Mutex<State>>) {
     }
     // After this no request of the connection can register another job.
     requests.shutdown().await;
+    for sub in std::mem::take(&mut *subs.lock()) {
+        state.lock().unsubscribe(sub);
+    }
     let jobs = std::mem::take(&mut *registered.lock());
     if !jobs.is_empty() {
         let mut state = state.lock();
@@ -174,6 +183,7 @@ async fn serve_connection(conn: Connection, state: Arc<Mutex<State>>) {
         for job in jobs {
             service::driver_gone(&mut state, job, now);
         }
+        state.changed.notify_waiters();
     }
 }
 
@@ -183,6 +193,7 @@ async fn serve_request(
     mut request: IncomingRequest,
     state: Arc<Mutex<State>>,
     registered: Arc<Mutex<Vec<JobId>>>,
+    subs: Arc<Mutex<Vec<u64>>>,
 ) {
     let envelope = match request.read().await {
         Ok(envelope) => envelope,
@@ -191,15 +202,26 @@ async fn serve_request(
             return;
         }
     };
+    if let Message::PollEvents { sub, wait_ms } = envelope.body {
+        let reply = poll_events(&state, sub, wait_ms).await;
+        if let Err(e) = request.respond(&Envelope::new(reply)).await {
+            tracing::debug!(target: "ray::gcs", error = %e, "gcs.reply_failed");
+        }
+        return;
+    }
+    let subscribed = matches!(envelope.body, Message::Subscribe { .. });
     let action = {
         let mut state = state.lock();
         let now = state.now();
         let action = service::handle(&mut state, envelope.body, now);
         // Recorded under the state lock, with no await since the job was
         // added: an aborted request either did both or neither.
-        if let Action::Reply(Message::JobRegistered { job, .. }) = &action {
-            registered.lock().push(*job);
+        match &action {
+            Action::Reply(Message::JobRegistered { job, .. }) => registered.lock().push(*job),
+            Action::Reply(Message::Subscribed { sub }) if subscribed => subs.lock().push(*sub),
+            _ => {}
         }
+        state.changed.notify_waiters();
         action
     };
     let sent = match action {
@@ -217,6 +239,46 @@ async fn serve_request(
     };
     if let Err(e) = sent {
         tracing::debug!(target: "ray::gcs", error = %e, "gcs.reply_failed");
+    }
+}
+
+/// Answers a poll: the subscription's events, waiting up to `wait_ms`
+/// (at most 30 s) for the first one.
+async fn poll_events(state: &Mutex<State>, sub: u64, wait_ms: u32) -> Message {
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(u64::from(wait_ms.min(30_000)));
+    loop {
+        let (reply, changed) = {
+            let mut st = state.lock();
+            let now = st.now();
+            let reply = match service::handle(&mut st, Message::PollEvents { sub, wait_ms }, now) {
+                Action::Reply(reply) => reply,
+                other => Message::Error {
+                    reason: format!("unexpected action for a poll: {other:?}"),
+                },
+            };
+            (reply, st.changed.clone())
+        };
+        let empty = matches!(&reply, Message::Events { events, .. } if events.is_empty());
+        if !empty || tokio::time::Instant::now() >= deadline {
+            return reply;
+        }
+        // A change between the poll above and this wait is not missed:
+        // `notified()` is created before checking again.
+        let notified = changed.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let again = {
+            let mut st = state.lock();
+            let now = st.now();
+            service::handle(&mut st, Message::PollEvents { sub, wait_ms }, now)
+        };
+        if let Action::Reply(reply @ Message::Events { .. }) = again {
+            if matches!(&reply, Message::Events { events, .. } if !events.is_empty()) {
+                return reply;
+            }
+        }
+        let _ = tokio::time::timeout_at(deadline, notified).await;
     }
 }
 
@@ -256,7 +318,11 @@ async fn health_loop(state: Arc<Mutex<State>>, every: Duration) {
         let dead = {
             let mut state = state.lock();
             let now = state.now();
-            state.gcs.check_health(now)
+            let dead = state.gcs.check_health(now);
+            if !dead.is_empty() {
+                state.changed.notify_waiters();
+            }
+            dead
         };
         for node in dead {
             tracing::warn!(target: "ray::gcs", node = %node, "node.dead");

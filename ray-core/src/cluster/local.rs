@@ -58,7 +58,6 @@ pub struct Cluster {
     address: SocketAddr,
     /// Index 0 is the head.
     nodes: Vec<Option<Child>>,
-    heartbeat: Duration,
 }
 
 impl Cluster {
@@ -100,10 +99,6 @@ impl Cluster {
             dir,
             address: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             nodes: Vec::new(),
-            heartbeat: GcsServerConfig {
-                health_timeout: config.health_timeout,
-            }
-            .heartbeat_interval(),
         };
         let deadline = Instant::now() + config.start_timeout;
         me.nodes.push(Some(me.spawn("head", None, &config)?));
@@ -189,9 +184,10 @@ impl Cluster {
                 .map(|ns| ns.iter().filter(|n| n.alive).count())
                 .unwrap_or(0);
             if alive >= n {
-                // Every daemon refreshes its view of the others once per
-                // heartbeat: after one, they all know each other.
-                tokio::time::sleep(self.heartbeat + Duration::from_millis(50)).await;
+                // Daemons learn of each other from the GCS's node events
+                // (their heartbeat refresh is the fallback): give those a
+                // moment to arrive.
+                tokio::time::sleep(Duration::from_millis(50)).await;
                 return Ok(());
             }
             if Instant::now() > deadline {

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use hashbrown::HashMap;
 use parking_lot::Mutex;
-use ray_proto::wire::{BuildFingerprint, Message, WireNodeUpdate};
+use ray_proto::wire::{BuildFingerprint, Message, WireChannel, WireEvent, WireNodeUpdate};
 use ray_proto::{JobId, NodeId, TaskId, WorkerId};
 use ray_sched::{Action, ClusterView, NodeScheduler, NodeUpdate, Policies, ResourceSet, Task};
 use tokio::sync::oneshot;
@@ -132,12 +132,61 @@ impl NodeService {
         let me = Self { inner };
         let accept = me.clone();
         tokio::spawn(async move { accept.accept_loop().await });
+        let follow = me.clone();
+        tokio::spawn(async move { follow.follow_events().await });
         me
     }
 
     /// This node's id.
     pub fn node_id(&self) -> NodeId {
         self.inner.node
+    }
+
+    /// Follows node and job changes published by the GCS, so joins,
+    /// deaths and job ends reach the scheduler at once (the heartbeat
+    /// loop's full refresh is the fallback). Runs until the node stops.
+    async fn follow_events(self) {
+        let client = self.inner.daemon.client().clone();
+        loop {
+            let sub = match client
+                .subscribe(vec![WireChannel::Node, WireChannel::Job])
+                .await
+            {
+                Ok(sub) => sub,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            let mut seen_dropped = 0;
+            loop {
+                match client.poll_events(sub, Duration::from_secs(1)).await {
+                    Ok((events, dropped)) => {
+                        if dropped > seen_dropped {
+                            // Lost some: the tables themselves are the truth.
+                            seen_dropped = dropped;
+                            if let Ok(nodes) = client.nodes().await {
+                                self.apply_nodes(nodes);
+                            }
+                        }
+                        let mut nodes = Vec::new();
+                        for e in events {
+                            match e {
+                                WireEvent::Node(n) => nodes.push(n),
+                                WireEvent::Job(j) if !j.running => self.end_job(j.id),
+                                _ => {}
+                            }
+                        }
+                        if !nodes.is_empty() {
+                            self.apply_nodes(nodes);
+                        }
+                    }
+                    Err(ClusterError::Timeout { .. }) => {}
+                    Err(_) => break,
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     /// Heartbeats (carrying this node's load) and refreshes the view of

@@ -84,6 +84,22 @@ pub enum ActorStatus {
     },
 }
 
+/// What a GCS subscriber follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub enum WireChannel {
+    Node,
+    Actor,
+    Job,
+}
+
+/// One change to a GCS table: the row as it is after the change.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub enum WireEvent {
+    Node(NodeEntry),
+    Actor(ActorEntry),
+    Job(JobEntry),
+}
+
 /// A row of the actor table.
 #[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct ActorEntry {

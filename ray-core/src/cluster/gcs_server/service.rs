@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hashbrown::HashMap;
-use ray_gcs::{ActorInfo, ActorState, Gcs, JobInfo, NodeState, WorkerInfo};
+use ray_gcs::{ActorInfo, ActorState, Channel, Gcs, GcsEvent, JobInfo, NodeState, WorkerInfo};
 use ray_proto::wire::{
     ActorEntry, ActorStatus, BuildFingerprint, JobEntry, Message, NodeEntry, ResourceAmount,
-    WorkerEntry,
+    WireChannel, WireEvent, WorkerEntry,
 };
 use ray_proto::{ActorId, JobId, NodeId, WorkerId};
 use rkyv::util::AlignedVec;
@@ -62,6 +62,11 @@ pub(super) struct State {
     loads: HashMap<NodeId, NodeLoad>,
     /// The worker of each registered actor that is not dead.
     actor_homes: HashMap<ActorId, ActorHome>,
+    /// Wire subscriptions: one table subscriber per channel followed.
+    subs: HashMap<u64, Vec<ray_gcs::SubscriberId>>,
+    next_sub: u64,
+    /// Woken after every change, for subscribers waiting in a poll.
+    pub(super) changed: Arc<tokio::sync::Notify>,
 }
 
 impl State {
@@ -77,12 +82,22 @@ impl State {
             binaries: HashMap::new(),
             loads: HashMap::new(),
             actor_homes: HashMap::new(),
+            subs: HashMap::new(),
+            next_sub: 1,
+            changed: Arc::default(),
         }
     }
 
     /// The time since the service started, the clock of [`Gcs`].
     pub(super) fn now(&self) -> Duration {
         self.started.elapsed()
+    }
+
+    /// Ends the wire subscription `sub` (its connection closed).
+    pub(super) fn unsubscribe(&mut self, sub: u64) {
+        for s in self.subs.remove(&sub).unwrap_or_default() {
+            self.gcs.unsubscribe(s);
+        }
     }
 
     /// The binary job `job` registered, if it did.
@@ -144,16 +159,48 @@ pub(super) fn handle(state: &mut State, request: Message, now: Duration) -> Acti
         Message::GetNodes => Message::Nodes {
             nodes: nodes(state),
         },
-        Message::GetJobs => {
-            let mut jobs: Vec<JobEntry> = state
-                .gcs
-                .jobs()
-                .map(|row| JobEntry {
-                    id: row.info.id,
-                    driver: row.info.driver.clone(),
-                    running: row.is_running(),
+        Message::Subscribe { channels } => {
+            let sub = state.next_sub;
+            state.next_sub += 1;
+            let ids = channels
+                .iter()
+                .map(|c| {
+                    state.gcs.subscribe(match c {
+                        WireChannel::Node => Channel::Node,
+                        WireChannel::Actor => Channel::Actor,
+                        WireChannel::Job => Channel::Job,
+                    })
                 })
                 .collect();
+            state.subs.insert(sub, ids);
+            Message::Subscribed { sub }
+        }
+        Message::PollEvents { sub, .. } => {
+            let Some(ids) = state.subs.get(&sub).cloned() else {
+                return Action::Reply(Message::Error {
+                    reason: format!("no subscription {sub}"),
+                });
+            };
+            let mut events = Vec::new();
+            let mut dropped = 0;
+            for id in ids {
+                dropped += state.gcs.dropped(id);
+                for e in state.gcs.poll_events(id) {
+                    events.push(match e {
+                        GcsEvent::Node(row) => WireEvent::Node(node_entry(state, &row)),
+                        GcsEvent::Actor(row) => WireEvent::Actor(actor_entry(&row)),
+                        GcsEvent::Job(row) => WireEvent::Job(job_entry(&row)),
+                    });
+                }
+            }
+            Message::Events { events, dropped }
+        }
+        Message::Unsubscribe { sub } => {
+            state.unsubscribe(sub);
+            Message::Ok
+        }
+        Message::GetJobs => {
+            let mut jobs: Vec<JobEntry> = state.gcs.jobs().map(job_entry).collect();
             jobs.sort_by_key(|j| j.id);
             Message::Jobs { jobs }
         }
@@ -291,52 +338,62 @@ fn register_node(
     }
 }
 
+fn node_entry(state: &State, row: &ray_gcs::NodeRow) -> NodeEntry {
+    let load = state.loads.get(&row.info.id);
+    NodeEntry {
+        id: row.info.id,
+        address: row.info.address.clone(),
+        resources: resources_to_wire(&row.info.resources),
+        labels: labels_to_wire(&row.info.labels),
+        alive: row.is_alive(),
+        death_cause: match &row.state {
+            NodeState::Alive => None,
+            NodeState::Dead { cause } => Some(cause.clone()),
+        },
+        used: load.map(|l| l.used.clone()).unwrap_or_default(),
+        version: load.map_or(0, |l| l.version),
+    }
+}
+
+fn job_entry(row: &ray_gcs::JobRow) -> JobEntry {
+    JobEntry {
+        id: row.info.id,
+        driver: row.info.driver.clone(),
+        running: row.is_running(),
+    }
+}
+
+fn actor_entry(row: &ray_gcs::ActorRow) -> ActorEntry {
+    ActorEntry {
+        id: row.info.id,
+        class_name: row.info.class_name.clone(),
+        name: row.info.name.clone(),
+        namespace: row.info.namespace.clone(),
+        job: row.info.job,
+        detached: row.info.detached,
+        status: match &row.state {
+            ActorState::PendingCreation => ActorStatus::PendingCreation,
+            ActorState::Alive { node } => ActorStatus::Alive { node: *node },
+            ActorState::Restarting { attempt } => ActorStatus::Restarting { attempt: *attempt },
+            ActorState::Dead { cause } => ActorStatus::Dead {
+                cause: cause.clone(),
+            },
+        },
+    }
+}
+
 fn nodes(state: &State) -> Vec<NodeEntry> {
     let mut nodes: Vec<NodeEntry> = state
         .gcs
         .nodes()
-        .map(|row| {
-            let load = state.loads.get(&row.info.id);
-            NodeEntry {
-                id: row.info.id,
-                address: row.info.address.clone(),
-                resources: resources_to_wire(&row.info.resources),
-                labels: labels_to_wire(&row.info.labels),
-                alive: row.is_alive(),
-                death_cause: match &row.state {
-                    NodeState::Alive => None,
-                    NodeState::Dead { cause } => Some(cause.clone()),
-                },
-                used: load.map(|l| l.used.clone()).unwrap_or_default(),
-                version: load.map_or(0, |l| l.version),
-            }
-        })
+        .map(|row| node_entry(state, row))
         .collect();
     nodes.sort_by_key(|n| n.id);
     nodes
 }
 
 fn actors(state: &State) -> Vec<ActorEntry> {
-    let mut actors: Vec<ActorEntry> = state
-        .gcs
-        .actors()
-        .map(|row| ActorEntry {
-            id: row.info.id,
-            class_name: row.info.class_name.clone(),
-            name: row.info.name.clone(),
-            namespace: row.info.namespace.clone(),
-            job: row.info.job,
-            detached: row.info.detached,
-            status: match &row.state {
-                ActorState::PendingCreation => ActorStatus::PendingCreation,
-                ActorState::Alive { node } => ActorStatus::Alive { node: *node },
-                ActorState::Restarting { attempt } => ActorStatus::Restarting { attempt: *attempt },
-                ActorState::Dead { cause } => ActorStatus::Dead {
-                    cause: cause.clone(),
-                },
-            },
-        })
-        .collect();
+    let mut actors: Vec<ActorEntry> = state.gcs.actors().map(actor_entry).collect();
     actors.sort_by_key(|a| a.id);
     actors
 }

@@ -482,3 +482,49 @@ fn get_workers_lists_workers_and_drivers_of_running_jobs_on_live_nodes() {
     let left: Vec<WorkerId> = workers(&mut s).iter().map(|w| w.worker).collect();
     assert_eq!(left, vec![driver]);
 }
+
+#[test]
+fn subscribers_see_node_joins_and_deaths_in_order_and_unknown_subs_are_errors() {
+    let mut s = state(Duration::from_secs(1));
+    let sub = match reply(
+        &mut s,
+        Message::Subscribe {
+            channels: vec![WireChannel::Node],
+        },
+        Duration::ZERO,
+    ) {
+        Message::Subscribed { sub } => sub,
+        other => panic!("{other:?}"),
+    };
+    let node = register(&mut s, Duration::ZERO);
+    let _ = s.gcs.check_health(Duration::from_secs(5));
+    let poll = Message::PollEvents { sub, wait_ms: 0 };
+    match reply(&mut s, poll.clone(), Duration::from_secs(5)) {
+        Message::Events { events, dropped } => {
+            assert_eq!(dropped, 0);
+            let states: Vec<(NodeId, bool)> = events
+                .iter()
+                .map(|e| match e {
+                    WireEvent::Node(n) => (n.id, n.alive),
+                    other => panic!("only node events were asked for: {other:?}"),
+                })
+                .collect();
+            assert_eq!(states, vec![(node, true), (node, false)]);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Taken once: the next poll is empty.
+    assert!(matches!(
+        reply(&mut s, poll, Duration::from_secs(5)),
+        Message::Events { events, .. } if events.is_empty()
+    ));
+    s.unsubscribe(sub);
+    assert!(matches!(
+        reply(
+            &mut s,
+            Message::PollEvents { sub, wait_ms: 0 },
+            Duration::ZERO
+        ),
+        Message::Error { .. }
+    ));
+}
