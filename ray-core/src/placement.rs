@@ -261,7 +261,16 @@ impl PgCell {
 /// runtime shuts down, whatever happens to its handles.
 #[derive(Clone)]
 pub struct PlacementGroup {
-    pub(crate) cell: Arc<PgCell>,
+    pub(crate) inner: PgInner,
+}
+
+/// Where a group lives.
+#[derive(Clone)]
+pub(crate) enum PgInner {
+    /// On the embedded node.
+    Local(Arc<PgCell>),
+    /// On a cluster, placed by this process.
+    Cluster(Arc<crate::cluster::ClusterPg>, Arc<Runtime>),
 }
 
 impl std::fmt::Debug for PlacementGroup {
@@ -269,8 +278,8 @@ impl std::fmt::Debug for PlacementGroup {
         write!(
             f,
             "PlacementGroup({}, {} bundles)",
-            self.cell.id,
-            self.cell.bundles.len()
+            self.id(),
+            self.bundle_count()
         )
     }
 }
@@ -278,22 +287,42 @@ impl std::fmt::Debug for PlacementGroup {
 impl PlacementGroup {
     /// The group's id.
     pub fn id(&self) -> PlacementGroupId {
-        self.cell.id
+        match &self.inner {
+            PgInner::Local(cell) => cell.id,
+            PgInner::Cluster(pg, _) => pg.id,
+        }
     }
 
     /// Number of bundles.
     pub fn bundle_count(&self) -> usize {
-        self.cell.bundles.len()
+        match &self.inner {
+            PgInner::Local(cell) => cell.bundles.len(),
+            PgInner::Cluster(pg, _) => pg.bundle_count(),
+        }
+    }
+
+    fn outcome(&self) -> Option<Result<()>> {
+        match &self.inner {
+            PgInner::Local(cell) => cell.outcome(),
+            PgInner::Cluster(pg, _) => pg.outcome(),
+        }
+    }
+
+    fn changed(&self) -> &tokio::sync::Notify {
+        match &self.inner {
+            PgInner::Local(cell) => &cell.changed,
+            PgInner::Cluster(pg, _) => &pg.changed,
+        }
     }
 
     /// Waits until every bundle is reserved. Fails with
     /// [`Error::PlacementGroupRemoved`] if the group is removed first.
     pub async fn ready(&self) -> Result<()> {
         loop {
-            let changed = self.cell.changed.notified();
+            let changed = self.changed().notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            if let Some(outcome) = self.cell.outcome() {
+            if let Some(outcome) = self.outcome() {
                 return outcome;
             }
             changed.await;
@@ -302,13 +331,20 @@ impl PlacementGroup {
 
     /// Whether every bundle is reserved now.
     pub fn is_ready(&self) -> bool {
-        matches!(self.cell.outcome(), Some(Ok(())))
+        matches!(self.outcome(), Some(Ok(())))
     }
 
     /// Removes the group: its resources return to the node, and work waiting
     /// to run in it fails with [`Error::PlacementGroupRemoved`].
     pub fn remove(&self, ray: &crate::Ray) {
-        self.cell.remove(&ray.rt, "removed by its owner");
+        match &self.inner {
+            PgInner::Local(cell) => cell.remove(&ray.rt, "removed by its owner"),
+            PgInner::Cluster(pg, rt) => {
+                if let Some(core) = rt.cluster.get() {
+                    core.remove_pg(pg, "removed by its owner");
+                }
+            }
+        }
     }
 }
 
@@ -319,20 +355,13 @@ pub(crate) fn create(
     strategy: PlacementStrategy,
 ) -> Result<PlacementGroup> {
     rt.check_running()?;
-    if bundles.is_empty() {
-        return Err(Error::InvalidArgument(
-            "a placement group needs at least one bundle".into(),
-        ));
-    }
-    let mut sets = Vec::with_capacity(bundles.len());
-    for (i, b) in bundles.iter().enumerate() {
-        let set = b.0.checked()?;
-        if set.is_empty() {
-            return Err(Error::InvalidArgument(format!(
-                "bundle {i} asks for nothing"
-            )));
-        }
-        sets.push(set.clone());
+    let sets = bundle_sets(&bundles)?;
+    if let Some(core) = rt.cluster.get() {
+        let id = PlacementGroupId::new(rt.worker, rt.next_seq());
+        let pg = core.create_pg(id, sets, strategy);
+        return Ok(PlacementGroup {
+            inner: PgInner::Cluster(pg, rt.clone()),
+        });
     }
     let mut total = ResourceSet::new();
     for s in &sets {
@@ -368,5 +397,27 @@ pub(crate) fn create(
     });
     rt.pgs.lock().insert(id, cell.clone());
     rt.admit_dispatch(total, Dispatch::ReservePg(cell.clone()));
-    Ok(PlacementGroup { cell })
+    Ok(PlacementGroup {
+        inner: PgInner::Local(cell),
+    })
+}
+
+/// The resource sets of `bundles`, checked: at least one, none empty.
+fn bundle_sets(bundles: &[Bundle]) -> Result<Vec<ResourceSet>> {
+    if bundles.is_empty() {
+        return Err(Error::InvalidArgument(
+            "a placement group needs at least one bundle".into(),
+        ));
+    }
+    let mut sets = Vec::with_capacity(bundles.len());
+    for (i, b) in bundles.iter().enumerate() {
+        let set = b.0.checked()?;
+        if set.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "bundle {i} asks for nothing"
+            )));
+        }
+        sets.push(set.clone());
+    }
+    Ok(sets)
 }

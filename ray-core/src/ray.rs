@@ -468,19 +468,15 @@ impl Ray {
     /// Returns at once; [`PlacementGroup::ready`](crate::PlacementGroup::ready) resolves when every bundle
     /// is reserved. On the embedded runtime (one node) `STRICT_SPREAD` with
     /// more than one bundle, or bundles adding up to more than the node has,
-    /// fail at once with [`Error::Infeasible`].
+    /// fail at once with [`Error::Infeasible`]. On a cluster this process
+    /// places the group (plan, then prepare and commit on the chosen
+    /// nodes); a group no set of nodes can hold makes `ready` fail with
+    /// [`Error::Infeasible`], one that does not fit now waits.
     pub fn placement_group(
         &self,
         bundles: Vec<crate::placement::Bundle>,
         strategy: ray_sched::PlacementStrategy,
     ) -> Result<crate::placement::PlacementGroup> {
-        if self.rt.cluster.get().is_some() {
-            return Err(Error::Cluster {
-                cause: "placement groups run on the embedded runtime only so far; \
-                        a cluster driver cannot create one yet"
-                    .into(),
-            });
-        }
         crate::placement::create(&self.rt, bundles, strategy)
     }
 

@@ -16,7 +16,7 @@ use crate::actor::ActorCell;
 use crate::error::{Error, Result};
 use crate::options::ResourceRequest;
 use crate::ownership::{ObjectTable, RefHandle, Value};
-use crate::placement::{PgCell, Pool};
+use crate::placement::{PgCell, PgInner, Pool};
 use crate::pool::CpuPool;
 use crate::task::TaskSpec;
 
@@ -148,8 +148,14 @@ impl Runtime {
         if let (SchedulingStrategy::PlacementGroup { bundle, .. }, Some(pg)) =
             (&req.strategy, &req.group)
         {
-            let i = pg.cell.choose_bundle(*bundle, set)?;
-            return Ok(Pool::Bundle(pg.cell.clone(), i));
+            let PgInner::Local(cell) = &pg.inner else {
+                return Err(Error::InvalidArgument(format!(
+                    "{} belongs to a cluster, not to this embedded runtime",
+                    pg.id()
+                )));
+            };
+            let i = cell.choose_bundle(*bundle, set)?;
+            return Ok(Pool::Bundle(cell.clone(), i));
         }
         let reason = match req.strategy {
             SchedulingStrategy::NodeAffinity { node, soft: false } if node != self.node => {

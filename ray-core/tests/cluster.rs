@@ -282,3 +282,65 @@ async fn a_detached_actor_outlives_its_driver_and_a_plain_one_does_not() {
     assert_eq!(found.incr(1).unwrap().get().await.unwrap(), 43);
     second.shutdown();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn placement_groups_reserve_bundles_across_nodes() {
+    use ray_core::{Bundle, PlacementStrategy};
+    let cluster = Cluster::local(2).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let bundle = || Bundle::new().num_cpus(1.0);
+    let pg = ray
+        .placement_group(vec![bundle(), bundle()], PlacementStrategy::StrictSpread)
+        .unwrap();
+    pg.ready().await.expect("two bundles on two nodes");
+    let mut nodes = BTreeSet::new();
+    for i in 0..2 {
+        let r = where_am_i::options()
+            .placement_group(&pg, Some(i))
+            .remote(&ray, i as u64)
+            .unwrap();
+        nodes.insert(r.get().await.unwrap().1);
+    }
+    assert_eq!(
+        nodes.len(),
+        2,
+        "STRICT_SPREAD bundles share a node: {nodes:?}"
+    );
+    let a = Counter::options()
+        .placement_group(&pg, Some(1))
+        .remote(&ray, 7)
+        .unwrap();
+    assert_eq!(a.incr(1).unwrap().get().await.unwrap(), 8);
+
+    // More STRICT_SPREAD bundles than nodes: never placeable.
+    let too_many = ray
+        .placement_group(
+            vec![bundle(), bundle(), bundle()],
+            PlacementStrategy::StrictSpread,
+        )
+        .unwrap();
+    let err = too_many.ready().await.unwrap_err();
+    assert!(matches!(err, Error::Infeasible { .. }), "{err:?}");
+
+    // Removal kills the group's actors and frees its bundles: a group of
+    // the whole cluster fits afterwards.
+    pg.remove(&ray);
+    let err = a
+        .incr(1)
+        .unwrap()
+        .get_timeout(Duration::from_secs(30))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::ActorDied { .. }), "{err:?}");
+    let whole = ray
+        .placement_group(
+            vec![Bundle::new().num_cpus(2.0), Bundle::new().num_cpus(2.0)],
+            PlacementStrategy::Spread,
+        )
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(30), whole.ready())
+        .await
+        .expect("the freed bundles are reserved again in time")
+        .unwrap();
+    ray.shutdown();
+}

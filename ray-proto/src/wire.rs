@@ -67,7 +67,7 @@ mod message {
         ActorEntry, BuildFingerprint, JobEntry, Label, NodeEntry, ResourceAmount, Role, WireError,
         WireNodeUpdate, WireStrategy, WorkItem, WorkResult, WorkerEntry,
     };
-    use crate::{ActorId, JobId, NodeId, ObjectId, TaskId, WorkerId};
+    use crate::{ActorId, JobId, NodeId, ObjectId, PlacementGroupId, TaskId, WorkerId};
 
     /// The body of a control message.
     ///
@@ -220,6 +220,35 @@ mod message {
         /// outlive the job.
         DetachLease {
             lease: TaskId,
+        },
+        /// Placement groups, phase two: reserve bundle `index` of `group`
+        /// on this node (answered `Ok`, or `Error` if it does not fit now).
+        PrepareBundle {
+            group: PlacementGroupId,
+            index: u32,
+            resources: Vec<ResourceAmount>,
+        },
+        /// Phase three: the prepared bundle becomes usable.
+        CommitBundle {
+            group: PlacementGroupId,
+            index: u32,
+        },
+        /// Gives a prepared or committed bundle back (abort or removal).
+        ReleaseBundle {
+            group: PlacementGroupId,
+            index: u32,
+        },
+        /// Tells a node where bundle `index` of `group` is, so work into
+        /// the group submitted there finds it.
+        BundlePlaced {
+            group: PlacementGroupId,
+            index: u32,
+            node: NodeId,
+            resources: Vec<ResourceAmount>,
+        },
+        /// The group is removed: forget it, fail work waiting for it.
+        RemoveGroup {
+            group: PlacementGroupId,
         },
         /// A worker process started by a node daemon reports in.
         WorkerReady {

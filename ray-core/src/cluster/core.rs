@@ -518,6 +518,8 @@ impl ClusterCore {
     }
 
     /// Sends `request` to `addr` on a stream of its own; one reply.
+    ///
+    /// (Used by placement groups too.)
     pub(crate) async fn ask(&self, addr: SocketAddr, request: Message) -> Result<Message, Error> {
         let conn = self.conns.get(addr).await.map_err(|e| Error::Cluster {
             cause: format!("cannot reach {addr}: {e}"),
@@ -573,7 +575,7 @@ impl ClusterCore {
         }
     }
 
-    async fn node_addr(&self, node: NodeId) -> Result<SocketAddr, Error> {
+    pub(super) async fn node_addr(&self, node: NodeId) -> Result<SocketAddr, Error> {
         if let Some(a) = self.node_addrs.lock().get(&node) {
             return Ok(*a);
         }
@@ -939,6 +941,12 @@ impl ClusterCore {
         let (tx, rx) = mpsc::unbounded_channel();
         let actor = Arc::new(RemoteActor::new(id, class, tx));
         self.actors.lock().insert(id, Arc::downgrade(&actor));
+        if let Some(crate::placement::PlacementGroup {
+            inner: crate::placement::PgInner::Cluster(pg, _),
+        }) = &opts.resources.group
+        {
+            pg.adopt_actor(&actor);
+        }
         let max_concurrency = opts.max_concurrency as u32;
         let entry = ActorEntry {
             id,

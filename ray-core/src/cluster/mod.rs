@@ -18,6 +18,7 @@ mod gcs_server;
 mod local;
 mod node_daemon;
 mod node_service;
+mod pg;
 mod state;
 mod worker;
 
@@ -31,6 +32,7 @@ pub use node_daemon::{NodeDaemon, NodeSpec};
 pub(crate) use self::core::{ClusterCore, CoreConfig, RemoteActor};
 pub use local::{Cluster, LocalClusterConfig};
 pub use node_service::{NodeService, NodeServiceConfig};
+pub(crate) use pg::ClusterPg;
 pub(crate) use worker::job_fingerprint;
 
 use ray_proto::wire::{BuildFingerprint, Label, Message, ResourceAmount};

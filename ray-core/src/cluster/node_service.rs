@@ -381,6 +381,67 @@ impl NodeService {
                     }
                 }
             }
+            Message::PrepareBundle {
+                group,
+                index,
+                resources,
+            } => {
+                let ok = inner.sched.lock().prepare_bundle(
+                    group,
+                    index as usize,
+                    resources_from_wire(&resources),
+                );
+                self.drain();
+                if ok {
+                    Message::Ok
+                } else {
+                    Message::Error {
+                        reason: format!(
+                            "bundle {index} of {group} does not fit {} now",
+                            inner.node
+                        ),
+                    }
+                }
+            }
+            Message::CommitBundle { group, index } => {
+                let ok = inner.sched.lock().commit_bundle(group, index as usize);
+                self.drain();
+                if ok {
+                    Message::Ok
+                } else {
+                    Message::Error {
+                        reason: format!(
+                            "bundle {index} of {group} is not prepared on {}",
+                            inner.node
+                        ),
+                    }
+                }
+            }
+            Message::ReleaseBundle { group, index } => {
+                inner.sched.lock().release_bundle(group, index as usize);
+                self.drain();
+                Message::Ok
+            }
+            Message::BundlePlaced {
+                group,
+                index,
+                node,
+                resources,
+            } => {
+                inner.sched.lock().bundle_placed(
+                    group,
+                    index as usize,
+                    node,
+                    resources_from_wire(&resources),
+                );
+                self.drain();
+                Message::Ok
+            }
+            Message::RemoveGroup { group } => {
+                inner.sched.lock().placement_group_removed(group);
+                self.drain();
+                Message::Ok
+            }
             Message::DetachLease { lease } => {
                 if inner.lease_jobs.lock().contains_key(&lease) {
                     inner.detached.lock().insert(lease);

@@ -1,0 +1,249 @@
+//! Placement groups on a cluster, coordinated by their owner.
+//!
+//! The owner plans the group with ray-sched's `PlacementGroups` over a view
+//! of the cluster built from the GCS's node table (totals and reported
+//! load), then reserves it in two phases on the chosen node daemons:
+//! `PrepareBundle` on each (a node that cannot hold its bundle now fails
+//! the attempt, and every prepared bundle is released), then
+//! `CommitBundle`, then `BundlePlaced` to every node so work submitted
+//! anywhere into the group finds its bundles. A group that does not fit
+//! now is retried until it does or is removed. Removal forgets the group
+//! on every node, releases its bundles and kills the owner's actors in it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use ray_proto::wire::Message;
+use ray_proto::{NodeId, PlacementGroupId};
+use ray_sched::{
+    ClusterView, NodeUpdate, PgError, PgState, PlacementGroups, PlacementStrategy, ResourceSet,
+};
+use tokio::sync::Notify;
+
+use super::core::{ClusterCore, RemoteActor};
+use super::{resources_from_wire, resources_to_wire};
+use crate::error::{Error, Result};
+
+/// How long a group that does not fit waits before it is tried again.
+const RETRY: Duration = Duration::from_millis(100);
+
+/// A placement group this process placed on the cluster.
+pub(crate) struct ClusterPg {
+    pub(crate) id: PlacementGroupId,
+    bundles: Vec<ResourceSet>,
+    strategy: PlacementStrategy,
+    outcome: Mutex<Option<Result<()>>>,
+    pub(crate) changed: Notify,
+    /// `(bundle, node)` once reserved.
+    placed: Mutex<Vec<(usize, NodeId)>>,
+    removed: AtomicBool,
+    /// Actors created into the group: they die with it.
+    actors: Mutex<Vec<Weak<RemoteActor>>>,
+}
+
+impl ClusterPg {
+    /// `None` while being placed; then ready or why not.
+    pub(crate) fn outcome(&self) -> Option<Result<()>> {
+        self.outcome.lock().clone()
+    }
+
+    /// Number of bundles.
+    pub(crate) fn bundle_count(&self) -> usize {
+        self.bundles.len()
+    }
+
+    /// Remembers an actor created into the group.
+    pub(crate) fn adopt_actor(&self, actor: &Arc<RemoteActor>) {
+        self.actors.lock().push(Arc::downgrade(actor));
+    }
+
+    fn settle(&self, outcome: Result<()>) {
+        let mut o = self.outcome.lock();
+        if o.is_none() || outcome.is_err() {
+            *o = Some(outcome);
+        }
+        drop(o);
+        self.changed.notify_waiters();
+    }
+}
+
+impl ClusterCore {
+    /// Starts placing a group of `bundles` laid out by `strategy`.
+    pub(crate) fn create_pg(
+        self: &Arc<Self>,
+        id: PlacementGroupId,
+        bundles: Vec<ResourceSet>,
+        strategy: PlacementStrategy,
+    ) -> Arc<ClusterPg> {
+        let pg = Arc::new(ClusterPg {
+            id,
+            bundles,
+            strategy,
+            outcome: Mutex::new(None),
+            changed: Notify::new(),
+            placed: Mutex::new(Vec::new()),
+            removed: AtomicBool::new(false),
+            actors: Mutex::new(Vec::new()),
+        });
+        let me = self.clone();
+        let placing = pg.clone();
+        self.tokio.spawn(async move { me.place_pg(placing).await });
+        pg
+    }
+
+    async fn place_pg(self: Arc<Self>, pg: Arc<ClusterPg>) {
+        loop {
+            if pg.removed.load(Ordering::Acquire) {
+                return;
+            }
+            match self.try_place(&pg).await {
+                Ok(true) => {
+                    if pg.removed.load(Ordering::Acquire) {
+                        // Removed while reserving: give it all back.
+                        self.release_placed(&pg).await;
+                        return;
+                    }
+                    pg.settle(Ok(()));
+                    return;
+                }
+                Ok(false) => tokio::time::sleep(RETRY).await,
+                Err(e) => {
+                    pg.settle(Err(e));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// One attempt: `Ok(true)` reserved, `Ok(false)` not now.
+    async fn try_place(self: &Arc<Self>, pg: &Arc<ClusterPg>) -> Result<bool> {
+        let nodes = self.gcs.nodes().await.map_err(|e| Error::Cluster {
+            cause: e.to_string(),
+        })?;
+        let alive: Vec<_> = nodes.into_iter().filter(|n| n.alive).collect();
+        let mut view = ClusterView::new();
+        for n in &alive {
+            let labels = n.labels.iter().map(|l| (l.key.clone(), l.value.clone()));
+            view.add_node(n.id, resources_from_wire(&n.resources), labels.collect());
+            if n.version > 0 {
+                view.apply_update(&NodeUpdate {
+                    node: n.id,
+                    version: n.version,
+                    used: resources_from_wire(&n.used),
+                });
+            }
+        }
+        let mut planner = PlacementGroups::new();
+        match planner.create(pg.id, pg.bundles.clone(), pg.strategy, &mut view) {
+            Ok(PgState::Ready) => {}
+            Ok(_) => return Ok(false),
+            Err(PgError::Infeasible {
+                reason, cluster, ..
+            }) => {
+                let mut total = ResourceSet::new();
+                for b in &pg.bundles {
+                    total.add_assign(b);
+                }
+                return Err(Error::Infeasible {
+                    what: pg.id.to_string(),
+                    reason,
+                    request: Box::new(total),
+                    total: Box::new(cluster.total),
+                });
+            }
+            Err(e) => return Err(Error::InvalidArgument(e.to_string())),
+        }
+        let placements: Vec<(usize, NodeId)> = (0..pg.bundles.len())
+            .filter_map(|i| planner.bundle_node(pg.id, i).map(|n| (i, n)))
+            .collect();
+        // Phase two on the nodes: all or nothing.
+        let mut prepared = Vec::new();
+        for &(i, node) in &placements {
+            let request = Message::PrepareBundle {
+                group: pg.id,
+                index: i as u32,
+                resources: resources_to_wire(&pg.bundles[i]),
+            };
+            if self.ask_node(node, request).await {
+                prepared.push((i, node));
+            } else {
+                self.release(pg.id, &prepared).await;
+                return Ok(false);
+            }
+        }
+        for &(i, node) in &placements {
+            let commit = Message::CommitBundle {
+                group: pg.id,
+                index: i as u32,
+            };
+            if !self.ask_node(node, commit).await {
+                self.release(pg.id, &placements).await;
+                return Ok(false);
+            }
+        }
+        *pg.placed.lock() = placements.clone();
+        for n in &alive {
+            for &(i, node) in &placements {
+                let placed = Message::BundlePlaced {
+                    group: pg.id,
+                    index: i as u32,
+                    node,
+                    resources: resources_to_wire(&pg.bundles[i]),
+                };
+                self.ask_node(n.id, placed).await;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Sends `request` to node `node`'s daemon; true if it answered `Ok`.
+    async fn ask_node(&self, node: NodeId, request: Message) -> bool {
+        match self.node_addr(node).await {
+            Ok(addr) => matches!(self.ask(addr, request).await, Ok(Message::Ok)),
+            Err(_) => false,
+        }
+    }
+
+    async fn release(&self, group: PlacementGroupId, bundles: &[(usize, NodeId)]) {
+        for &(i, node) in bundles {
+            let release = Message::ReleaseBundle {
+                group,
+                index: i as u32,
+            };
+            self.ask_node(node, release).await;
+        }
+    }
+
+    async fn release_placed(&self, pg: &ClusterPg) {
+        let placed = std::mem::take(&mut *pg.placed.lock());
+        self.release(pg.id, &placed).await;
+    }
+
+    /// Removes the group: every node forgets it, its bundles go back, its
+    /// actors die, and waiting on it fails.
+    pub(crate) fn remove_pg(self: &Arc<Self>, pg: &Arc<ClusterPg>, why: &str) {
+        if pg.removed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        pg.settle(Err(Error::PlacementGroupRemoved {
+            group: pg.id,
+            cause: why.to_string(),
+        }));
+        for a in pg.actors.lock().drain(..).filter_map(|a| a.upgrade()) {
+            a.kill();
+        }
+        let me = self.clone();
+        let pg = pg.clone();
+        self.tokio.spawn(async move {
+            if let Ok(nodes) = me.gcs.nodes().await {
+                for n in nodes.into_iter().filter(|n| n.alive) {
+                    me.ask_node(n.id, Message::RemoveGroup { group: pg.id })
+                        .await;
+                }
+            }
+            me.release_placed(&pg).await;
+        });
+    }
+}
