@@ -262,7 +262,9 @@ fn unique() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-fn die_with_parent(cmd: &mut Command) {
+/// Makes the child die when this process dies, even by SIGKILL (Linux:
+/// `PR_SET_PDEATHSIG`), so no daemon or worker outlives its parent.
+pub(super) fn die_with_parent(cmd: &mut Command) {
     #[cfg(target_os = "linux")]
     {
         use std::os::unix::process::CommandExt;

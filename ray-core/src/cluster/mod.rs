@@ -127,6 +127,17 @@ pub fn labels_to_wire<'a>(
         .collect()
 }
 
+/// `bytes` in lowercase hex (binary hashes in paths, variables and errors).
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
 /// A short name for a message, for errors.
 fn message_kind(m: &Message) -> String {
     let debug = format!("{m:?}");

@@ -705,7 +705,7 @@ impl NodeService {
         cmd.envs(env.to_vars())
             .stdin(std::process::Stdio::null())
             .kill_on_drop(false);
-        die_with_parent(&mut cmd);
+        super::local::die_with_parent(cmd.as_std_mut());
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("cannot start worker {}: {e}", path.display()))?;
@@ -743,7 +743,7 @@ impl NodeService {
     /// The job binary with this hash, fetched from the GCS once.
     async fn cached_binary(&self, hash: [u8; 32]) -> Result<PathBuf, String> {
         let dir = &self.inner.config.cache_dir;
-        let path = dir.join(hex(&hash));
+        let path = dir.join(crate::cluster::hex(&hash));
         if path.exists() {
             return Ok(path);
         }
@@ -755,8 +755,17 @@ impl NodeService {
             .client()
             .fetch_binary(hash)
             .await
-            .map_err(|e| format!("cannot fetch job binary {}: {e}", hex(&hash)))?;
-        let tmp = dir.join(format!("{}.{}.tmp", hex(&hash), std::process::id()));
+            .map_err(|e| {
+                format!(
+                    "cannot fetch job binary {}: {e}",
+                    crate::cluster::hex(&hash)
+                )
+            })?;
+        let tmp = dir.join(format!(
+            "{}.{}.tmp",
+            crate::cluster::hex(&hash),
+            std::process::id()
+        ));
         std::fs::write(&tmp, bytes.as_slice())
             .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
         #[cfg(unix)]
@@ -771,10 +780,6 @@ impl NodeService {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn kill(pid: u32) {
     if pid == 0 {
         return;
@@ -783,25 +788,4 @@ fn kill(pid: u32) {
     let _ = std::process::Command::new("kill")
         .args(["-9", &pid.to_string()])
         .status();
-}
-
-/// Makes the child die when this process dies, even by SIGKILL.
-fn die_with_parent(cmd: &mut tokio::process::Command) {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: the closure runs in the forked child before exec and only
-        // calls `prctl`, which is async-signal-safe; it touches no memory
-        // of the parent.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) == 0 {
-                    Ok(())
-                } else {
-                    Err(std::io::Error::last_os_error())
-                }
-            });
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = cmd;
 }

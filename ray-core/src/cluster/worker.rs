@@ -58,7 +58,7 @@ impl WorkerEnv {
             (VAR_NODE_ID, self.node_id.0.to_string()),
             (VAR_CREDENTIALS, self.credentials.display().to_string()),
             (VAR_RESOURCES, resources.join(",")),
-            (VAR_HASH, hex(&self.binary_hash)),
+            (VAR_HASH, crate::cluster::hex(&self.binary_hash)),
             (VAR_BIND, self.bind_ip.to_string()),
         ]
     }
@@ -102,10 +102,6 @@ impl WorkerEnv {
             bind_ip: parse(VAR_BIND)?,
         })
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The fingerprint of this build as a job: what its registry holds (every

@@ -131,7 +131,7 @@ pub(super) fn handle(state: &mut State, request: Message, now: Duration) -> Acti
             return match state.binaries.get(&hash) {
                 Some(bytes) => Action::SendBinary(bytes.clone()),
                 None => Action::Reply(Message::Error {
-                    reason: format!("unknown binary {}", hex(&hash)),
+                    reason: format!("unknown binary {}", crate::cluster::hex(&hash)),
                 }),
             }
         }
@@ -275,12 +275,12 @@ pub(super) fn store_binary(
         return Message::Error {
             reason: format!(
                 "binary announced as {} hashes to {}",
-                hex(&announced),
-                hex(&actual)
+                crate::cluster::hex(&announced),
+                crate::cluster::hex(&actual)
             ),
         };
     }
-    tracing::info!(target: "ray::gcs", hash = %hex(&actual), len = bytes.len(), "binary.stored");
+    tracing::info!(target: "ray::gcs", hash = %crate::cluster::hex(&actual), len = bytes.len(), "binary.stored");
     // A concurrent upload of the same binary may have won: same bytes.
     state.binaries.entry(actual).or_insert(bytes);
     Message::Ok
@@ -300,7 +300,7 @@ fn upload(state: &State, hash: [u8; 32], len: u64) -> Action {
         return Action::Reply(Message::Error {
             reason: format!(
                 "binary {} of {len} bytes exceeds the limit of {MAX_BINARY_LEN} bytes",
-                hex(&hash)
+                crate::cluster::hex(&hash)
             ),
         });
     }
@@ -456,7 +456,7 @@ fn register_job(
         },
     );
     let upload = !state.binaries.contains_key(&binary_hash);
-    tracing::info!(target: "ray::gcs", job = %job, worker = %worker, binary = %hex(&binary_hash), upload, "job.registered");
+    tracing::info!(target: "ray::gcs", job = %job, worker = %worker, binary = %crate::cluster::hex(&binary_hash), upload, "job.registered");
     Message::JobRegistered {
         job,
         worker,
@@ -560,15 +560,6 @@ fn error(e: ray_gcs::GcsError) -> Message {
     Message::Error {
         reason: e.to_string(),
     }
-}
-
-/// `bytes` in lowercase hex.
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
 }
 
 #[cfg(test)]

@@ -267,7 +267,7 @@ fn uploaded_binary_is_fetched_back_and_a_second_upload_is_answered_at_once() {
     let hash = binary_hash(&binary);
     assert!(matches!(
         reply(&mut s, Message::FetchBinary { hash }, Duration::ZERO),
-        Message::Error { reason } if reason.starts_with("unknown binary ") && reason.contains(&super::hex(&hash))
+        Message::Error { reason } if reason.starts_with("unknown binary ") && reason.contains(&crate::cluster::hex(&hash))
     ));
     assert_eq!(upload(&mut s, hash, &binary), Message::Ok);
     match handle(&mut s, Message::FetchBinary { hash }, Duration::ZERO) {
