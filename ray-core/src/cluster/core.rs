@@ -940,7 +940,7 @@ impl ClusterCore {
         let id = ActorId::new(rt.worker, rt.next_seq());
         let (tx, rx) = mpsc::unbounded_channel();
         let actor = Arc::new(RemoteActor::new(id, class, tx));
-        self.actors.lock().insert(id, Arc::downgrade(&actor));
+        remember_actor(&mut self.actors.lock(), &actor);
         if let Some(crate::placement::PlacementGroup {
             inner: crate::placement::PgInner::Cluster(pg, _),
         }) = &opts.resources.group
@@ -1095,7 +1095,7 @@ impl ClusterCore {
         }
         let (tx, rx) = mpsc::unbounded_channel();
         let actor = Arc::new(RemoteActor::new(id, class, tx));
-        actors.insert(id, Arc::downgrade(&actor));
+        remember_actor(&mut actors, &actor);
         drop(actors);
         let me = self.clone();
         let shared = actor.clone();
@@ -1646,6 +1646,16 @@ impl RemoteActor {
     pub(crate) fn kill(&self) {
         let _ = self.tx.send(ActorMsg::Kill);
     }
+}
+
+/// Records a handle in the by-id map; entries whose handles are all gone
+/// are swept whenever the map doubles, so it stays proportional to the
+/// live handles.
+fn remember_actor(actors: &mut HashMap<ActorId, Weak<RemoteActor>>, actor: &Arc<RemoteActor>) {
+    if actors.len() >= 64 && actors.len().is_power_of_two() {
+        actors.retain(|_, a| a.strong_count() > 0);
+    }
+    actors.insert(actor.id, Arc::downgrade(actor));
 }
 
 async fn write_loop(mut w: FrameWriter, mut rx: mpsc::UnboundedReceiver<WorkItem>) {
