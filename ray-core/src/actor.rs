@@ -36,6 +36,8 @@ struct ActorCall {
     task: TaskId,
     method: &'static ActorMethod,
     args: Vec<TaskArg>,
+    /// The task that made the call (`None`: the driver).
+    parent: Option<TaskId>,
 }
 
 enum Status {
@@ -199,7 +201,11 @@ impl ActorCell {
             "actor.call",
             task_id = %call.task,
             actor_id = %self.id,
+            class = self.class.name,
             method = call.method.name,
+            parent_task = call.parent.map(tracing::field::display),
+            node_id = %rt.node,
+            worker_id = %rt.worker,
         );
         let _enter = span.enter();
         let outcome = context::with_task(rt, call.task, None, || {
@@ -300,7 +306,7 @@ fn block_on_cluster<F: std::future::Future>(
 ) -> Result<F::Output> {
     match tokio::runtime::Handle::try_current() {
         Err(_) => {
-            let _guard = context::begin_blocking();
+            let _guard = context::begin_blocking(&[]);
             Ok(tokio.block_on(f))
         }
         Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
@@ -433,9 +439,22 @@ impl RawActorHandle {
         rt.check_running()?;
         let task = rt.new_task_id();
         let handle = rt.pending_return(task)?;
-        tracing::trace!(target: "ray::actor", task_id = %task, actor_id = %self.id(), method = method.name, "actor.submit");
+        let parent = context::current_task();
+        tracing::trace!(
+            name: "task.submit",
+            target: "ray::task",
+            task_id = %task,
+            method = method.name,
+            actor_id = %self.id(),
+            parent_task = parent.map(tracing::field::display)
+        );
         match &self.target {
-            Target::Local(cell) => cell.enqueue(ActorCall { task, method, args }),
+            Target::Local(cell) => cell.enqueue(ActorCall {
+                task,
+                method,
+                args,
+                parent,
+            }),
             Target::Remote(actor, rt) => actor.call(rt, task, method, args),
         }
         Ok(ObjectRef::from_handle(handle))

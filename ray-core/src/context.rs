@@ -74,10 +74,16 @@ pub(crate) struct BlockGuard {
     rt: Arc<Runtime>,
     task: TaskId,
     resources: Option<(Pool, ResourceSet)>,
+    /// The `wait` span (insight's distributed stack): open while blocked.
+    _span: tracing::Span,
 }
 
-/// Starts a blocking wait if this thread runs a task; `None` otherwise.
-pub(crate) fn begin_blocking() -> Option<BlockGuard> {
+/// Starts a blocking wait on `objects` if this thread runs a task; `None`
+/// otherwise.
+///
+/// Records a `wait` span (task, objects, and the task producing each:
+/// a task's return object shares its id) for insight's distributed stack.
+pub(crate) fn begin_blocking(objects: &[ray_proto::ObjectId]) -> Option<BlockGuard> {
     let (rt, task, resources) = CURRENT.with(|c| {
         let mut c = c.borrow_mut();
         let ctx = c.as_mut()?;
@@ -94,10 +100,25 @@ pub(crate) fn begin_blocking() -> Option<BlockGuard> {
         core.task_blocked(task, true);
     }
     rt.pool.begin_blocking();
+    let span = if tracing::enabled!(target: "ray::wait", tracing::Level::TRACE) {
+        let list = |f: &dyn Fn(&ray_proto::ObjectId) -> String| {
+            objects.iter().map(f).collect::<Vec<_>>().join(",")
+        };
+        tracing::trace_span!(
+            target: "ray::wait",
+            "wait",
+            task_id = %task,
+            objects = %list(&|o| o.to_string()),
+            producers = %list(&|o| TaskId::new(o.owner, o.seq).to_string()),
+        )
+    } else {
+        tracing::Span::none()
+    };
     Some(BlockGuard {
         rt,
         task,
         resources,
+        _span: span,
     })
 }
 

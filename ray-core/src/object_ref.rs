@@ -70,6 +70,18 @@ impl<T> ObjectRef<T> {
         self.handle.rt.objects.is_ready(self.handle.id)
     }
 
+    /// Records an `object.get` (insight's data edges).
+    fn trace_get(&self, bytes: usize) {
+        tracing::trace!(
+            name: "object.get",
+            target: "ray::object",
+            object_id = %self.handle.id,
+            bytes,
+            task_id = crate::context::current_task().map(tracing::field::display),
+            node_id = %self.handle.rt.node
+        );
+    }
+
     /// The raw bytes, once ready. Inside a task, waiting gives its CPU back.
     pub(crate) async fn buffer(&self) -> Result<ObjectBuffer> {
         ReadyFuture {
@@ -86,6 +98,7 @@ impl<T: Object> ObjectRef<T> {
     /// Fails with the producing task's error if it failed.
     pub async fn get(&self) -> Result<T> {
         let buf = self.buffer().await?;
+        self.trace_get(buf.len());
         object::decode::<T>(&self.handle.rt, buf.as_bytes(), std::any::type_name::<T>())
     }
 
@@ -101,6 +114,7 @@ impl<T: Object> ObjectRef<T> {
     /// no copy, no deserialization, valid as long as the view lives.
     pub async fn get_archived(&self) -> Result<ArchivedRef<T>> {
         let buf = self.buffer().await?;
+        self.trace_get(buf.len());
         ArchivedRef::new(buf)
     }
 
@@ -152,7 +166,7 @@ impl Future for ReadyFuture<'_> {
             }
             Poll::Pending => {
                 if self.guard.is_none() {
-                    self.guard = Some(begin_blocking());
+                    self.guard = Some(begin_blocking(&[id]));
                 }
                 Poll::Pending
             }

@@ -386,7 +386,14 @@ impl Ray {
         rt.check_running()?;
         let enc = object::encode(&value, std::any::type_name::<T>())?;
         let id = ray_proto::ObjectId::new(rt.worker, rt.next_seq());
-        tracing::trace!(target: "ray::object", object_id = %id, bytes = enc.buf.len(), "object.put");
+        tracing::trace!(
+            name: "object.put",
+            target: "ray::object",
+            object_id = %id,
+            bytes = enc.buf.len(),
+            task_id = crate::context::current_task().map(tracing::field::display),
+            node_id = %rt.node
+        );
         let value = if enc.buf.len() <= rt.settings.max_inline_bytes {
             crate::ownership::Value::Inline(enc.buf)
         } else {
@@ -521,7 +528,13 @@ impl Ray {
             let resources = opts.resources.checked()?.clone();
             let task = rt.new_task_id();
             let handle = rt.pending_return(task)?;
-            tracing::trace!(target: "ray::task", task_id = %task, function = function.name, "task.submit");
+            tracing::trace!(
+                name: "task.submit",
+                target: "ray::task",
+                task_id = %task,
+                function = function.name,
+                parent_task = crate::context::current_task().map(tracing::field::display)
+            );
             let spec = TaskSpec {
                 task,
                 function,
@@ -540,7 +553,13 @@ impl Ray {
         let resources = &opts.resources.set;
         let task = rt.new_task_id();
         let handle = rt.pending_return(task)?;
-        tracing::trace!(target: "ray::task", task_id = %task, function = function.name, "task.submit");
+        tracing::trace!(
+            name: "task.submit",
+            target: "ray::task",
+            task_id = %task,
+            function = function.name,
+            parent_task = crate::context::current_task().map(tracing::field::display)
+        );
         rt.enqueue_task(TaskSpec {
             task,
             function,
@@ -583,7 +602,8 @@ impl<T> Future for WaitFuture<'_, T> {
             Poll::Ready(())
         } else {
             if self.guard.is_none() {
-                self.guard = Some(crate::context::begin_blocking());
+                let ids: Vec<_> = self.refs.iter().map(|r| r.handle.id).collect();
+                self.guard = Some(crate::context::begin_blocking(&ids));
             }
             Poll::Pending
         }

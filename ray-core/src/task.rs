@@ -106,6 +106,8 @@ impl Runtime {
             function = spec.function.name,
             attempt = spec.attempt,
             parent_task = spec.parent.map(tracing::field::display),
+            node_id = %self.node,
+            worker_id = %self.worker,
         );
         let _enter = span.enter();
         let outcome = context::with_task(

@@ -1,0 +1,115 @@
+//! What the runtime records for insight: exact ids on every span and event
+//! (one test per file: it installs the process's global subscriber).
+
+use ray_core::prelude::*;
+use ray_insight::{InsightConfig, InsightLayer, MemorySink, Record, RecordKind};
+use tracing_subscriber::layer::SubscriberExt;
+
+#[remote]
+fn leaf(x: u64) -> u64 {
+    x + 1
+}
+
+#[remote]
+fn parent(x: u64) -> u64 {
+    let ray = Ray::current().expect("in a task");
+    leaf::remote(&ray, x).unwrap().get_blocking().unwrap()
+}
+
+#[remote]
+struct Acc {
+    n: u64,
+}
+
+#[remote]
+impl Acc {
+    fn new() -> Self {
+        Acc { n: 0 }
+    }
+    fn add(&mut self, x: u64) -> u64 {
+        self.n += x;
+        self.n
+    }
+}
+
+fn str_field<'a>(r: &'a Record, key: &str) -> Option<&'a str> {
+    r.field(key).and_then(|v| v.as_str())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_actor_calls_objects_and_waits_carry_their_ids() {
+    let (layer, collector) = InsightLayer::new(InsightConfig {
+        batch_size: 1,
+        ..InsightConfig::default()
+    });
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
+        .expect("the only subscriber of this test process");
+    let ray = ray_core::init_with(ray_core::Config {
+        num_cpus: Some(2.0),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(parent::remote(&ray, 1).unwrap().get().await.unwrap(), 2);
+    let acc = Acc::remote(&ray).unwrap();
+    assert_eq!(acc.add(5).unwrap().get().await.unwrap(), 5);
+    let obj = ray.put(vec![7u8; 4096]).await.unwrap();
+    assert_eq!(obj.get().await.unwrap().len(), 4096);
+    ray.shutdown();
+    InsightLayer::flush_current_thread();
+    let mut sink = MemorySink::new(100_000);
+    collector.drain_into(&mut sink);
+    let records = sink.records();
+
+    let named = |kind: RecordKind, name: &str| -> Vec<&Record> {
+        records
+            .iter()
+            .filter(|r| r.kind == kind && r.name == name)
+            .collect()
+    };
+    // The parent task's run, and the child submitted from inside it.
+    let runs = named(RecordKind::SpanNew, "task.run");
+    let parent_run = runs
+        .iter()
+        .find(|r| str_field(r, "function").is_some_and(|f| f.ends_with("::parent")))
+        .expect("the parent task ran");
+    let parent_id = str_field(parent_run, "task_id").unwrap();
+    assert!(str_field(parent_run, "node_id").is_some());
+    let child_submit = named(RecordKind::Event, "task.submit")
+        .into_iter()
+        .find(|r| str_field(r, "function").is_some_and(|f| f.ends_with("::leaf")))
+        .expect("the child was submitted");
+    assert_eq!(str_field(child_submit, "parent_task"), Some(parent_id));
+    let child_run = runs
+        .iter()
+        .find(|r| str_field(r, "function").is_some_and(|f| f.ends_with("::leaf")))
+        .expect("the child ran");
+    assert_eq!(str_field(child_run, "parent_task"), Some(parent_id));
+    let child_id = str_field(child_run, "task_id").unwrap();
+    // The parent blocked on the child's result: a wait span names both.
+    let wait = named(RecordKind::SpanNew, "wait")
+        .into_iter()
+        .find(|r| str_field(r, "task_id") == Some(parent_id))
+        .expect("the parent's wait was recorded");
+    assert_eq!(str_field(wait, "producers"), Some(child_id));
+    // The actor call names its actor, class and method.
+    let call = named(RecordKind::SpanNew, "actor.call")
+        .into_iter()
+        .find(|r| str_field(r, "method").is_some_and(|m| m.ends_with("::add")))
+        .expect("the actor call ran");
+    assert!(str_field(call, "class").is_some_and(|c| c.ends_with("::Acc")));
+    assert!(str_field(call, "actor_id").is_some());
+    // Put and get of the same object, with its size.
+    let put = named(RecordKind::Event, "object.put")
+        .into_iter()
+        .find(|r| {
+            r.field("bytes")
+                .and_then(|b| b.as_u64())
+                .is_some_and(|b| b >= 4096)
+        })
+        .expect("the put was recorded");
+    let object = str_field(put, "object_id").unwrap();
+    assert!(named(RecordKind::Event, "object.get")
+        .iter()
+        .any(|r| str_field(r, "object_id") == Some(object)));
+}
