@@ -12,13 +12,20 @@
 //! - [`Collector`], which drains queued batches into a [`Sink`], and
 //!   [`MemorySink`], the in-memory sink used by tests and the embedded mode.
 //!
-//! Later: the collector side that builds the five views incrementally from the
-//! records (logical, physical, distributed stack, flame graph, Gantt), the
-//! append-only event log they replay from, the exports and the dashboard.
+//! - [`views`]: the [`Views`] engine, a [`Sink`] that builds the five insight
+//!   views incrementally from records, in bounded memory ([`Limits`]):
+//!   logical graph (JSON, DOT), flame graph by distributed call path (folded
+//!   stacks and their diff), Gantt chart (Chrome trace JSON with flow arrows),
+//!   distributed stack with deadlock detection (JSON, text), and physical view
+//!   (JSON); every view can be filtered by an inherited context label. It is
+//!   pure: records in, views out, no clock, no threads, no I/O.
+//!
+//! Later: the append-only event log the views replay from (and `Views::at(t)`),
+//! resource samples, the dashboard.
 //!
 //! # What it must not know about
 //!
-//! ray-insight depends on `tracing` only. It knows no runtime types (no ray-core,
+//! ray-insight depends on `tracing` (and `serde_json` for the view exports) only. It knows no runtime types (no ray-core,
 //! ray-proto, scheduler or store types); it reads span and event names and
 //! their fields (`task_id`, `object_id`, `bytes`, …). The runtime never depends
 //! on ray-insight: it only emits spans.
@@ -48,7 +55,9 @@ mod layer;
 mod queue;
 mod record;
 mod sink;
+pub mod views;
 
 pub use layer::{InsightConfig, InsightLayer};
 pub use record::{FieldValue, Fields, Record, RecordKind};
 pub use sink::{Collector, MemorySink, Sink};
+pub use views::{Limits, Snapshot, Views};

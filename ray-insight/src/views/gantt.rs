@@ -1,0 +1,271 @@
+//! The Gantt view: one lane per worker thread (`node/worker/thread`) or actor,
+//! each task's states as slices, and flow arrows from caller to callee.
+//!
+//! Finished work is kept as slices in a ring of bounded size (the oldest are
+//! evicted and counted); live tasks are drawn up to the engine's latest time.
+
+use std::collections::VecDeque;
+
+use serde_json::{json, Value};
+
+use super::model::{Id, LabelSetId, LaneId, Lanes};
+
+/// The state a Gantt slice shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SliceState {
+    /// Submitted, waiting to start (drawn on the lane it later ran on).
+    Submitted,
+    /// The task's whole run, from start to finish (blocked slices nest inside).
+    Running,
+    /// Blocked inside a `wait` span.
+    Blocked,
+}
+
+impl SliceState {
+    /// `submitted`, `running` or `blocked`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SliceState::Submitted => "submitted",
+            SliceState::Running => "running",
+            SliceState::Blocked => "blocked",
+        }
+    }
+}
+
+/// A slice as stored by the engine.
+#[derive(Debug, Clone)]
+pub(crate) struct StoredSlice {
+    pub(crate) lane: LaneId,
+    pub(crate) name: Id,
+    pub(crate) task_id: Id,
+    pub(crate) state: SliceState,
+    pub(crate) start: u64,
+    pub(crate) dur: u64,
+    /// Whether the task or wait has ended (false: drawn to now).
+    pub(crate) finished: bool,
+    /// Blocked slices: the objects waited on.
+    pub(crate) detail: Option<Id>,
+    pub(crate) labels: LabelSetId,
+    /// Running slices: the caller's lane and the time of the call.
+    pub(crate) flow_from: Option<(LaneId, u64)>,
+}
+
+/// Finished slices, newest last, at most `cap`.
+#[derive(Debug)]
+pub(crate) struct GanttAgg {
+    slices: VecDeque<StoredSlice>,
+    cap: usize,
+}
+
+impl GanttAgg {
+    pub(crate) fn new(cap: usize) -> Self {
+        Self {
+            slices: VecDeque::new(),
+            cap,
+        }
+    }
+
+    /// Keeps `slice`; returns whether an older slice was evicted (or this one
+    /// refused, when the cap is 0).
+    pub(crate) fn push(&mut self, slice: StoredSlice) -> bool {
+        if self.cap == 0 {
+            return true;
+        }
+        let evicted = self.slices.len() >= self.cap;
+        if evicted {
+            self.slices.pop_front();
+        }
+        self.slices.push_back(slice);
+        evicted
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.slices.len()
+    }
+
+    /// The view over finished slices plus `live` ones, for the label sets
+    /// `keep` accepts.
+    pub(crate) fn build(
+        &self,
+        lanes: &Lanes,
+        live: Vec<StoredSlice>,
+        keep: &dyn Fn(LabelSetId) -> bool,
+    ) -> GanttView {
+        let mut slices = Vec::new();
+        let mut flows = Vec::new();
+        for s in self.slices.iter().chain(live.iter()) {
+            if !keep(s.labels) {
+                continue;
+            }
+            if let Some((from_lane, at)) = s.flow_from {
+                flows.push(GanttFlow {
+                    id: flows.len() as u64 + 1,
+                    from_lane,
+                    from_nanos: at.min(s.start),
+                    to_lane: s.lane,
+                    to_nanos: s.start,
+                });
+            }
+            slices.push(GanttSlice {
+                lane: s.lane,
+                name: s.name.to_string(),
+                task_id: s.task_id.to_string(),
+                state: s.state,
+                start_nanos: s.start,
+                dur_nanos: s.dur,
+                finished: s.finished,
+                detail: s.detail.as_ref().map(|d| d.to_string()),
+            });
+        }
+        let used: std::collections::BTreeSet<LaneId> = slices
+            .iter()
+            .map(|s| s.lane)
+            .chain(flows.iter().map(|f| f.from_lane))
+            .collect();
+        GanttView {
+            lanes: lanes
+                .iter()
+                .filter(|(id, ..)| used.contains(id))
+                .map(|(lane, pid, process, name)| GanttLane {
+                    lane,
+                    pid,
+                    process: process.to_owned(),
+                    name: name.to_owned(),
+                })
+                .collect(),
+            slices,
+            flows,
+        }
+    }
+}
+
+/// One lane: a worker thread or an actor, inside its node's process group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GanttLane {
+    /// The lane's id (the Chrome trace `tid`).
+    pub lane: u32,
+    /// The process group's id (the Chrome trace `pid`), one per node.
+    pub pid: u32,
+    /// The process group's name: the node id, or `local` / `actors`.
+    pub process: String,
+    /// The lane's name: `worker/thread-N`, or `Class actor_id`.
+    pub name: String,
+}
+
+/// One slice of a lane.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GanttSlice {
+    /// The lane it is drawn on.
+    pub lane: u32,
+    /// The task's name (function, or `Class.method`).
+    pub name: String,
+    /// The task's id.
+    pub task_id: String,
+    /// Submitted, running or blocked.
+    pub state: SliceState,
+    /// Start, in nanoseconds since the recording's epoch.
+    pub start_nanos: u64,
+    /// Duration, in nanoseconds (to the engine's latest time if not finished).
+    pub dur_nanos: u64,
+    /// Whether it ended (false: still going).
+    pub finished: bool,
+    /// For blocked slices: the objects waited on, comma-separated.
+    pub detail: Option<String>,
+}
+
+/// A causality arrow from a caller's lane (at the call) to its callee's
+/// running slice (at its start).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GanttFlow {
+    /// The id shared by the Chrome trace `s` and `f` events (1-based).
+    pub id: u64,
+    /// The caller's lane.
+    pub from_lane: u32,
+    /// When the call was made (submit time, or the callee's start).
+    pub from_nanos: u64,
+    /// The callee's lane.
+    pub to_lane: u32,
+    /// When the callee started.
+    pub to_nanos: u64,
+}
+
+/// Lanes, slices and flow arrows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GanttView {
+    /// Lanes with at least one slice or flow, by lane id.
+    pub lanes: Vec<GanttLane>,
+    /// Slices, finished ones first (oldest first), then live ones.
+    pub slices: Vec<GanttSlice>,
+    /// Caller → callee arrows.
+    pub flows: Vec<GanttFlow>,
+}
+
+fn micros(nanos: u64) -> f64 {
+    nanos as f64 / 1_000.0
+}
+
+impl GanttView {
+    /// The view as Chrome trace JSON (`{"traceEvents": [...]}`), for Perfetto
+    /// or `chrome://tracing`: `M` events name processes (nodes) and threads
+    /// (lanes); each slice is a complete event (`ph: "X"`, `ts`/`dur` in µs);
+    /// each flow is an `s` event on the caller's lane and an `f` event
+    /// (`bp: "e"`) on the callee's, sharing an `id`.
+    pub fn to_chrome_trace(&self) -> Value {
+        let pid_of = |lane: u32| {
+            self.lanes
+                .iter()
+                .find(|l| l.lane == lane)
+                .map_or(0, |l| l.pid)
+        };
+        let mut events = Vec::new();
+        let mut named_pids = std::collections::BTreeSet::new();
+        for lane in &self.lanes {
+            if named_pids.insert(lane.pid) {
+                events.push(json!({
+                    "ph": "M", "name": "process_name", "pid": lane.pid, "tid": 0,
+                    "args": { "name": lane.process },
+                }));
+            }
+            events.push(json!({
+                "ph": "M", "name": "thread_name", "pid": lane.pid, "tid": lane.lane,
+                "args": { "name": lane.name },
+            }));
+        }
+        for s in &self.slices {
+            let mut args = json!({
+                "task_id": s.task_id,
+                "state": s.state.as_str(),
+                "finished": s.finished,
+            });
+            if let Some(detail) = &s.detail {
+                args["objects"] = json!(detail);
+            }
+            let name = match s.state {
+                SliceState::Running => s.name.clone(),
+                SliceState::Submitted => format!("submitted {}", s.name),
+                SliceState::Blocked => format!("wait {}", s.name),
+            };
+            events.push(json!({
+                "ph": "X",
+                "name": name,
+                "cat": s.state.as_str(),
+                "pid": pid_of(s.lane),
+                "tid": s.lane,
+                "ts": micros(s.start_nanos),
+                "dur": micros(s.dur_nanos),
+                "args": args,
+            }));
+        }
+        for f in &self.flows {
+            events.push(json!({
+                "ph": "s", "name": "call", "cat": "call", "id": f.id,
+                "pid": pid_of(f.from_lane), "tid": f.from_lane, "ts": micros(f.from_nanos),
+            }));
+            events.push(json!({
+                "ph": "f", "bp": "e", "name": "call", "cat": "call", "id": f.id,
+                "pid": pid_of(f.to_lane), "tid": f.to_lane, "ts": micros(f.to_nanos),
+            }));
+        }
+        json!({ "traceEvents": events, "displayTimeUnit": "ms" })
+    }
+}

@@ -1,0 +1,623 @@
+//! How records become state: the schema dispatch, per-task bookkeeping,
+//! and folding finished work into the aggregates.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::gantt::StoredSlice;
+use super::logical::Locality;
+use super::model::{frame_name, id_of, Id, LabelSetId, LaneId, PathId, PathTable};
+use super::physical::ActorInfo;
+use super::task::{LiveTask, OpenWait, RecentTask};
+use super::{CallKind, LogicalNode, SliceState, Views};
+use crate::record::{FieldValue, Record, RecordKind};
+use crate::sink::Sink;
+
+/// What an open span the engine tracks stands for.
+#[derive(Debug, Clone)]
+pub(super) enum SpanRole {
+    Task(Id),
+    Wait(Id),
+}
+
+/// What the engine knows of an object from its `object.put`.
+#[derive(Debug, Clone)]
+pub(super) struct ObjectInfo {
+    producer: LogicalNode,
+    node_id: Option<Id>,
+}
+
+/// The caller of a task, as resolved when the task is first seen.
+struct CallerInfo {
+    node: LogicalNode,
+    path: Option<PathId>,
+    labels: LabelSetId,
+    lane: Option<LaneId>,
+}
+
+fn str_field(record: &Record, key: &str) -> Option<Id> {
+    record.field(key).map(id_of)
+}
+
+fn list_field(record: &Record, key: &str) -> Vec<Option<Id>> {
+    match record.field(key) {
+        None => Vec::new(),
+        Some(FieldValue::Str(s)) => s
+            .split(',')
+            .map(|part| {
+                let part = part.trim();
+                (!part.is_empty()).then(|| Arc::from(part))
+            })
+            .collect(),
+        Some(other) => vec![Some(id_of(other))],
+    }
+}
+
+fn u64_field(record: &Record, key: &str) -> Option<u64> {
+    match record.field(key)? {
+        FieldValue::Str(s) => s.trim().parse().ok(),
+        other => other.as_u64(),
+    }
+}
+
+fn number_field(record: &Record, key: &str) -> Option<f64> {
+    match record.field(key)? {
+        FieldValue::U64(v) => Some(*v as f64),
+        FieldValue::I64(v) => Some(*v as f64),
+        FieldValue::F64(v) => Some(*v),
+        FieldValue::Str(s) => s.trim().parse().ok(),
+        FieldValue::Bool(_) => None,
+    }
+}
+
+impl Views {
+    /// Applies one record (see the [module docs](super) for the schema).
+    ///
+    /// Never panics on malformed input: records missing required fields are
+    /// counted as ignored, records that would exceed a cap as dropped.
+    pub fn apply(&mut self, record: &Record) {
+        self.now = self.now.max(record.at_nanos);
+        // Events named with `name: "object.put"` carry it as their callsite
+        // name; `info!("object.put")` carries it as the message instead.
+        let name = match (record.kind, record.field("message")) {
+            (RecordKind::Event, Some(FieldValue::Str(message)))
+                if record.name.starts_with("event ") =>
+            {
+                &**message
+            }
+            _ => record.name,
+        };
+        let understood = match (record.kind, name) {
+            (RecordKind::SpanNew, "task.run") => self.start_task(record, CallKind::Task),
+            (RecordKind::SpanNew, "actor.call") => self.start_task(record, CallKind::ActorCall),
+            (RecordKind::SpanNew, "actor.create") => self.start_task(record, CallKind::ActorCreate),
+            (RecordKind::SpanNew, "wait") => self.begin_wait(record),
+            (RecordKind::SpanClose, _) => self.close_span(record),
+            (RecordKind::Event, "task.submit") => self.on_submit(record),
+            (RecordKind::Event, "object.put") => self.on_put(record),
+            (RecordKind::Event, "object.get") => self.on_get(record),
+            (RecordKind::Event, "context") => self.on_context(record),
+            (RecordKind::Event, "resource.sample") => self.on_resources(record),
+            _ => false,
+        };
+        if understood {
+            self.stats.applied += 1;
+        } else {
+            self.stats.ignored += 1;
+        }
+    }
+
+    fn drop_record(&mut self) -> bool {
+        self.stats.dropped += 1;
+        true
+    }
+
+    /// The task a record is about: its `task_id` field, else the task whose
+    /// span encloses it, else `None` (the driver).
+    fn subject_task(&self, record: &Record) -> Option<Id> {
+        str_field(record, "task_id").or_else(|| self.task_of_span(record.parent))
+    }
+
+    fn task_of_span(&self, span: u64) -> Option<Id> {
+        match self.spans.get(&span)? {
+            SpanRole::Task(id) | SpanRole::Wait(id) => Some(id.clone()),
+        }
+    }
+
+    fn caller_info(&mut self, parent: Option<&Id>) -> CallerInfo {
+        let Some(parent) = parent else {
+            return CallerInfo {
+                node: LogicalNode::Driver,
+                path: Some(PathTable::ROOT),
+                labels: self.driver_labels,
+                lane: None,
+            };
+        };
+        if let Some(t) = self.tasks.get(parent) {
+            return CallerInfo {
+                node: t.logical_node(),
+                path: t.path,
+                labels: t.labels,
+                lane: t.lane,
+            };
+        }
+        if let Some(r) = self.recent.get(parent) {
+            return CallerInfo {
+                node: r.node.clone(),
+                path: r.path,
+                labels: r.labels,
+                lane: r.lane,
+            };
+        }
+        CallerInfo {
+            node: LogicalNode::Unknown,
+            path: self.paths.child(PathTable::ROOT, &Arc::from("[unknown]")),
+            labels: 0,
+            lane: None,
+        }
+    }
+
+    /// A new live task from a submit or start record.
+    fn new_task(&mut self, kind: CallKind, record: &Record) -> LiveTask {
+        let parent = str_field(record, "parent_task").or_else(|| self.task_of_span(record.parent));
+        let caller = self.caller_info(parent.as_ref());
+        LiveTask {
+            kind,
+            name: None,
+            class: None,
+            actor_id: None,
+            parent,
+            caller: caller.node,
+            caller_path: caller.path,
+            caller_lane: caller.lane,
+            labels: caller.labels,
+            submitted_at: None,
+            started_at: None,
+            node_id: None,
+            worker_id: None,
+            thread: record.thread,
+            path: None,
+            lane: None,
+            waits: Vec::new(),
+            waited_nanos: 0,
+        }
+    }
+
+    fn update_task_fields(task: &mut LiveTask, record: &Record) {
+        let name = str_field(record, "function").or_else(|| str_field(record, "method"));
+        if name.is_some() {
+            task.name = name;
+        }
+        for (slot, key) in [
+            (&mut task.class, "class"),
+            (&mut task.actor_id, "actor_id"),
+            (&mut task.node_id, "node_id"),
+            (&mut task.worker_id, "worker_id"),
+        ] {
+            if let Some(v) = str_field(record, key) {
+                *slot = Some(v);
+            }
+        }
+    }
+
+    fn on_submit(&mut self, record: &Record) -> bool {
+        let Some(id) = str_field(record, "task_id") else {
+            return false;
+        };
+        if let Some(task) = self.tasks.get_mut(&id) {
+            task.submitted_at.get_or_insert(record.at_nanos);
+            return true;
+        }
+        if self.recent.get(&id).is_some() {
+            return true; // it already ran: the submit arrived late
+        }
+        if self.tasks.len() >= self.limits.max_live_tasks {
+            return self.drop_record();
+        }
+        let kind = if record.field("actor_id").is_some() || record.field("method").is_some() {
+            CallKind::ActorCall
+        } else {
+            CallKind::Task
+        };
+        let mut task = self.new_task(kind, record);
+        Self::update_task_fields(&mut task, record);
+        task.submitted_at = Some(record.at_nanos);
+        self.tasks.insert(id, task);
+        true
+    }
+
+    fn start_task(&mut self, record: &Record, kind: CallKind) -> bool {
+        let id = match kind {
+            CallKind::ActorCreate => match str_field(record, "actor_id") {
+                Some(actor) => Arc::from(format!("actor.create:{actor}")),
+                None => return false,
+            },
+            _ => str_field(record, "task_id")
+                .unwrap_or_else(|| Arc::from(format!("span:{}", record.span))),
+        };
+        if self.spans.len() >= self.limits.max_live_spans {
+            return self.drop_record();
+        }
+        let mut task = match self.tasks.remove(&id) {
+            Some(task) => task,
+            None if self.tasks.len() >= self.limits.max_live_tasks => return self.drop_record(),
+            None => self.new_task(kind, record),
+        };
+        task.kind = kind;
+        Self::update_task_fields(&mut task, record);
+        if let (Some(actor), CallKind::ActorCall | CallKind::ActorCreate) = (&task.actor_id, kind) {
+            self.note_actor(actor.clone(), &mut task);
+        }
+        task.started_at = Some(record.at_nanos);
+        task.thread = record.thread;
+        let frame = frame_name(&task.display_name());
+        task.path = task.caller_path.and_then(|p| self.paths.child(p, &frame));
+        if task.path.is_none() {
+            self.stats.dropped += 1;
+        }
+        task.lane = self.lane_for(&task);
+        self.spans.insert(record.span, SpanRole::Task(id.clone()));
+        self.tasks.insert(id, task);
+        true
+    }
+
+    /// Records where an actor lives (and fills in what the call did not say).
+    fn note_actor(&mut self, actor: Id, task: &mut LiveTask) {
+        if let Some(info) = self.actors.get_mut(&actor) {
+            if task.class.is_some() {
+                info.class.clone_from(&task.class);
+            }
+            if task.node_id.is_some() {
+                info.node_id.clone_from(&task.node_id);
+            }
+            if task.worker_id.is_some() {
+                info.worker_id.clone_from(&task.worker_id);
+            }
+            if task.class.is_none() {
+                task.class.clone_from(&info.class);
+            }
+            if task.node_id.is_none() {
+                task.node_id.clone_from(&info.node_id);
+            }
+            if task.worker_id.is_none() {
+                task.worker_id.clone_from(&info.worker_id);
+            }
+            return;
+        }
+        let info = ActorInfo {
+            class: task.class.clone(),
+            node_id: task.node_id.clone(),
+            worker_id: task.worker_id.clone(),
+            labels: task.labels,
+        };
+        if self.actors.insert(actor, info) {
+            self.stats.evicted_actors += 1;
+        }
+    }
+
+    fn lane_for(&mut self, task: &LiveTask) -> Option<LaneId> {
+        let (process, name): (Id, String) = match task.kind {
+            CallKind::Task => (
+                task.node_id.clone().unwrap_or_else(|| Arc::from("local")),
+                format!(
+                    "{}/thread-{}",
+                    task.worker_id.as_deref().unwrap_or("worker"),
+                    task.thread
+                ),
+            ),
+            CallKind::ActorCall | CallKind::ActorCreate => (
+                task.node_id.clone().unwrap_or_else(|| Arc::from("actors")),
+                format!(
+                    "{} {}",
+                    task.class.as_deref().unwrap_or("?"),
+                    task.actor_id.as_deref().unwrap_or("?")
+                ),
+            ),
+        };
+        let lane = self.lanes.lane(&process, Arc::from(name));
+        if lane.is_none() {
+            self.stats.dropped += 1;
+        }
+        lane
+    }
+
+    fn close_span(&mut self, record: &Record) -> bool {
+        match self.spans.remove(&record.span) {
+            Some(SpanRole::Task(id)) => {
+                self.finish_task(&id, record.at_nanos);
+                true
+            }
+            Some(SpanRole::Wait(id)) => {
+                self.end_wait(&id, record.span, record.at_nanos);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn finish_task(&mut self, id: &Id, at: u64) {
+        let Some(mut task) = self.tasks.remove(id) else {
+            return;
+        };
+        for wait in std::mem::take(&mut task.waits) {
+            self.spans.remove(&wait.span);
+            self.record_wait_end(id, &mut task, wait, at);
+        }
+        let start = task.started_at.unwrap_or(at);
+        let nanos = at.saturating_sub(start);
+        let node = task.logical_node();
+        let name = task.display_name();
+        if !self.logical.on_call(
+            task.caller.clone(),
+            node.clone(),
+            task.edge_name(),
+            task.kind,
+            task.labels,
+            nanos,
+        ) {
+            self.stats.dropped += 1;
+        }
+        if let Some(path) = task.path {
+            if !self
+                .flame
+                .on_finish(path, task.labels, nanos, task.waited_nanos)
+            {
+                self.stats.dropped += 1;
+            }
+        }
+        if let Some(lane) = task.lane {
+            if let Some(submitted) = task.submitted_at.filter(|&s| s < start) {
+                self.push_slice(StoredSlice {
+                    lane,
+                    name: name.clone(),
+                    task_id: id.clone(),
+                    state: SliceState::Submitted,
+                    start: submitted,
+                    dur: start - submitted,
+                    finished: true,
+                    detail: None,
+                    labels: task.labels,
+                    flow_from: None,
+                });
+            }
+            self.push_slice(StoredSlice {
+                lane,
+                name: name.clone(),
+                task_id: id.clone(),
+                state: SliceState::Running,
+                start,
+                dur: nanos,
+                finished: true,
+                detail: None,
+                labels: task.labels,
+                flow_from: task
+                    .caller_lane
+                    .map(|l| (l, task.submitted_at.unwrap_or(start))),
+            });
+        }
+        let recent = RecentTask {
+            name,
+            parent: task.parent,
+            node,
+            path: task.path,
+            labels: task.labels,
+            lane: task.lane,
+        };
+        if self.recent.insert(id.clone(), recent) {
+            self.stats.evicted_recent += 1;
+        }
+    }
+
+    fn push_slice(&mut self, slice: StoredSlice) {
+        if self.gantt.push(slice) {
+            self.stats.evicted_slices += 1;
+        }
+    }
+
+    fn begin_wait(&mut self, record: &Record) -> bool {
+        let Some(id) = self.subject_task(record) else {
+            self.stats.unmatched += 1;
+            return false;
+        };
+        if self.spans.len() >= self.limits.max_live_spans {
+            return self.drop_record();
+        }
+        let max_waits = self.limits.max_waits_per_task;
+        let max_objects = self.limits.max_objects_per_wait;
+        let Some(task) = self.tasks.get_mut(&id) else {
+            self.stats.unmatched += 1;
+            return false;
+        };
+        if task.waits.len() >= max_waits {
+            return self.drop_record();
+        }
+        let mut objects = Vec::new();
+        let mut producers = Vec::new();
+        let listed = list_field(record, "producers");
+        for (i, object) in list_field(record, "objects").into_iter().enumerate() {
+            if let Some(object) = object {
+                objects.push(object);
+                producers.push(listed.get(i).cloned().flatten());
+            }
+        }
+        let truncated = objects.len() > max_objects;
+        objects.truncate(max_objects);
+        producers.truncate(max_objects);
+        task.waits.push(OpenWait {
+            span: record.span,
+            since: record.at_nanos,
+            objects,
+            producers,
+        });
+        self.spans.insert(record.span, SpanRole::Wait(id));
+        if truncated {
+            self.stats.dropped += 1;
+        }
+        true
+    }
+
+    fn end_wait(&mut self, id: &Id, span: u64, at: u64) {
+        let Some(mut task) = self.tasks.remove(id) else {
+            return;
+        };
+        if let Some(i) = task.waits.iter().position(|w| w.span == span) {
+            let wait = task.waits.remove(i);
+            self.record_wait_end(id, &mut task, wait, at);
+        }
+        self.tasks.insert(id.clone(), task);
+    }
+
+    fn record_wait_end(&mut self, id: &Id, task: &mut LiveTask, wait: OpenWait, at: u64) {
+        let nanos = at.saturating_sub(wait.since);
+        task.waited_nanos = task.waited_nanos.saturating_add(nanos);
+        if let Some(lane) = task.lane {
+            self.push_slice(StoredSlice {
+                lane,
+                name: task.display_name(),
+                task_id: id.clone(),
+                state: SliceState::Blocked,
+                start: wait.since,
+                dur: nanos,
+                finished: true,
+                detail: Some(Arc::from(wait.objects.join(","))),
+                labels: task.labels,
+                flow_from: None,
+            });
+        }
+    }
+
+    /// The logical node and labels of a task, live or recent; the driver for `None`.
+    fn node_and_labels(&self, task: Option<&Id>) -> Option<(LogicalNode, LabelSetId)> {
+        let Some(id) = task else {
+            return Some((LogicalNode::Driver, self.driver_labels));
+        };
+        if let Some(t) = self.tasks.get(id) {
+            return Some((t.logical_node(), t.labels));
+        }
+        self.recent.get(id).map(|r| (r.node.clone(), r.labels))
+    }
+
+    fn on_put(&mut self, record: &Record) -> bool {
+        let Some(object) = str_field(record, "object_id") else {
+            return false;
+        };
+        let bytes = u64_field(record, "bytes").unwrap_or(0);
+        let task = self.subject_task(record);
+        let (producer, labels) = self
+            .node_and_labels(task.as_ref())
+            .unwrap_or((LogicalNode::Unknown, 0));
+        let node_id = str_field(record, "node_id").or_else(|| {
+            task.as_ref()
+                .and_then(|t| self.tasks.get(t))
+                .and_then(|t| t.node_id.clone())
+        });
+        if !self.logical.on_put(producer.clone(), labels, bytes) {
+            self.stats.dropped += 1;
+        }
+        if self
+            .objects
+            .insert(object, ObjectInfo { producer, node_id })
+        {
+            self.stats.evicted_objects += 1;
+        }
+        true
+    }
+
+    fn on_get(&mut self, record: &Record) -> bool {
+        let Some(object) = str_field(record, "object_id") else {
+            return false;
+        };
+        let bytes = u64_field(record, "bytes").unwrap_or(0);
+        let task = self.subject_task(record);
+        let (consumer, labels) = self
+            .node_and_labels(task.as_ref())
+            .unwrap_or((LogicalNode::Unknown, 0));
+        let known = self.objects.get(&object);
+        let producer = known.map_or(LogicalNode::Unknown, |o| o.producer.clone());
+        let producer_node =
+            str_field(record, "producer_node").or_else(|| known.and_then(|o| o.node_id.clone()));
+        let consumer_node = str_field(record, "node_id").or_else(|| {
+            task.as_ref()
+                .and_then(|t| self.tasks.get(t))
+                .and_then(|t| t.node_id.clone())
+        });
+        let locality = match (producer_node, consumer_node) {
+            (Some(a), Some(b)) if a == b => Locality::SameNode,
+            (Some(_), Some(_)) => Locality::CrossNode,
+            _ => Locality::Unknown,
+        };
+        let consumer_id = task.unwrap_or_else(|| Arc::from("driver"));
+        if !self
+            .logical
+            .on_get(producer, consumer, &consumer_id, labels, bytes, locality)
+        {
+            self.stats.dropped += 1;
+        }
+        true
+    }
+
+    fn on_context(&mut self, record: &Record) -> bool {
+        let labels: Vec<(Id, Id)> = record
+            .fields
+            .iter()
+            .filter(|(key, _)| *key != "task_id" && *key != "message")
+            .map(|(key, value)| (Arc::from(key), id_of(value)))
+            .collect();
+        let task = self.subject_task(record);
+        let base = match &task {
+            None => self.driver_labels,
+            Some(id) => match self.tasks.get(id) {
+                Some(t) => t.labels,
+                None => {
+                    self.stats.unmatched += 1;
+                    return false;
+                }
+            },
+        };
+        let Some(merged) = self.labels.merge(base, &labels) else {
+            return self.drop_record();
+        };
+        match task.and_then(|id| self.tasks.get_mut(&id)) {
+            Some(t) => t.labels = merged,
+            None => self.driver_labels = merged,
+        }
+        true
+    }
+
+    fn on_resources(&mut self, record: &Record) -> bool {
+        let Some(node) = str_field(record, "node_id") else {
+            return false;
+        };
+        let cap = self.limits.max_resources_per_node;
+        let values: BTreeMap<String, f64> = record
+            .fields
+            .iter()
+            .filter(|(key, _)| *key != "node_id" && *key != "message")
+            .filter_map(|(key, _)| number_field(record, key).map(|v| (key.to_owned(), v)))
+            .take(cap)
+            .collect();
+        match self.resources.get_mut(&node) {
+            Some(existing) => {
+                for (key, value) in values {
+                    if existing.len() < cap || existing.contains_key(&key) {
+                        existing.insert(key, value);
+                    }
+                }
+            }
+            None => {
+                if self.resources.insert(node, values) {
+                    self.stats.evicted_resource_nodes += 1;
+                }
+            }
+        }
+        true
+    }
+}
+
+impl Sink for Views {
+    fn accept(&mut self, batch: &[Record]) {
+        for record in batch {
+            self.apply(record);
+        }
+    }
+}

@@ -1,0 +1,521 @@
+//! The logical view: who calls whom, and which data flows where.
+//!
+//! Nodes are the driver, remote functions (by name) and actor instances (by
+//! id, grouped by class). Call edges aggregate finished calls (count, total,
+//! mean and max duration); data edges aggregate `object.get`s from the
+//! object's producer to its consumer (count, bytes, same-node vs cross-node,
+//! the distinct consumer tasks up to a cap). Aggregates are keyed by label set
+//! as well, so a label filter can pick them apart later.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Write as _;
+
+use serde_json::{json, Value};
+
+use super::model::{Id, LabelSetId, LogicalNode};
+
+/// What kind of call an edge (or a task) is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CallKind {
+    /// A remote function call (`task.run`).
+    Task,
+    /// An actor method call (`actor.call`).
+    ActorCall,
+    /// An actor creation (`actor.create`).
+    ActorCreate,
+}
+
+impl CallKind {
+    /// `task`, `actor_call` or `actor_create`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallKind::Task => "task",
+            CallKind::ActorCall => "actor_call",
+            CallKind::ActorCreate => "actor_create",
+        }
+    }
+}
+
+/// Where a consumer read an object from, relative to where it was produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Locality {
+    SameNode,
+    CrossNode,
+    Unknown,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct CallKey {
+    from: LogicalNode,
+    to: LogicalNode,
+    name: Id,
+    kind: CallKind,
+    labels: LabelSetId,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct CallStats {
+    count: u64,
+    total_nanos: u64,
+    max_nanos: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct DataKey {
+    from: LogicalNode,
+    to: LogicalNode,
+    labels: LabelSetId,
+}
+
+#[derive(Debug, Clone, Default)]
+struct DataStats {
+    count: u64,
+    total_bytes: u64,
+    same_node: u64,
+    cross_node: u64,
+    unknown_locality: u64,
+    consumers: Vec<Id>,
+    consumers_truncated: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct PutStats {
+    count: u64,
+    bytes: u64,
+}
+
+/// The logical view's aggregates (bounded: at most `max_edges` call edges,
+/// `max_edges` data edges, `max_edges` put counters, and `max_consumers`
+/// consumer ids per data edge).
+#[derive(Debug)]
+pub(crate) struct LogicalAgg {
+    calls: HashMap<CallKey, CallStats>,
+    data: HashMap<DataKey, DataStats>,
+    puts: HashMap<(LogicalNode, LabelSetId), PutStats>,
+    consumer_entries: usize,
+    max_edges: usize,
+    max_consumers: usize,
+}
+
+impl LogicalAgg {
+    pub(crate) fn new(max_edges: usize, max_consumers: usize) -> Self {
+        Self {
+            calls: HashMap::new(),
+            data: HashMap::new(),
+            puts: HashMap::new(),
+            consumer_entries: 0,
+            max_edges,
+            max_consumers,
+        }
+    }
+
+    /// Counts one finished call; `false` when a new edge was needed and the
+    /// table is full.
+    pub(crate) fn on_call(
+        &mut self,
+        from: LogicalNode,
+        to: LogicalNode,
+        name: Id,
+        kind: CallKind,
+        labels: LabelSetId,
+        nanos: u64,
+    ) -> bool {
+        let key = CallKey {
+            from,
+            to,
+            name,
+            kind,
+            labels,
+        };
+        let full = self.calls.len() >= self.max_edges;
+        let stats = match self.calls.get_mut(&key) {
+            Some(stats) => stats,
+            None if full => return false,
+            None => self.calls.entry(key).or_default(),
+        };
+        stats.count += 1;
+        stats.total_nanos = stats.total_nanos.saturating_add(nanos);
+        stats.max_nanos = stats.max_nanos.max(nanos);
+        true
+    }
+
+    /// Counts one `object.put` by `node`.
+    pub(crate) fn on_put(&mut self, node: LogicalNode, labels: LabelSetId, bytes: u64) -> bool {
+        let full = self.puts.len() >= self.max_edges;
+        let stats = match self.puts.get_mut(&(node.clone(), labels)) {
+            Some(stats) => stats,
+            None if full => return false,
+            None => self.puts.entry((node, labels)).or_default(),
+        };
+        stats.count += 1;
+        stats.bytes = stats.bytes.saturating_add(bytes);
+        true
+    }
+
+    /// Counts one `object.get` of an object produced by `from`, read by task
+    /// `consumer` (or the driver) running as `to`.
+    pub(crate) fn on_get(
+        &mut self,
+        from: LogicalNode,
+        to: LogicalNode,
+        consumer: &Id,
+        labels: LabelSetId,
+        bytes: u64,
+        locality: Locality,
+    ) -> bool {
+        let key = DataKey { from, to, labels };
+        let full = self.data.len() >= self.max_edges;
+        let stats = match self.data.get_mut(&key) {
+            Some(stats) => stats,
+            None if full => return false,
+            None => self.data.entry(key).or_default(),
+        };
+        stats.count += 1;
+        stats.total_bytes = stats.total_bytes.saturating_add(bytes);
+        match locality {
+            Locality::SameNode => stats.same_node += 1,
+            Locality::CrossNode => stats.cross_node += 1,
+            Locality::Unknown => stats.unknown_locality += 1,
+        }
+        if !stats.consumers.iter().any(|c| c == consumer) {
+            if stats.consumers.len() < self.max_consumers {
+                stats.consumers.push(consumer.clone());
+                self.consumer_entries += 1;
+            } else {
+                stats.consumers_truncated = true;
+            }
+        }
+        true
+    }
+
+    /// Entries held: edges, put counters and consumer ids.
+    pub(crate) fn entries(&self) -> usize {
+        self.calls.len() + self.data.len() + self.puts.len() + self.consumer_entries
+    }
+
+    /// The view over the label sets `keep` accepts; `actors` adds actor
+    /// instances known to exist even if no edge touches them yet.
+    pub(crate) fn build(
+        &self,
+        keep: &dyn Fn(LabelSetId) -> bool,
+        actors: impl Iterator<Item = LogicalNode>,
+    ) -> LogicalView {
+        let mut calls: BTreeMap<(LogicalNode, LogicalNode, Id, CallKind), CallStats> =
+            BTreeMap::new();
+        for (key, stats) in self.calls.iter().filter(|(k, _)| keep(k.labels)) {
+            let merged = calls
+                .entry((key.from.clone(), key.to.clone(), key.name.clone(), key.kind))
+                .or_default();
+            merged.count += stats.count;
+            merged.total_nanos = merged.total_nanos.saturating_add(stats.total_nanos);
+            merged.max_nanos = merged.max_nanos.max(stats.max_nanos);
+        }
+        let mut data: BTreeMap<(LogicalNode, LogicalNode), DataStats> = BTreeMap::new();
+        for (key, stats) in self.data.iter().filter(|(k, _)| keep(k.labels)) {
+            let merged = data.entry((key.from.clone(), key.to.clone())).or_default();
+            merged.count += stats.count;
+            merged.total_bytes = merged.total_bytes.saturating_add(stats.total_bytes);
+            merged.same_node += stats.same_node;
+            merged.cross_node += stats.cross_node;
+            merged.unknown_locality += stats.unknown_locality;
+            merged.consumers_truncated |= stats.consumers_truncated;
+            for consumer in &stats.consumers {
+                if !merged.consumers.contains(consumer) {
+                    merged.consumers.push(consumer.clone());
+                }
+            }
+        }
+        let mut nodes: BTreeMap<LogicalNode, LogicalNodeInfo> = BTreeMap::new();
+        fn touch<'a>(
+            nodes: &'a mut BTreeMap<LogicalNode, LogicalNodeInfo>,
+            node: &LogicalNode,
+        ) -> &'a mut LogicalNodeInfo {
+            nodes
+                .entry(node.clone())
+                .or_insert_with(|| LogicalNodeInfo {
+                    node: node.clone(),
+                    puts: 0,
+                    put_bytes: 0,
+                })
+        }
+        touch(&mut nodes, &LogicalNode::Driver);
+        for (from, to, _, _) in calls.keys() {
+            touch(&mut nodes, from);
+            touch(&mut nodes, to);
+        }
+        for (from, to) in data.keys() {
+            touch(&mut nodes, from);
+            touch(&mut nodes, to);
+        }
+        for actor in actors {
+            touch(&mut nodes, &actor);
+        }
+        for ((node, labels), stats) in &self.puts {
+            if keep(*labels) {
+                let info = touch(&mut nodes, node);
+                info.puts += stats.count;
+                info.put_bytes = info.put_bytes.saturating_add(stats.bytes);
+            }
+        }
+        LogicalView {
+            nodes: nodes.into_values().collect(),
+            call_edges: calls
+                .into_iter()
+                .map(|((from, to, name, kind), s)| CallEdge {
+                    from,
+                    to,
+                    name: name.to_string(),
+                    kind,
+                    count: s.count,
+                    total_nanos: s.total_nanos,
+                    max_nanos: s.max_nanos,
+                })
+                .collect(),
+            data_edges: data
+                .into_iter()
+                .map(|((from, to), s)| {
+                    let mut consumers: Vec<String> =
+                        s.consumers.iter().map(|c| c.to_string()).collect();
+                    consumers.sort();
+                    DataEdge {
+                        from,
+                        to,
+                        count: s.count,
+                        total_bytes: s.total_bytes,
+                        same_node: s.same_node,
+                        cross_node: s.cross_node,
+                        unknown_locality: s.unknown_locality,
+                        consumers,
+                        consumers_truncated: s.consumers_truncated,
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+/// One node of the logical graph, with the data it put.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogicalNodeInfo {
+    /// The driver, a function or an actor instance.
+    pub node: LogicalNode,
+    /// How many objects it put (`object.put`).
+    pub puts: u64,
+    /// How many bytes it put.
+    pub put_bytes: u64,
+}
+
+/// Finished calls from one caller to one callee (function, or actor method).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallEdge {
+    /// The calling node (the caller task's node, or the driver).
+    pub from: LogicalNode,
+    /// The called node.
+    pub to: LogicalNode,
+    /// The function name, or the actor method name (`new` for creations).
+    pub name: String,
+    /// Task, actor call or actor creation.
+    pub kind: CallKind,
+    /// Finished calls.
+    pub count: u64,
+    /// Sum of their span durations, in nanoseconds.
+    pub total_nanos: u64,
+    /// The longest one, in nanoseconds.
+    pub max_nanos: u64,
+}
+
+impl CallEdge {
+    /// Mean duration in nanoseconds (0 for no calls).
+    pub fn mean_nanos(&self) -> u64 {
+        self.total_nanos.checked_div(self.count).unwrap_or(0)
+    }
+}
+
+/// Objects produced by one node and read by another.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DataEdge {
+    /// The producer (who put the object), or [`LogicalNode::Unknown`].
+    pub from: LogicalNode,
+    /// The consumer (who got it).
+    pub to: LogicalNode,
+    /// Gets counted.
+    pub count: u64,
+    /// Bytes read, summed over gets.
+    pub total_bytes: u64,
+    /// Gets on the producer's node.
+    pub same_node: u64,
+    /// Gets from another node.
+    pub cross_node: u64,
+    /// Gets where either node was not known.
+    pub unknown_locality: u64,
+    /// Every distinct consumer task id (`driver` for the driver), sorted,
+    /// up to the per-edge cap.
+    pub consumers: Vec<String>,
+    /// Whether more consumers were seen than the cap keeps.
+    pub consumers_truncated: bool,
+}
+
+/// The logical graph: nodes, call edges and data edges.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogicalView {
+    /// Every node that appears in an edge, put data, or is a known actor; the
+    /// driver always.
+    pub nodes: Vec<LogicalNodeInfo>,
+    /// Call edges, sorted by (from, to, name).
+    pub call_edges: Vec<CallEdge>,
+    /// Data edges, sorted by (from, to).
+    pub data_edges: Vec<DataEdge>,
+}
+
+fn node_json(info: &LogicalNodeInfo) -> Value {
+    let (kind, name, class, actor_id) = match &info.node {
+        LogicalNode::Driver => ("driver", "driver".to_owned(), None, None),
+        LogicalNode::Function(name) => ("function", name.to_string(), None, None),
+        LogicalNode::Actor { class, actor_id } => (
+            "actor",
+            info.node.to_string(),
+            Some(class.to_string()),
+            Some(actor_id.to_string()),
+        ),
+        LogicalNode::Unknown => ("unknown", "unknown".to_owned(), None, None),
+    };
+    json!({
+        "id": info.node.key(),
+        "kind": kind,
+        "name": name,
+        "class": class,
+        "actor_id": actor_id,
+        "puts": info.puts,
+        "put_bytes": info.put_bytes,
+    })
+}
+
+fn dot_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+impl LogicalView {
+    /// Actor classes with the ids of their instances, sorted.
+    pub fn classes(&self) -> BTreeMap<String, BTreeSet<String>> {
+        let mut classes: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for info in &self.nodes {
+            if let LogicalNode::Actor { class, actor_id } = &info.node {
+                classes
+                    .entry(class.to_string())
+                    .or_default()
+                    .insert(actor_id.to_string());
+            }
+        }
+        classes
+    }
+
+    /// The view as JSON: `nodes`, `classes`, `call_edges`, `data_edges`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "nodes": self.nodes.iter().map(node_json).collect::<Vec<_>>(),
+            "classes": self.classes().into_iter().map(|(class, actors)| json!({
+                "class": class,
+                "actors": actors.into_iter().collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "call_edges": self.call_edges.iter().map(|e| json!({
+                "from": e.from.key(),
+                "to": e.to.key(),
+                "name": e.name,
+                "kind": e.kind.as_str(),
+                "count": e.count,
+                "total_nanos": e.total_nanos,
+                "mean_nanos": e.mean_nanos(),
+                "max_nanos": e.max_nanos,
+            })).collect::<Vec<_>>(),
+            "data_edges": self.data_edges.iter().map(|e| json!({
+                "from": e.from.key(),
+                "to": e.to.key(),
+                "count": e.count,
+                "total_bytes": e.total_bytes,
+                "same_node": e.same_node,
+                "cross_node": e.cross_node,
+                "unknown_locality": e.unknown_locality,
+                "consumers": e.consumers,
+                "consumers_truncated": e.consumers_truncated,
+            })).collect::<Vec<_>>(),
+        })
+    }
+
+    /// The view as Graphviz DOT: actor instances drawn inside one cluster per
+    /// class, call edges solid (labelled `name ×count, mean`), data edges
+    /// dashed (labelled `×gets, bytes`).
+    pub fn to_dot(&self) -> String {
+        let mut out =
+            String::from("digraph logical {\n  rankdir=LR;\n  node [fontname=\"Helvetica\"];\n");
+        for info in &self.nodes {
+            let shape = match info.node {
+                LogicalNode::Driver => "house",
+                LogicalNode::Function(_) => "ellipse",
+                LogicalNode::Actor { .. } => continue,
+                LogicalNode::Unknown => "plaintext",
+            };
+            let _ = writeln!(
+                out,
+                "  {} [shape={shape}, label={}];",
+                dot_quote(&info.node.key()),
+                dot_quote(&info.node.to_string())
+            );
+        }
+        for (i, (class, actors)) in self.classes().into_iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "  subgraph cluster_{i} {{\n    label={};",
+                dot_quote(&class)
+            );
+            for actor in actors {
+                let _ = writeln!(
+                    out,
+                    "    {} [shape=box, label={}];",
+                    dot_quote(&format!("actor:{actor}")),
+                    dot_quote(&actor)
+                );
+            }
+            out.push_str("  }\n");
+        }
+        for e in &self.call_edges {
+            let label = format!(
+                "{} x{} mean {:.3}ms",
+                e.name,
+                e.count,
+                e.mean_nanos() as f64 / 1e6
+            );
+            let _ = writeln!(
+                out,
+                "  {} -> {} [label={}];",
+                dot_quote(&e.from.key()),
+                dot_quote(&e.to.key()),
+                dot_quote(&label)
+            );
+        }
+        for e in &self.data_edges {
+            let label = format!("{} gets, {} B", e.count, e.total_bytes);
+            let _ = writeln!(
+                out,
+                "  {} -> {} [style=dashed, label={}];",
+                dot_quote(&e.from.key()),
+                dot_quote(&e.to.key()),
+                dot_quote(&label)
+            );
+        }
+        out.push_str("}\n");
+        out
+    }
+}

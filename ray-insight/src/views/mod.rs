@@ -1,0 +1,348 @@
+//! The views engine: builds the five insight views incrementally from
+//! [`Record`](crate::Record)s, in bounded memory.
+//!
+//! [`Views`] consumes records one at a time ([`Views::apply`], or as a
+//! [`Sink`](crate::Sink) a [`Collector`](crate::Collector) drains into). It understands the
+//! runtime's span and event schema (below), keeps per-task state only while a
+//! task is submitted, running or blocked, folds finished work into aggregates,
+//! and produces on demand:
+//!
+//! 1. the **logical** graph ([`LogicalView`]: JSON, DOT),
+//! 2. the **flame graph** by distributed call path ([`FlameView`]: folded
+//!    stacks; [`diff_folded`] compares two runs),
+//! 3. the **Gantt** chart ([`GanttView`]: Chrome trace JSON with flow arrows),
+//! 4. the **distributed stack** with deadlock detection ([`StackView`]: JSON,
+//!    text),
+//! 5. the **physical** view ([`PhysicalView`]: JSON).
+//!
+//! [`Views::snapshot`] gives all of them; [`Views::filter`] gives them
+//! restricted to tasks carrying a context label (`dp_rank = 0`), which child
+//! tasks inherit from their submitter.
+//!
+//! # Example
+//!
+//! ```
+//! use ray_insight::views::{FlameMetric, Views};
+//! use ray_insight::{FieldValue, Record, RecordKind};
+//!
+//! let record = |kind, name, at_nanos, fields: &[(&'static str, &str)]| Record {
+//!     kind,
+//!     span: 1,
+//!     parent: 0,
+//!     name,
+//!     target: "ray_core::task",
+//!     at_nanos,
+//!     thread: 0,
+//!     fields: fields.iter().map(|(k, v)| (*k, FieldValue::Str((*v).into()))).collect(),
+//! };
+//! let mut views = Views::default();
+//! views.apply(&record(RecordKind::SpanNew, "task.run", 0, &[("task_id", "t1"), ("function", "f")]));
+//! views.apply(&record(RecordKind::SpanClose, "task.run", 2_000, &[]));
+//!
+//! let snapshot = views.snapshot();
+//! assert_eq!(snapshot.logical().call_edges[0].count, 1);
+//! assert_eq!(snapshot.flame().folded(FlameMetric::SelfTime), "driver;f 2\n");
+//! ```
+//!
+//! # Schema
+//!
+//! Ids may arrive as strings or numbers; they are compared as strings.
+//!
+//! | record | name | fields |
+//! |---|---|---|
+//! | span | `task.run` | `task_id`, `function`, `parent_task`?, `node_id`?, `worker_id`? |
+//! | span | `actor.call` | `task_id`, `actor_id`, `class`, `method`, `parent_task`?, `node_id`?, `worker_id`? |
+//! | span | `actor.create` | `actor_id`, `class`, `parent_task`?, `node_id`?, `worker_id`? |
+//! | span | `wait` | `task_id`, `objects` (comma-separated), `producers` (comma-separated task ids, same order, entries may be empty) |
+//! | event | `task.submit` | `task_id`, `function` or `method`, `parent_task`?, `actor_id`? |
+//! | event | `object.put` | `object_id`, `bytes`, `node_id`?, `task_id`? |
+//! | event | `object.get` | `object_id`, `bytes`, `task_id`?, `node_id`?, `producer_node`? |
+//! | event | `context` | `task_id`?, any other field is a label |
+//! | event | `resource.sample` | `node_id`, numeric fields (hook, see [`PhysicalView`]) |
+//!
+//! An absent `parent_task` or `task_id` means the driver, unless the record is
+//! nested in a span the engine knows as a task (then that task). A span's
+//! close record carries no fields; the engine finds the task by span id.
+//! An event may carry its name as the callsite name (`info!(name: "object.put", …)`)
+//! or as its message (`info!(…, "object.put")`). Other names are ignored.
+//!
+//! Records should arrive in roughly causal order. The collector drains
+//! per-thread batches, so a child's records can precede its parent's; the
+//! engine then attributes the child to [`LogicalNode::Unknown`] rather than
+//! guess.
+//!
+//! # Memory bound
+//!
+//! Every table has a cap in [`Limits`]; [`Views::state_entries`] counts the
+//! entries held and never exceeds [`Limits::max_entries`] (each entry is a
+//! small fixed-size record plus a few short strings; a `wait` holds at most
+//! [`Limits::max_objects_per_wait`] object ids, a data edge at most
+//! [`Limits::max_consumers_per_edge`] consumer ids, a node at most
+//! [`Limits::max_resources_per_node`] resource values). At the caps:
+//!
+//! - live state (tasks, open spans, open waits per task, label sets, lanes,
+//!   call paths, aggregate entries) **refuses** what does not fit: the record
+//!   (or the part of it that needed room) is counted in [`Views::dropped`];
+//! - history (recently finished tasks, objects, actors, Gantt slices,
+//!   resource nodes) **evicts** its oldest entries, counted in [`Stats`].
+//!
+//! A task's state is freed when its span closes; a finished task costs only
+//! its share of the aggregates (one entry per distinct call edge, call path
+//! and label set) plus, until evicted, one recent-task entry and its Gantt
+//! slices.
+
+mod flame;
+mod gantt;
+mod ingest;
+mod logical;
+mod model;
+mod physical;
+mod snapshot;
+mod stack;
+mod task;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap};
+
+pub use flame::{diff_folded, parse_folded, FlameFrame, FlameMetric, FlameView};
+pub use gantt::{GanttFlow, GanttLane, GanttSlice, GanttView, SliceState};
+pub use logical::{CallEdge, CallKind, DataEdge, LogicalNodeInfo, LogicalView};
+pub use model::LogicalNode;
+pub use physical::{PhysicalActor, PhysicalNode, PhysicalView, PhysicalWorker};
+pub use snapshot::Snapshot;
+pub use stack::{Deadlock, StackView, TaskRef, TaskStack, WaitTarget};
+pub use task::TaskState;
+
+use flame::FlameAgg;
+use gantt::GanttAgg;
+use ingest::{ObjectInfo, SpanRole};
+use logical::LogicalAgg;
+use model::{FifoMap, Id, LabelSetId, LabelSets, Lanes, PathTable};
+use physical::ActorInfo;
+use task::{LiveTask, RecentTask};
+
+/// The caps that bound a [`Views`] engine's memory (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Tasks submitted, running or blocked at once; more are refused.
+    pub max_live_tasks: usize,
+    /// Open `task.run` / `actor.call` / `actor.create` / `wait` spans at once.
+    pub max_live_spans: usize,
+    /// Open `wait` spans per task.
+    pub max_waits_per_task: usize,
+    /// Object ids kept per `wait` (the rest are left out of the stack view).
+    pub max_objects_per_wait: usize,
+    /// Finished tasks remembered for late children and consumers (oldest evicted).
+    pub max_recent_tasks: usize,
+    /// Objects remembered from `object.put` (oldest evicted).
+    pub max_objects: usize,
+    /// Actors remembered (oldest evicted).
+    pub max_actors: usize,
+    /// Distinct call edges × label sets; and, separately, data edges and put counters.
+    pub max_edges: usize,
+    /// Distinct consumer task ids kept per data edge.
+    pub max_consumers_per_edge: usize,
+    /// Distinct call paths.
+    pub max_paths: usize,
+    /// Distinct (call path, label set) flame entries.
+    pub max_flame_entries: usize,
+    /// Finished Gantt slices kept (oldest evicted).
+    pub max_gantt_slices: usize,
+    /// Distinct context label sets.
+    pub max_label_sets: usize,
+    /// Gantt lanes; and, separately, Gantt process groups (nodes).
+    pub max_lanes: usize,
+    /// Nodes with resource samples (oldest evicted).
+    pub max_resource_nodes: usize,
+    /// Resource values kept per node.
+    pub max_resources_per_node: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_live_tasks: 65_536,
+            max_live_spans: 131_072,
+            max_waits_per_task: 8,
+            max_objects_per_wait: 64,
+            max_recent_tasks: 16_384,
+            max_objects: 65_536,
+            max_actors: 65_536,
+            max_edges: 16_384,
+            max_consumers_per_edge: 16,
+            max_paths: 65_536,
+            max_flame_entries: 65_536,
+            max_gantt_slices: 65_536,
+            max_label_sets: 4_096,
+            max_lanes: 4_096,
+            max_resource_nodes: 4_096,
+            max_resources_per_node: 32,
+        }
+    }
+}
+
+impl Limits {
+    /// The most entries [`Views::state_entries`] can report under these caps.
+    pub fn max_entries(&self) -> usize {
+        self.max_live_tasks
+            + self.max_live_spans
+            + self.max_recent_tasks
+            + self.max_objects
+            + self.max_actors
+            + 3 * self.max_edges
+            + self.max_edges * self.max_consumers_per_edge
+            + self.max_paths.max(1)
+            + self.max_flame_entries
+            + self.max_gantt_slices
+            + self.max_label_sets.max(1)
+            + 2 * self.max_lanes.max(1)
+            + self.max_resource_nodes
+    }
+}
+
+/// Counters of what the engine did with the records it was given.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Records understood and applied (possibly in part).
+    pub applied: u64,
+    /// Records with names outside the schema, closes of spans the engine does
+    /// not track, or records missing a required field.
+    pub ignored: u64,
+    /// Records refused, wholly or in part, because a cap was reached
+    /// (the same as [`Views::dropped`]).
+    pub dropped: u64,
+    /// Records naming a task the engine does not track (a wait or context on
+    /// a task never seen, or already evicted).
+    pub unmatched: u64,
+    /// Recently finished tasks evicted.
+    pub evicted_recent: u64,
+    /// Objects evicted (later gets of them have an unknown producer).
+    pub evicted_objects: u64,
+    /// Actors evicted.
+    pub evicted_actors: u64,
+    /// Gantt slices evicted.
+    pub evicted_slices: u64,
+    /// Resource nodes evicted.
+    pub evicted_resource_nodes: u64,
+    /// Tasks live now (submitted, running or blocked).
+    pub live_tasks: usize,
+    /// Spans open now.
+    pub live_spans: usize,
+    /// Entries held now (see [`Views::state_entries`]).
+    pub state_entries: usize,
+}
+
+/// The views engine: consumes [`Record`](crate::Record)s, keeps bounded state, and produces
+/// the five views (see the module docs).
+#[derive(Debug)]
+pub struct Views {
+    limits: Limits,
+    now: u64,
+    tasks: HashMap<Id, LiveTask>,
+    spans: HashMap<u64, SpanRole>,
+    recent: FifoMap<Id, RecentTask>,
+    objects: FifoMap<Id, ObjectInfo>,
+    actors: FifoMap<Id, ActorInfo>,
+    resources: FifoMap<Id, BTreeMap<String, f64>>,
+    labels: LabelSets,
+    driver_labels: LabelSetId,
+    paths: PathTable,
+    lanes: Lanes,
+    logical: LogicalAgg,
+    flame: FlameAgg,
+    gantt: GanttAgg,
+    stats: Stats,
+}
+
+impl Default for Views {
+    fn default() -> Self {
+        Self::new(Limits::default())
+    }
+}
+
+impl Views {
+    /// An engine with the given caps.
+    pub fn new(limits: Limits) -> Self {
+        Self {
+            now: 0,
+            tasks: HashMap::new(),
+            spans: HashMap::new(),
+            recent: FifoMap::new(limits.max_recent_tasks),
+            objects: FifoMap::new(limits.max_objects),
+            actors: FifoMap::new(limits.max_actors),
+            resources: FifoMap::new(limits.max_resource_nodes),
+            labels: LabelSets::new(limits.max_label_sets),
+            driver_labels: 0,
+            paths: PathTable::new(limits.max_paths),
+            lanes: Lanes::new(limits.max_lanes),
+            logical: LogicalAgg::new(limits.max_edges, limits.max_consumers_per_edge),
+            flame: FlameAgg::new(limits.max_flame_entries),
+            gantt: GanttAgg::new(limits.max_gantt_slices),
+            stats: Stats::default(),
+            limits,
+        }
+    }
+
+    /// The caps this engine runs under.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Records refused (wholly or in part) because a cap was reached.
+    pub fn dropped(&self) -> u64 {
+        self.stats.dropped
+    }
+
+    /// The latest record time seen, in nanoseconds since the recording's epoch;
+    /// live tasks are drawn up to it.
+    pub fn now_nanos(&self) -> u64 {
+        self.now
+    }
+
+    /// Entries held in every table (live tasks, open spans, remembered tasks,
+    /// objects and actors, aggregate entries, call paths, Gantt slices, label
+    /// sets, lanes, resource nodes); at most [`Limits::max_entries`].
+    pub fn state_entries(&self) -> usize {
+        self.tasks.len()
+            + self.spans.len()
+            + self.recent.len()
+            + self.objects.len()
+            + self.actors.len()
+            + self.logical.entries()
+            + self.paths.len()
+            + self.flame.len()
+            + self.gantt.len()
+            + self.labels.len()
+            + self.lanes.len()
+            + self.resources.len()
+    }
+
+    /// The counters, with the live sizes filled in.
+    pub fn stats(&self) -> Stats {
+        Stats {
+            live_tasks: self.tasks.len(),
+            live_spans: self.spans.len(),
+            state_entries: self.state_entries(),
+            ..self.stats.clone()
+        }
+    }
+
+    /// All five views, unfiltered.
+    pub fn snapshot(&self) -> Snapshot<'_> {
+        Snapshot {
+            views: self,
+            mask: None,
+        }
+    }
+
+    /// All five views restricted to tasks (and their aggregates) whose context
+    /// labels include `key = value`, directly or inherited from a submitter.
+    pub fn filter(&self, key: &str, value: &str) -> Snapshot<'_> {
+        Snapshot {
+            views: self,
+            mask: Some(self.labels.matching(key, value)),
+        }
+    }
+}

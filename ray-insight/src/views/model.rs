@@ -1,0 +1,373 @@
+//! The bounded tables the views share: label sets, call paths, Gantt lanes,
+//! FIFO-evicting maps, and the logical node type.
+//!
+//! Every table here has a cap fixed at construction; when full it either
+//! refuses (interners return `None`) or evicts its oldest entry (`FifoMap`),
+//! and the caller counts what was lost.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::hash::Hash;
+use std::sync::Arc;
+
+use crate::record::FieldValue;
+
+/// A shared, immutable string: task, actor, object and node ids, and names.
+pub(crate) type Id = Arc<str>;
+
+/// An id field as a string: strings are taken as they are, numbers rendered.
+pub(crate) fn id_of(value: &FieldValue) -> Id {
+    match value {
+        FieldValue::Str(s) => Arc::from(&**s),
+        other => Arc::from(other.to_string()),
+    }
+}
+
+/// A node of the logical graph: who calls, who is called, who puts and gets data.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LogicalNode {
+    /// The driver (the program that submitted the first tasks).
+    Driver,
+    /// A remote function, by name (e.g. `worker_tree::process`).
+    Function(Arc<str>),
+    /// One actor instance, by id, inside its class.
+    Actor {
+        /// The actor's class (e.g. `worker_tree::Worker`).
+        class: Arc<str>,
+        /// The actor's id.
+        actor_id: Arc<str>,
+    },
+    /// A caller or producer the engine no longer knows (its state was evicted
+    /// or never recorded).
+    Unknown,
+}
+
+impl LogicalNode {
+    /// A stable key for exports: `driver`, `fn:NAME`, `actor:ID`, `unknown`.
+    pub fn key(&self) -> String {
+        match self {
+            LogicalNode::Driver => "driver".to_owned(),
+            LogicalNode::Function(name) => format!("fn:{name}"),
+            LogicalNode::Actor { actor_id, .. } => format!("actor:{actor_id}"),
+            LogicalNode::Unknown => "unknown".to_owned(),
+        }
+    }
+}
+
+impl fmt::Display for LogicalNode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LogicalNode::Driver => f.write_str("driver"),
+            LogicalNode::Function(name) => f.write_str(name),
+            LogicalNode::Actor { class, actor_id } => write!(f, "{class}({actor_id})"),
+            LogicalNode::Unknown => f.write_str("unknown"),
+        }
+    }
+}
+
+/// Index of an interned label set; 0 is the empty set.
+pub(crate) type LabelSetId = u32;
+
+/// One label set: `(key, value)` pairs sorted by key, keys unique.
+pub(crate) type LabelSet = Arc<[(Id, Id)]>;
+
+/// Interned context label sets (`dp_rank=0, stage=2`), so per-task state and
+/// aggregates carry a `u32` instead of a map.
+#[derive(Debug)]
+pub(crate) struct LabelSets {
+    sets: Vec<LabelSet>,
+    index: HashMap<LabelSet, LabelSetId>,
+    cap: usize,
+}
+
+impl LabelSets {
+    pub(crate) fn new(cap: usize) -> Self {
+        let empty: LabelSet = Arc::from(Vec::new());
+        let mut index = HashMap::new();
+        index.insert(Arc::clone(&empty), 0);
+        Self {
+            sets: vec![empty],
+            index,
+            cap: cap.max(1),
+        }
+    }
+
+    pub(crate) fn get(&self, id: LabelSetId) -> &[(Id, Id)] {
+        self.sets.get(id as usize).map_or(&[], |s| &s[..])
+    }
+
+    /// The set `base` with `add` merged over it (later values win), or `None`
+    /// when a new set is needed and the table is full.
+    pub(crate) fn merge(&mut self, base: LabelSetId, add: &[(Id, Id)]) -> Option<LabelSetId> {
+        let mut merged: Vec<(Id, Id)> = self.get(base).to_vec();
+        for (key, value) in add {
+            match merged.binary_search_by(|(k, _)| k.cmp(key)) {
+                Ok(i) => merged[i].1 = Arc::clone(value),
+                Err(i) => merged.insert(i, (Arc::clone(key), Arc::clone(value))),
+            }
+        }
+        let merged: LabelSet = Arc::from(merged);
+        if let Some(&id) = self.index.get(&merged) {
+            return Some(id);
+        }
+        if self.sets.len() >= self.cap {
+            return None;
+        }
+        let id = LabelSetId::try_from(self.sets.len()).ok()?;
+        self.sets.push(Arc::clone(&merged));
+        self.index.insert(merged, id);
+        Some(id)
+    }
+
+    /// For each set id, whether the set holds `key = value`.
+    pub(crate) fn matching(&self, key: &str, value: &str) -> Vec<bool> {
+        self.sets
+            .iter()
+            .map(|set| set.iter().any(|(k, v)| &**k == key && &**v == value))
+            .collect()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.sets.len()
+    }
+}
+
+/// Index of an interned call path; 0 is the root (`driver`).
+pub(crate) type PathId = u32;
+
+/// Interned call paths as a trie: each path is its parent path plus one frame.
+#[derive(Debug)]
+pub(crate) struct PathTable {
+    nodes: Vec<(Option<PathId>, Id)>,
+    index: HashMap<(PathId, Id), PathId>,
+    cap: usize,
+}
+
+impl PathTable {
+    pub(crate) const ROOT: PathId = 0;
+
+    pub(crate) fn new(cap: usize) -> Self {
+        Self {
+            nodes: vec![(None, Arc::from("driver"))],
+            index: HashMap::new(),
+            cap: cap.max(1),
+        }
+    }
+
+    /// The path `parent;frame`, or `None` when it is new and the table is full.
+    pub(crate) fn child(&mut self, parent: PathId, frame: &Id) -> Option<PathId> {
+        if let Some(&id) = self.index.get(&(parent, Arc::clone(frame))) {
+            return Some(id);
+        }
+        if self.nodes.len() >= self.cap {
+            return None;
+        }
+        let id = PathId::try_from(self.nodes.len()).ok()?;
+        self.nodes.push((Some(parent), Arc::clone(frame)));
+        self.index.insert((parent, Arc::clone(frame)), id);
+        Some(id)
+    }
+
+    pub(crate) fn parent(&self, id: PathId) -> Option<PathId> {
+        self.nodes.get(id as usize).and_then(|(p, _)| *p)
+    }
+
+    /// The path as folded-stack text: frames joined by `;`, root first.
+    pub(crate) fn render(&self, id: PathId) -> String {
+        let mut frames = Vec::new();
+        let mut at = Some(id);
+        while let Some(i) = at {
+            let Some((parent, frame)) = self.nodes.get(i as usize) else {
+                break;
+            };
+            frames.push(&**frame);
+            at = *parent;
+        }
+        frames.reverse();
+        frames.join(";")
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.nodes.len()
+    }
+}
+
+/// A frame name made safe for folded stacks (no `;`, no whitespace).
+pub(crate) fn frame_name(name: &str) -> Id {
+    if name.contains(|c: char| c == ';' || c.is_whitespace()) {
+        Arc::from(
+            name.chars()
+                .map(|c| match c {
+                    ';' => ':',
+                    c if c.is_whitespace() => '_',
+                    c => c,
+                })
+                .collect::<String>(),
+        )
+    } else {
+        Arc::from(name)
+    }
+}
+
+/// Index of an interned Gantt lane (also its Chrome trace `tid`).
+pub(crate) type LaneId = u32;
+
+/// Gantt lanes: one per (process, lane name), processes numbered as they appear.
+#[derive(Debug)]
+pub(crate) struct Lanes {
+    processes: Vec<Id>,
+    process_index: HashMap<Id, u32>,
+    lanes: Vec<(u32, Id)>,
+    index: HashMap<(u32, Id), LaneId>,
+    cap: usize,
+}
+
+impl Lanes {
+    pub(crate) fn new(cap: usize) -> Self {
+        Self {
+            processes: Vec::new(),
+            process_index: HashMap::new(),
+            lanes: Vec::new(),
+            index: HashMap::new(),
+            cap: cap.max(1),
+        }
+    }
+
+    /// The lane `name` in process `process`, or `None` when the table is full.
+    pub(crate) fn lane(&mut self, process: &Id, name: Id) -> Option<LaneId> {
+        let pid = match self.process_index.get(process) {
+            Some(&pid) => pid,
+            None => {
+                if self.processes.len() >= self.cap {
+                    return None;
+                }
+                let pid = u32::try_from(self.processes.len()).ok()?;
+                self.processes.push(Arc::clone(process));
+                self.process_index.insert(Arc::clone(process), pid);
+                pid
+            }
+        };
+        if let Some(&id) = self.index.get(&(pid, Arc::clone(&name))) {
+            return Some(id);
+        }
+        if self.lanes.len() >= self.cap {
+            return None;
+        }
+        let id = LaneId::try_from(self.lanes.len()).ok()?;
+        self.lanes.push((pid, Arc::clone(&name)));
+        self.index.insert((pid, name), id);
+        Some(id)
+    }
+
+    /// `(pid, process name, lane name)` for every lane, by lane id.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (LaneId, u32, &str, &str)> + '_ {
+        self.lanes.iter().enumerate().map(|(i, (pid, name))| {
+            let process = self.processes.get(*pid as usize).map_or("", |p| &**p);
+            (i as LaneId, *pid, process, &**name)
+        })
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.lanes.len() + self.processes.len()
+    }
+}
+
+/// A map that keeps at most `cap` keys and evicts the oldest inserted key to
+/// make room; updating an existing key does not refresh its age.
+#[derive(Debug)]
+pub(crate) struct FifoMap<K, V> {
+    map: HashMap<K, V>,
+    order: VecDeque<K>,
+    cap: usize,
+}
+
+impl<K: Clone + Eq + Hash, V> FifoMap<K, V> {
+    pub(crate) fn new(cap: usize) -> Self {
+        Self {
+            map: HashMap::new(),
+            order: VecDeque::new(),
+            cap,
+        }
+    }
+
+    /// Inserts or replaces; returns whether an older entry was evicted.
+    pub(crate) fn insert(&mut self, key: K, value: V) -> bool {
+        if self.cap == 0 {
+            return true;
+        }
+        if let Some(slot) = self.map.get_mut(&key) {
+            *slot = value;
+            return false;
+        }
+        let mut evicted = false;
+        while self.map.len() >= self.cap {
+            match self.order.pop_front() {
+                Some(old) => evicted |= self.map.remove(&old).is_some(),
+                None => break,
+            }
+        }
+        self.order.push_back(key.clone());
+        self.map.insert(key, value);
+        evicted
+    }
+
+    pub(crate) fn get(&self, key: &K) -> Option<&V> {
+        self.map.get(key)
+    }
+
+    pub(crate) fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        self.map.get_mut(key)
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&K, &V)> + '_ {
+        self.map.iter()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_merge_overrides_and_interns() {
+        let mut sets = LabelSets::new(8);
+        let a = sets
+            .merge(0, &[(Arc::from("dp_rank"), Arc::from("0"))])
+            .expect("room");
+        let b = sets
+            .merge(a, &[(Arc::from("dp_rank"), Arc::from("1"))])
+            .expect("room");
+        let again = sets
+            .merge(0, &[(Arc::from("dp_rank"), Arc::from("1"))])
+            .expect("room");
+        assert_eq!(b, again);
+        assert_ne!(a, b);
+        assert_eq!(sets.matching("dp_rank", "0"), vec![false, true, false]);
+    }
+
+    #[test]
+    fn fifo_map_evicts_the_oldest_key() {
+        let mut map = FifoMap::new(2);
+        assert!(!map.insert(1, "a"));
+        assert!(!map.insert(2, "b"));
+        assert!(!map.insert(2, "b2"));
+        assert!(map.insert(3, "c"));
+        assert_eq!(map.get(&1), None);
+        assert_eq!(map.get(&2), Some(&"b2"));
+        assert_eq!(map.len(), 2);
+    }
+
+    #[test]
+    fn paths_render_root_first_and_refuse_when_full() {
+        let mut paths = PathTable::new(3);
+        let a = paths.child(PathTable::ROOT, &Arc::from("f")).expect("room");
+        let b = paths.child(a, &Arc::from("g")).expect("room");
+        assert_eq!(paths.render(b), "driver;f;g");
+        assert_eq!(paths.child(b, &Arc::from("h")), None);
+        assert_eq!(paths.parent(b), Some(a));
+    }
+}

@@ -1,0 +1,119 @@
+//! [`Snapshot`]: the five views built on request, optionally filtered by a
+//! context label.
+
+use std::sync::Arc;
+
+use super::gantt::StoredSlice;
+use super::model::LabelSetId;
+use super::{physical, stack};
+use super::{
+    FlameView, GanttView, LogicalNode, LogicalView, PhysicalView, SliceState, StackView, Views,
+};
+
+/// The five views of a [`Views`] engine, optionally restricted to one context
+/// label (see [`Views::filter`]). Each view is built on request from the
+/// engine's current state.
+#[derive(Debug, Clone)]
+pub struct Snapshot<'a> {
+    pub(super) views: &'a Views,
+    /// For each label set id, whether it passes the filter; `None`: all pass.
+    pub(super) mask: Option<Vec<bool>>,
+}
+
+impl Snapshot<'_> {
+    fn keeps(&self, labels: LabelSetId) -> bool {
+        self.mask
+            .as_ref()
+            .is_none_or(|m| m.get(labels as usize).copied().unwrap_or(false))
+    }
+
+    /// The logical graph.
+    pub fn logical(&self) -> LogicalView {
+        let v = self.views;
+        let actors = v
+            .actors
+            .iter()
+            .filter(|(_, info)| self.keeps(info.labels))
+            .map(|(id, info)| LogicalNode::Actor {
+                class: info.class.clone().unwrap_or_else(|| Arc::from("?")),
+                actor_id: id.clone(),
+            });
+        v.logical.build(&|l| self.keeps(l), actors)
+    }
+
+    /// The flame graph by call path.
+    pub fn flame(&self) -> FlameView {
+        self.views
+            .flame
+            .build(&self.views.paths, &|l| self.keeps(l))
+    }
+
+    /// The Gantt chart: finished slices kept, plus live tasks drawn to
+    /// [`Views::now_nanos`].
+    pub fn gantt(&self) -> GanttView {
+        let v = self.views;
+        let mut live = Vec::new();
+        for (id, task) in &v.tasks {
+            let (Some(lane), Some(start)) = (task.lane, task.started_at) else {
+                continue;
+            };
+            let name = task.display_name();
+            if let Some(submitted) = task.submitted_at.filter(|&s| s < start) {
+                live.push(StoredSlice {
+                    lane,
+                    name: name.clone(),
+                    task_id: id.clone(),
+                    state: SliceState::Submitted,
+                    start: submitted,
+                    dur: start - submitted,
+                    finished: true,
+                    detail: None,
+                    labels: task.labels,
+                    flow_from: None,
+                });
+            }
+            live.push(StoredSlice {
+                lane,
+                name: name.clone(),
+                task_id: id.clone(),
+                state: SliceState::Running,
+                start,
+                dur: v.now.saturating_sub(start),
+                finished: false,
+                detail: None,
+                labels: task.labels,
+                flow_from: task
+                    .caller_lane
+                    .map(|l| (l, task.submitted_at.unwrap_or(start))),
+            });
+            for wait in &task.waits {
+                live.push(StoredSlice {
+                    lane,
+                    name: name.clone(),
+                    task_id: id.clone(),
+                    state: SliceState::Blocked,
+                    start: wait.since,
+                    dur: v.now.saturating_sub(wait.since),
+                    finished: false,
+                    detail: Some(Arc::from(wait.objects.join(","))),
+                    labels: task.labels,
+                    flow_from: None,
+                });
+            }
+        }
+        live.sort_by(|a, b| (a.start, &a.task_id).cmp(&(b.start, &b.task_id)));
+        v.gantt.build(&v.lanes, live, &|l| self.keeps(l))
+    }
+
+    /// The distributed stack of every running or blocked task, and deadlocks.
+    pub fn stacks(&self) -> StackView {
+        let v = self.views;
+        stack::build(&v.tasks, &v.recent, &|l| self.keeps(l), v.now)
+    }
+
+    /// Nodes, workers, actors and running tasks.
+    pub fn physical(&self) -> PhysicalView {
+        let v = self.views;
+        physical::build(&v.tasks, &v.actors, &v.resources, &|l| self.keeps(l))
+    }
+}

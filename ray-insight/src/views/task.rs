@@ -1,0 +1,124 @@
+//! Per-task state the engine keeps while a task is submitted, running or
+//! blocked, and the small summary it keeps for a while after it finishes.
+
+use std::sync::Arc;
+
+use super::logical::CallKind;
+use super::model::{Id, LabelSetId, LaneId, LogicalNode, PathId};
+
+/// Where a live task is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TaskState {
+    /// Submitted (`task.submit` seen), not yet running.
+    Submitted,
+    /// Running (its span is open and it is not inside a `wait` span).
+    Running,
+    /// Blocked inside a `wait` span.
+    Blocked,
+}
+
+impl TaskState {
+    /// `submitted`, `running` or `blocked`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Submitted => "submitted",
+            TaskState::Running => "running",
+            TaskState::Blocked => "blocked",
+        }
+    }
+}
+
+/// An open `wait` span of a task.
+#[derive(Debug, Clone)]
+pub(crate) struct OpenWait {
+    pub(crate) span: u64,
+    pub(crate) since: u64,
+    pub(crate) objects: Vec<Id>,
+    /// The task producing each object, same order; `None` where unknown.
+    pub(crate) producers: Vec<Option<Id>>,
+}
+
+/// A task the engine is tracking: submitted, running or blocked.
+#[derive(Debug, Clone)]
+pub(crate) struct LiveTask {
+    pub(crate) kind: CallKind,
+    /// The function name, or the actor method name.
+    pub(crate) name: Option<Id>,
+    pub(crate) class: Option<Id>,
+    pub(crate) actor_id: Option<Id>,
+    /// The submitting task; `None` is the driver.
+    pub(crate) parent: Option<Id>,
+    /// The caller's logical node, resolved when the task was first seen.
+    pub(crate) caller: LogicalNode,
+    /// The caller's call path (`None` if it could not be interned).
+    pub(crate) caller_path: Option<PathId>,
+    /// The caller's Gantt lane, for the flow arrow.
+    pub(crate) caller_lane: Option<LaneId>,
+    pub(crate) labels: LabelSetId,
+    pub(crate) submitted_at: Option<u64>,
+    pub(crate) started_at: Option<u64>,
+    pub(crate) node_id: Option<Id>,
+    pub(crate) worker_id: Option<Id>,
+    pub(crate) thread: u32,
+    pub(crate) path: Option<PathId>,
+    pub(crate) lane: Option<LaneId>,
+    pub(crate) waits: Vec<OpenWait>,
+    pub(crate) waited_nanos: u64,
+}
+
+impl LiveTask {
+    pub(crate) fn state(&self) -> TaskState {
+        if self.started_at.is_none() {
+            TaskState::Submitted
+        } else if self.waits.is_empty() {
+            TaskState::Running
+        } else {
+            TaskState::Blocked
+        }
+    }
+
+    /// The name people know it by: the function, `Class.method`, or
+    /// `Class.new` for an actor creation.
+    pub(crate) fn display_name(&self) -> Id {
+        let name = self.name.as_deref().unwrap_or("?");
+        match (self.kind, &self.class) {
+            (CallKind::Task, _) => self.name.clone().unwrap_or_else(|| Arc::from("?")),
+            (CallKind::ActorCall, Some(class)) => Arc::from(format!("{class}.{name}")),
+            (CallKind::ActorCall, None) => Arc::from(format!("?.{name}")),
+            (CallKind::ActorCreate, class) => {
+                Arc::from(format!("{}.new", class.as_deref().unwrap_or("?")))
+            }
+        }
+    }
+
+    /// The name on the call edge: the function, or the method (`new` for creations).
+    pub(crate) fn edge_name(&self) -> Id {
+        match self.kind {
+            CallKind::ActorCreate => Arc::from("new"),
+            _ => self.name.clone().unwrap_or_else(|| Arc::from("?")),
+        }
+    }
+
+    /// The logical node this task runs as.
+    pub(crate) fn logical_node(&self) -> LogicalNode {
+        match self.kind {
+            CallKind::Task => LogicalNode::Function(self.edge_name()),
+            CallKind::ActorCall | CallKind::ActorCreate => LogicalNode::Actor {
+                class: self.class.clone().unwrap_or_else(|| Arc::from("?")),
+                actor_id: self.actor_id.clone().unwrap_or_else(|| Arc::from("?")),
+            },
+        }
+    }
+}
+
+/// What the engine remembers of a finished task, so late children and data
+/// consumers can still be attributed to it.
+#[derive(Debug, Clone)]
+pub(crate) struct RecentTask {
+    pub(crate) name: Id,
+    pub(crate) parent: Option<Id>,
+    pub(crate) node: LogicalNode,
+    pub(crate) path: Option<PathId>,
+    pub(crate) labels: LabelSetId,
+    pub(crate) lane: Option<LaneId>,
+}

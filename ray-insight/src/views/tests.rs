@@ -1,0 +1,772 @@
+//! Tests of the views engine on synthetic record streams.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use super::*;
+use crate::record::{FieldValue, Fields, Record, RecordKind};
+use crate::sink::Sink;
+
+/// Builds record streams: spans get fresh ids, times are in microseconds.
+#[derive(Default)]
+struct Script {
+    records: Vec<Record>,
+    next_span: u64,
+}
+
+fn fields(pairs: &[(&'static str, &str)]) -> Fields {
+    pairs
+        .iter()
+        .map(|(k, v)| (*k, FieldValue::Str((*v).into())))
+        .collect()
+}
+
+impl Script {
+    fn push(&mut self, kind: RecordKind, span: u64, name: &'static str, at_us: u64, f: Fields) {
+        self.records.push(Record {
+            kind,
+            span,
+            parent: 0,
+            name,
+            target: "ray_test",
+            at_nanos: at_us * 1_000,
+            thread: 0,
+            fields: f,
+        });
+    }
+
+    fn open(&mut self, name: &'static str, at_us: u64, f: &[(&'static str, &str)]) -> u64 {
+        self.next_span += 1;
+        let span = self.next_span;
+        self.push(RecordKind::SpanNew, span, name, at_us, fields(f));
+        span
+    }
+
+    fn close(&mut self, span: u64, at_us: u64) {
+        self.push(RecordKind::SpanClose, span, "closed", at_us, Fields::new());
+    }
+
+    fn event(&mut self, name: &'static str, at_us: u64, f: &[(&'static str, &str)]) {
+        self.push(RecordKind::Event, 0, name, at_us, fields(f));
+    }
+
+    fn views(&self) -> Views {
+        let mut views = Views::default();
+        views.accept(&self.records);
+        views
+    }
+}
+
+const WORKER: &str = "worker_tree::Worker";
+const PROCESS: &str = "worker_tree::Worker.process";
+
+/// W7-like: the driver calls `Worker.process` on parent actor a0 (10..1010 µs),
+/// which calls `process` on children a1 and a2 ten times each (40 µs each),
+/// blocking on each result; a1 lives on the parent's node, a2 on another.
+fn worker_tree() -> Script {
+    let mut s = Script::default();
+    for (actor, node) in [("a0", "n1"), ("a1", "n1"), ("a2", "n2")] {
+        let span = s.open(
+            "actor.create",
+            0,
+            &[("actor_id", actor), ("class", WORKER), ("node_id", node)],
+        );
+        s.close(span, 5);
+    }
+    s.event(
+        "task.submit",
+        8,
+        &[("task_id", "t0"), ("method", "process"), ("actor_id", "a0")],
+    );
+    let root = s.open(
+        "actor.call",
+        10,
+        &[
+            ("task_id", "t0"),
+            ("actor_id", "a0"),
+            ("class", WORKER),
+            ("method", "process"),
+        ],
+    );
+    for i in 0..10u64 {
+        let base = 20 + i * 90;
+        for (j, (actor, node)) in [("a1", "n1"), ("a2", "n2")].into_iter().enumerate() {
+            let start = base + 40 * j as u64;
+            let task = format!("t{}.{i}", j + 1);
+            let object = format!("o{}.{i}", j + 1);
+            s.event(
+                "task.submit",
+                start - 1,
+                &[
+                    ("task_id", &task),
+                    ("method", "process"),
+                    ("actor_id", actor),
+                    ("parent_task", "t0"),
+                ],
+            );
+            let wait = s.open(
+                "wait",
+                start,
+                &[
+                    ("task_id", "t0"),
+                    ("objects", &object),
+                    ("producers", &task),
+                ],
+            );
+            let call = s.open(
+                "actor.call",
+                start,
+                &[
+                    ("task_id", &task),
+                    ("actor_id", actor),
+                    ("class", WORKER),
+                    ("method", "process"),
+                    ("parent_task", "t0"),
+                ],
+            );
+            s.event(
+                "object.put",
+                start + 39,
+                &[
+                    ("object_id", &object),
+                    ("bytes", "100"),
+                    ("node_id", node),
+                    ("task_id", &task),
+                ],
+            );
+            s.close(call, start + 40);
+            s.close(wait, start + 40);
+            s.event(
+                "object.get",
+                start + 40,
+                &[
+                    ("object_id", &object),
+                    ("bytes", "100"),
+                    ("task_id", "t0"),
+                    ("node_id", "n1"),
+                ],
+            );
+        }
+    }
+    s.close(root, 1010);
+    s
+}
+
+fn actor(id: &str) -> LogicalNode {
+    LogicalNode::Actor {
+        class: WORKER.into(),
+        actor_id: id.into(),
+    }
+}
+
+#[test]
+fn worker_tree_logical_edges_count_every_call_and_transfer() {
+    let views = worker_tree().views();
+    assert_eq!(views.dropped(), 0);
+    let logical = views.snapshot().logical();
+    let edge = |from: &LogicalNode, to: &LogicalNode, name: &str| {
+        logical
+            .call_edges
+            .iter()
+            .find(|e| &e.from == from && &e.to == to && e.name == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no edge {from} -> {to} {name}"))
+    };
+    let root = edge(&LogicalNode::Driver, &actor("a0"), "process");
+    assert_eq!((root.count, root.total_nanos), (1, 1_000_000));
+    for child in ["a1", "a2"] {
+        let e = edge(&actor("a0"), &actor(child), "process");
+        assert_eq!(e.count, 10);
+        assert_eq!(e.total_nanos, 400_000);
+        assert_eq!(e.mean_nanos(), 40_000);
+        assert_eq!(e.max_nanos, 40_000);
+        assert_eq!(e.kind, CallKind::ActorCall);
+        assert_eq!(edge(&LogicalNode::Driver, &actor(child), "new").count, 1);
+    }
+    assert_eq!(logical.call_edges.len(), 6);
+    assert_eq!(logical.classes()[WORKER].len(), 3);
+
+    assert_eq!(logical.data_edges.len(), 2);
+    let near = &logical.data_edges[0];
+    assert_eq!((&near.from, &near.to), (&actor("a1"), &actor("a0")));
+    assert_eq!((near.count, near.total_bytes), (10, 1_000));
+    assert_eq!((near.same_node, near.cross_node), (10, 0));
+    assert_eq!(near.consumers, vec!["t0".to_owned()]);
+    let far = &logical.data_edges[1];
+    assert_eq!((far.same_node, far.cross_node), (0, 10));
+    let puts: BTreeMap<_, _> = logical
+        .nodes
+        .iter()
+        .map(|n| (n.node.key(), n.puts))
+        .collect();
+    assert_eq!(puts["actor:a1"], 10);
+
+    let json = logical.to_json();
+    assert_eq!(json["call_edges"].as_array().map(Vec::len), Some(6));
+    let dot = logical.to_dot();
+    assert!(dot.starts_with("digraph logical {"));
+    assert!(dot.contains("subgraph cluster_0"));
+    assert!(dot.contains("\"actor:a0\" -> \"actor:a1\" [label=\"process x10"));
+}
+
+#[test]
+fn worker_tree_flame_totals_are_span_sums_and_self_plus_children_is_total() {
+    let flame = worker_tree().views().snapshot().flame();
+    let parent_path = format!("driver;{PROCESS}");
+    let child_path = format!("driver;{PROCESS};{PROCESS}");
+    let parent = flame.frame(&parent_path).expect("parent frame");
+    let child = flame.frame(&child_path).expect("child frame");
+    assert_eq!((parent.count, parent.total_nanos), (1, 1_000_000));
+    assert_eq!((child.count, child.total_nanos), (20, 800_000));
+    assert_eq!(parent.children_nanos, 800_000);
+    assert_eq!(parent.self_nanos, 200_000);
+    assert_eq!(parent.waiting_nanos, 800_000);
+    assert_eq!(parent.running_nanos, 200_000);
+    for frame in &flame.frames {
+        assert_eq!(
+            frame.self_nanos + frame.children_nanos,
+            frame.total_nanos,
+            "{}",
+            frame.path
+        );
+    }
+    let creates = flame
+        .frame(&format!("driver;{WORKER}.new"))
+        .expect("creates");
+    assert_eq!((creates.count, creates.total_nanos), (3, 15_000));
+    let root = flame.frame("driver").expect("driver root");
+    assert_eq!(root.total_nanos, 1_015_000);
+
+    let folded = flame.folded(FlameMetric::SelfTime);
+    assert!(folded.contains(&format!("{parent_path} 200\n")));
+    assert!(folded.contains(&format!("{child_path} 800\n")));
+    let self_sum: u64 = parse_folded(&folded).values().sum();
+    assert_eq!(self_sum, 1_015);
+    assert!(flame
+        .folded(FlameMetric::Waiting)
+        .contains(&format!("{parent_path} 800\n")));
+
+    let diff = diff_folded(&folded, &folded.replace(" 800\n", " 900\n"));
+    assert!(diff.contains(&format!("{child_path} 800 900\n")));
+    assert!(diff.contains(&format!("{parent_path} 200 200\n")));
+}
+
+#[test]
+fn chrome_trace_slices_are_complete_and_flows_pair_up() {
+    let mut script = worker_tree();
+    // One call left running, to check live slices too.
+    script.open(
+        "actor.call",
+        1_100,
+        &[
+            ("task_id", "t9"),
+            ("actor_id", "a0"),
+            ("class", WORKER),
+            ("method", "process"),
+        ],
+    );
+    script.event("object.put", 1_200, &[("object_id", "x"), ("bytes", "1")]);
+    let views = script.views();
+    let gantt = views.snapshot().gantt();
+    assert!(gantt
+        .slices
+        .iter()
+        .any(|s| s.task_id == "t9" && !s.finished));
+    let blocked = gantt
+        .slices
+        .iter()
+        .filter(|s| s.state == SliceState::Blocked)
+        .count();
+    assert_eq!(blocked, 20);
+
+    let trace = gantt.to_chrome_trace();
+    let text = serde_json::to_string(&trace).expect("serializes");
+    let trace: Value = serde_json::from_str(&text).expect("valid JSON");
+    let events = trace["traceEvents"].as_array().expect("traceEvents");
+    let mut complete = 0;
+    let mut starts = BTreeMap::new();
+    let mut finishes = BTreeMap::new();
+    for e in events {
+        match e["ph"].as_str() {
+            Some("X") => {
+                complete += 1;
+                for key in ["ts", "dur"] {
+                    assert!(e[key].as_f64().is_some_and(|v| v >= 0.0), "{e}");
+                }
+                for key in ["pid", "tid"] {
+                    assert!(e[key].as_u64().is_some(), "{e}");
+                }
+            }
+            Some("s") => {
+                assert!(starts
+                    .insert(e["id"].as_u64().expect("id"), e.clone())
+                    .is_none());
+            }
+            Some("f") => {
+                assert_eq!(e["bp"], "e");
+                assert!(finishes
+                    .insert(e["id"].as_u64().expect("id"), e.clone())
+                    .is_none());
+            }
+            Some("M") => {}
+            other => panic!("unexpected phase {other:?}"),
+        }
+    }
+    assert_eq!(complete, gantt.slices.len());
+    assert_eq!(starts.len(), 20, "one flow per child call");
+    assert_eq!(
+        starts.keys().collect::<Vec<_>>(),
+        finishes.keys().collect::<Vec<_>>()
+    );
+    for (id, s) in &starts {
+        let f = &finishes[id];
+        assert!(s["ts"].as_f64() <= f["ts"].as_f64());
+        assert_ne!(s["tid"], f["tid"], "caller and callee lanes differ");
+    }
+    // Actor calls run on their actor's lane: one lane per actor.
+    let lanes: BTreeSet<&str> = gantt.lanes.iter().map(|l| l.name.as_str()).collect();
+    assert!(lanes.contains(&*format!("{WORKER} a1")));
+}
+
+/// Two actor calls blocked on each other's result, plus a non-cyclic chain.
+fn waits(cyclic: bool) -> Script {
+    let mut s = Script::default();
+    s.open(
+        "actor.call",
+        0,
+        &[
+            ("task_id", "ta"),
+            ("actor_id", "A1"),
+            ("class", "A"),
+            ("method", "f"),
+        ],
+    );
+    s.open(
+        "actor.call",
+        1,
+        &[
+            ("task_id", "tb"),
+            ("actor_id", "B1"),
+            ("class", "B"),
+            ("method", "g"),
+        ],
+    );
+    s.open(
+        "wait",
+        2,
+        &[("task_id", "ta"), ("objects", "ret-b"), ("producers", "tb")],
+    );
+    if cyclic {
+        s.open(
+            "wait",
+            3,
+            &[("task_id", "tb"), ("objects", "ret-a"), ("producers", "ta")],
+        );
+    }
+    // tc waits on td (running) and on an object nobody is known to produce.
+    s.open(
+        "task.run",
+        4,
+        &[
+            ("task_id", "tc"),
+            ("function", "m::c"),
+            ("parent_task", "ta"),
+        ],
+    );
+    s.open("task.run", 4, &[("task_id", "td"), ("function", "m::d")]);
+    s.open(
+        "wait",
+        5,
+        &[
+            ("task_id", "tc"),
+            ("objects", "od,ox"),
+            ("producers", "td,"),
+        ],
+    );
+    s
+}
+
+#[test]
+fn mutual_waits_are_reported_as_one_deadlock_naming_both_tasks() {
+    let stacks = waits(true).views().snapshot().stacks();
+    assert_eq!(stacks.deadlocks.len(), 1);
+    let cycle: Vec<(&str, &str)> = stacks.deadlocks[0]
+        .cycle
+        .iter()
+        .map(|t| (t.task_id.as_str(), t.name.as_str()))
+        .collect();
+    assert_eq!(cycle, vec![("ta", "A.f"), ("tb", "B.g")]);
+    let text = stacks.to_text();
+    assert!(text.contains("DEADLOCK (2 tasks): ta (A.f) -> tb (B.g) -> ta (A.f)"));
+    let json = stacks.to_json();
+    assert_eq!(json["deadlocks"][0]["cycle"][1]["name"], "B.g");
+}
+
+#[test]
+fn a_wait_chain_without_a_cycle_reports_no_deadlock() {
+    let stacks = waits(false).views().snapshot().stacks();
+    assert!(stacks.deadlocks.is_empty());
+    let by_id: BTreeMap<&str, &TaskStack> = stacks
+        .tasks
+        .iter()
+        .map(|t| (t.task.task_id.as_str(), t))
+        .collect();
+    let ta = by_id["ta"];
+    assert_eq!(ta.state, TaskState::Blocked);
+    assert_eq!(ta.waits_on[0].producer_state, Some(TaskState::Running));
+    assert_eq!(
+        ta.wait_chain
+            .iter()
+            .map(|t| t.task_id.as_str())
+            .collect::<Vec<_>>(),
+        vec!["tb"]
+    );
+    let tc = by_id["tc"];
+    let ancestors: Vec<&str> = tc.ancestors.iter().map(|a| a.task_id.as_str()).collect();
+    assert_eq!(ancestors, vec!["ta", "driver"]);
+    assert_eq!(tc.waits_on.len(), 2);
+    assert_eq!(
+        tc.waits_on[0].producer.as_ref().map(|p| p.name.as_str()),
+        Some("m::d")
+    );
+    assert_eq!(tc.waits_on[1].producer, None);
+    assert_eq!(by_id["td"].state, TaskState::Running);
+    assert!(stacks
+        .to_text()
+        .contains("waits on od <- td (m::d) [running]"));
+}
+
+/// Two `train` tasks labelled dp_rank 0 and 1, each with a `step` child; the
+/// children of the first have finished, those of the second still run.
+fn ranks() -> Script {
+    let mut s = Script::default();
+    for (rank, task, child, node) in [("0", "r0", "r0.c", "n0"), ("1", "r1", "r1.c", "n1")] {
+        let span = s.open(
+            "task.run",
+            0,
+            &[
+                ("task_id", task),
+                ("function", "train"),
+                ("node_id", node),
+                ("worker_id", "w"),
+            ],
+        );
+        s.event("context", 1, &[("task_id", task), ("dp_rank", rank)]);
+        let c = s.open(
+            "task.run",
+            2,
+            &[
+                ("task_id", child),
+                ("function", "step"),
+                ("parent_task", task),
+                ("node_id", node),
+            ],
+        );
+        s.close(c, 10);
+        s.close(span, 20);
+        let live = format!("{child}.live");
+        s.open(
+            "task.run",
+            30,
+            &[
+                ("task_id", &live),
+                ("function", "step"),
+                ("parent_task", task),
+                ("node_id", node),
+            ],
+        );
+    }
+    s
+}
+
+#[test]
+fn a_context_filter_keeps_one_rank_and_its_children_in_every_view() {
+    let views = ranks().views();
+    let all = views.snapshot().logical();
+    let train = |view: &LogicalView, from: LogicalNode, to: &str| {
+        view.call_edges
+            .iter()
+            .find(|e| e.from == from && e.name == to)
+            .map_or(0, |e| e.count)
+    };
+    assert_eq!(train(&all, LogicalNode::Driver, "train"), 2);
+    assert_eq!(
+        train(&all, LogicalNode::Function("train".into()), "step"),
+        2
+    );
+
+    let rank0 = views.filter("dp_rank", "0");
+    let logical = rank0.logical();
+    assert_eq!(train(&logical, LogicalNode::Driver, "train"), 1);
+    assert_eq!(
+        train(&logical, LogicalNode::Function("train".into()), "step"),
+        1
+    );
+    let flame = rank0.flame();
+    assert_eq!(flame.frame("driver;train;step").map(|f| f.count), Some(1));
+
+    let stacks = rank0.stacks();
+    let ids: Vec<&str> = stacks
+        .tasks
+        .iter()
+        .map(|t| t.task.task_id.as_str())
+        .collect();
+    assert_eq!(ids, vec!["r0.c.live"], "the live child inherited dp_rank=0");
+    let gantt = rank0.gantt();
+    assert!(gantt.slices.iter().all(|s| s.task_id.starts_with("r0")));
+    assert_eq!(gantt.slices.len(), 3);
+    let physical = rank0.physical();
+    let nodes: Vec<(&str, usize)> = physical
+        .nodes
+        .iter()
+        .map(|n| (n.node_id.as_str(), n.running_tasks))
+        .collect();
+    assert_eq!(nodes, vec![("n0", 1)]);
+
+    assert!(views.filter("dp_rank", "7").logical().call_edges.is_empty());
+}
+
+#[test]
+fn physical_view_places_actors_and_running_tasks_on_their_nodes() {
+    let mut s = waits(false);
+    s.open(
+        "actor.create",
+        6,
+        &[
+            ("actor_id", "C1"),
+            ("class", "C"),
+            ("node_id", "n2"),
+            ("worker_id", "w9"),
+        ],
+    );
+    s.open(
+        "task.run",
+        7,
+        &[
+            ("task_id", "te"),
+            ("function", "m::e"),
+            ("node_id", "n2"),
+            ("worker_id", "w1"),
+        ],
+    );
+    s.event("resource.sample", 8, &[("node_id", "n2"), ("cpu", "0.5")]);
+    let physical = s.views().snapshot().physical();
+    let n2 = physical
+        .nodes
+        .iter()
+        .find(|n| n.node_id == "n2")
+        .expect("n2");
+    assert_eq!(n2.running_tasks, 2, "te and the creation span");
+    assert_eq!(n2.resources.get("cpu"), Some(&0.5));
+    let w9 = n2.workers.iter().find(|w| w.worker_id == "w9").expect("w9");
+    assert_eq!(w9.actors[0].class, "C");
+    let unknown = physical
+        .nodes
+        .iter()
+        .find(|n| n.node_id == "unknown")
+        .expect("unplaced");
+    assert_eq!(unknown.running_tasks, 4);
+    assert!(physical.to_json()["nodes"].as_array().is_some());
+}
+
+#[test]
+fn numeric_ids_are_accepted_and_compared_as_strings() {
+    let mut views = Views::default();
+    let mut f = Fields::new();
+    f.push("task_id", FieldValue::U64(7));
+    f.push("function", FieldValue::Str("m::f".into()));
+    let open = Record {
+        kind: RecordKind::SpanNew,
+        span: 1,
+        parent: 0,
+        name: "task.run",
+        target: "ray_test",
+        at_nanos: 0,
+        thread: 3,
+        fields: f,
+    };
+    let mut ctx = Fields::new();
+    ctx.push("task_id", FieldValue::Str("7".into()));
+    ctx.push("stage", FieldValue::U64(2));
+    let context = Record {
+        kind: RecordKind::Event,
+        span: 0,
+        name: "context",
+        fields: ctx,
+        ..open.clone()
+    };
+    views.apply(&open);
+    views.apply(&context);
+    let stacks = views.filter("stage", "2").stacks();
+    assert_eq!(stacks.tasks[0].task.task_id, "7");
+    views.apply(&Record {
+        kind: RecordKind::SpanClose,
+        at_nanos: 5,
+        fields: Fields::new(),
+        ..open
+    });
+    assert_eq!(views.stats().live_tasks, 0);
+    assert_eq!(views.snapshot().logical().call_edges[0].count, 1);
+}
+
+#[test]
+fn a_million_finished_tasks_stay_within_the_stated_bound() {
+    // 200k keeps the debug-build test fast (the state is flat once the caps
+    // fill); the ignored test below feeds the full million.
+    finished_tasks_stay_within_the_bound(200_000);
+}
+
+#[test]
+#[ignore = "slow in debug; run with --release -- --ignored"]
+fn a_full_million_finished_tasks_stay_within_the_stated_bound() {
+    finished_tasks_stay_within_the_bound(1_000_000);
+}
+
+fn finished_tasks_stay_within_the_bound(tasks: u64) {
+    let mut views = Views::default();
+    let bound = views.limits().max_entries();
+    let mut record = |kind, span, name, at_nanos, pairs: &[(&'static str, String)]| {
+        let fields = pairs
+            .iter()
+            .map(|(k, v)| (*k, FieldValue::Str(v.as_str().into())))
+            .collect();
+        views.apply(&Record {
+            kind,
+            span,
+            parent: 0,
+            name,
+            target: "ray_test",
+            at_nanos,
+            thread: (span % 4) as u32,
+            fields,
+        });
+    };
+    for i in 0..tasks {
+        let task = format!("t{i}");
+        let object = format!("o{i}");
+        let at = i * 10;
+        record(
+            RecordKind::Event,
+            0,
+            "task.submit",
+            at,
+            &[("task_id", task.clone()), ("function", "m::f".into())],
+        );
+        record(
+            RecordKind::SpanNew,
+            i + 1,
+            "task.run",
+            at + 1,
+            &[("task_id", task.clone()), ("function", "m::f".into())],
+        );
+        record(
+            RecordKind::Event,
+            0,
+            "object.put",
+            at + 2,
+            &[
+                ("object_id", object.clone()),
+                ("bytes", "8".into()),
+                ("task_id", task),
+            ],
+        );
+        record(RecordKind::SpanClose, i + 1, "task.run", at + 3, &[]);
+        record(
+            RecordKind::Event,
+            0,
+            "object.get",
+            at + 4,
+            &[("object_id", object), ("bytes", "8".into())],
+        );
+    }
+    let stats = views.stats();
+    assert_eq!(stats.dropped, 0);
+    assert_eq!(
+        (stats.live_tasks, stats.live_spans),
+        (0, 0),
+        "per-task state freed on close"
+    );
+    assert!(
+        stats.state_entries <= bound,
+        "{} > {bound}",
+        stats.state_entries
+    );
+    assert!(stats.evicted_objects > 0 && stats.evicted_recent > 0 && stats.evicted_slices > 0);
+    let logical = views.snapshot().logical();
+    assert_eq!(logical.call_edges[0].count, tasks);
+    assert_eq!(logical.data_edges[0].count, tasks);
+    assert_eq!(
+        views
+            .snapshot()
+            .flame()
+            .frame("driver;m::f")
+            .map(|f| f.count),
+        Some(tasks)
+    );
+}
+
+#[test]
+fn live_state_caps_refuse_and_count_the_excess() {
+    let mut views = Views::new(Limits {
+        max_live_tasks: 10,
+        ..Limits::default()
+    });
+    let mut s = Script::default();
+    let spans: Vec<u64> = (0..20)
+        .map(|i| {
+            s.open(
+                "task.run",
+                i,
+                &[("task_id", &format!("t{i}")), ("function", "f")],
+            )
+        })
+        .collect();
+    for span in spans {
+        s.close(span, 100);
+    }
+    views.accept(&s.records);
+    let stats = views.stats();
+    assert_eq!(stats.dropped, 10);
+    assert_eq!(stats.ignored, 10, "closes of refused spans");
+    assert_eq!(views.snapshot().logical().call_edges[0].count, 10);
+    assert_eq!(stats.live_tasks, 0);
+}
+
+#[test]
+fn views_drain_from_a_collector_as_a_sink() {
+    use tracing_subscriber::layer::SubscriberExt;
+
+    let (layer, collector) = crate::InsightLayer::new(crate::InsightConfig::default());
+    let subscriber = tracing_subscriber::registry().with(layer);
+    tracing::subscriber::with_default(subscriber, || {
+        let run = tracing::info_span!(target: "ray_core::task", "task.run", task_id = "t1", function = "m::f");
+        let _entered = run.enter();
+        tracing::info!(target: "ray_core::object", object_id = "o1", bytes = 64u64, "object.put");
+        let child = tracing::info_span!(target: "ray_core::task", "task.run", task_id = 2u64, function = "m::g");
+        drop(child);
+    });
+    crate::InsightLayer::flush_current_thread();
+    let mut views = Views::default();
+    collector.drain_into(&mut views);
+    let logical = views.snapshot().logical();
+    let edges: Vec<(String, String)> = logical
+        .call_edges
+        .iter()
+        .map(|e| (e.from.key(), e.to.key()))
+        .collect();
+    assert_eq!(
+        edges,
+        vec![
+            ("driver".to_owned(), "fn:m::f".to_owned()),
+            ("fn:m::f".to_owned(), "fn:m::g".to_owned()),
+        ],
+        "the child's parent comes from the enclosing span"
+    );
+    let put = logical
+        .nodes
+        .iter()
+        .find(|n| n.node.key() == "fn:m::f")
+        .expect("f");
+    assert_eq!((put.puts, put.put_bytes), (1, 64));
+}
