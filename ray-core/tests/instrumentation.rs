@@ -112,4 +112,25 @@ async fn tasks_actor_calls_objects_and_waits_carry_their_ids() {
     assert!(named(RecordKind::Event, "object.get")
         .iter()
         .any(|r| str_field(r, "object_id") == Some(object)));
+
+    // The same records build the views: a parent -> leaf call edge, the
+    // driver's call of the actor method, no deadlock.
+    let mut views = ray_insight::Views::default();
+    for r in records {
+        views.apply(r);
+    }
+    let snap = views.snapshot();
+    let logical = snap.logical();
+    let edge = |to: &str| {
+        logical
+            .call_edges
+            .iter()
+            .find(|e| e.name.ends_with(to))
+            .map(|e| e.count)
+    };
+    assert_eq!(edge("::leaf"), Some(1), "{:?}", logical.call_edges);
+    assert_eq!(edge("::parent"), Some(1));
+    assert!(logical.call_edges.iter().any(|e| e.name.ends_with("add")));
+    assert!(snap.stacks().deadlocks.is_empty());
+    assert_eq!(views.dropped(), 0);
 }
