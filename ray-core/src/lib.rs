@@ -41,6 +41,7 @@ mod actor;
 pub mod cluster;
 mod context;
 mod error;
+pub mod insight;
 mod object;
 mod object_ref;
 mod options;

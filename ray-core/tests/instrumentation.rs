@@ -57,8 +57,24 @@ async fn tasks_actor_calls_objects_and_waits_carry_their_ids() {
     assert_eq!(obj.get().await.unwrap().len(), 4096);
     ray.shutdown();
     InsightLayer::flush_current_thread();
+    // A span closes just after its result is visible: drain until the two
+    // task runs and the actor call have closed (or give up after 10 s).
     let mut sink = MemorySink::new(100_000);
-    collector.drain_into(&mut sink);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        collector.drain_into(&mut sink);
+        let closed = sink
+            .records()
+            .iter()
+            .filter(|r| {
+                r.kind == RecordKind::SpanClose && (r.name == "task.run" || r.name == "actor.call")
+            })
+            .count();
+        if closed >= 3 || std::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let records = sink.records();
 
     let named = |kind: RecordKind, name: &str| -> Vec<&Record> {

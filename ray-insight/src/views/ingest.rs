@@ -53,6 +53,16 @@ fn list_field(record: &Record, key: &str) -> Vec<Option<Id>> {
     }
 }
 
+/// Parses a packed label list `k1=v1,k2=v2` (entries without `=` or with an
+/// empty key are skipped; keys and values are trimmed).
+fn parse_labels(packed: &str) -> impl Iterator<Item = (Id, Id)> + '_ {
+    packed.split(',').filter_map(|entry| {
+        let (key, value) = entry.split_once('=')?;
+        let key = key.trim();
+        (!key.is_empty()).then(|| (Arc::from(key), Arc::from(value.trim())))
+    })
+}
+
 fn u64_field(record: &Record, key: &str) -> Option<u64> {
     match record.field(key)? {
         FieldValue::Str(s) => s.trim().parse().ok(),
@@ -221,6 +231,13 @@ impl Views {
         };
         let mut task = self.new_task(kind, record);
         Self::update_task_fields(&mut task, record);
+        // A submit names the actor but not its class; a queued call is then
+        // still named `Class.method` in the stack view.
+        if task.class.is_none() {
+            if let Some(info) = task.actor_id.as_ref().and_then(|a| self.actors.get(a)) {
+                task.class.clone_from(&info.class);
+            }
+        }
         task.submitted_at = Some(record.at_nanos);
         self.tasks.insert(id, task);
         true
@@ -557,12 +574,16 @@ impl Views {
     }
 
     fn on_context(&mut self, record: &Record) -> bool {
-        let labels: Vec<(Id, Id)> = record
-            .fields
-            .iter()
-            .filter(|(key, _)| *key != "task_id" && *key != "message")
-            .map(|(key, value)| (Arc::from(key), id_of(value)))
-            .collect();
+        let mut labels: Vec<(Id, Id)> = Vec::new();
+        for (key, value) in record.fields.iter() {
+            match (key, value) {
+                ("task_id" | "message", _) => {}
+                // `tracing` field names are static, so a runtime emits
+                // dynamic labels packed into one `labels = "k1=v1,k2=v2"`.
+                ("labels", FieldValue::Str(packed)) => labels.extend(parse_labels(packed)),
+                _ => labels.push((Arc::from(key), id_of(value))),
+            }
+        }
         let task = self.subject_task(record);
         let base = match &task {
             None => self.driver_labels,

@@ -57,7 +57,7 @@
 //! | event | `task.submit` | `task_id`, `function` or `method`, `parent_task`?, `actor_id`? |
 //! | event | `object.put` | `object_id`, `bytes`, `node_id`?, `task_id`? |
 //! | event | `object.get` | `object_id`, `bytes`, `task_id`?, `node_id`?, `producer_node`? |
-//! | event | `context` | `task_id`?, any other field is a label |
+//! | event | `context` | `task_id`?, `labels`? (`k1=v1,k2=v2`), any other field is a label |
 //! | event | `resource.sample` | `node_id`, numeric fields (hook, see [`PhysicalView`]) |
 //!
 //! An absent `parent_task` or `task_id` means the driver, unless the record is

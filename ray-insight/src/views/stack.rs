@@ -7,12 +7,21 @@
 //! call's return object, produced by the call's task). A producer that is
 //! itself blocked continues the chain; a cycle (a strongly connected component
 //! with more than one task, or a task waiting on itself) is a deadlock.
+//!
+//! A producer that is an actor call submitted but not yet started is queued
+//! in its actor's mailbox: it waits for the calls that occupy the actor. When
+//! every started call of that actor is blocked (none can make progress and
+//! free the actor), the queued call continues the chain to each of them. This
+//! is what closes the classic actor deadlock: `A.ping` waits on `B.pong`,
+//! which waits on `A.echo`, queued behind `A.ping`. The per-actor occupancy is
+//! derived from the live tasks when the view is built, so it costs no state.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
+use super::logical::CallKind;
 use super::model::{FifoMap, Id, LabelSetId};
 use super::task::{LiveTask, RecentTask, TaskState};
 
@@ -99,24 +108,53 @@ fn driver_ref() -> TaskRef {
     }
 }
 
-/// Blocked tasks → the live blocked producers they wait on (sorted, deduplicated).
+/// The wait-for graph: blocked tasks → the producers they wait on that are
+/// themselves in the graph, and queued actor calls → the blocked calls that
+/// occupy their actor (see the module docs). Successors sorted, deduplicated.
 fn wait_for_graph(tasks: &HashMap<Id, LiveTask>) -> BTreeMap<Id, Vec<Id>> {
-    let mut graph = BTreeMap::new();
+    // Per actor: its started calls, and whether all of them are blocked.
+    let mut occupants: HashMap<&Id, (Vec<&Id>, bool)> = HashMap::new();
     for (id, task) in tasks {
-        if task.state() != TaskState::Blocked {
+        let (CallKind::ActorCall, Some(actor)) = (task.kind, &task.actor_id) else {
+            continue;
+        };
+        let state = task.state();
+        if state == TaskState::Submitted {
             continue;
         }
-        let mut next: Vec<Id> = task
-            .waits
-            .iter()
-            .flat_map(|w| w.producers.iter().flatten())
-            .filter(|p| {
-                tasks
-                    .get(*p)
-                    .is_some_and(|t| t.state() == TaskState::Blocked)
-            })
-            .cloned()
-            .collect();
+        let entry = occupants.entry(actor).or_insert_with(|| (Vec::new(), true));
+        entry.0.push(id);
+        entry.1 &= state == TaskState::Blocked;
+    }
+    // A queued call waits on its actor's calls only while none of them runs.
+    let queued_on = |task: &LiveTask| -> Option<&Vec<&Id>> {
+        if task.state() != TaskState::Submitted || task.kind != CallKind::ActorCall {
+            return None;
+        }
+        match occupants.get(task.actor_id.as_ref()?) {
+            Some((calls, true)) => Some(calls),
+            _ => None,
+        }
+    };
+    let in_graph = |id: &Id| {
+        tasks
+            .get(id)
+            .is_some_and(|t| t.state() == TaskState::Blocked || queued_on(t).is_some())
+    };
+    let mut graph = BTreeMap::new();
+    for (id, task) in tasks {
+        let mut next: Vec<Id> = if task.state() == TaskState::Blocked {
+            task.waits
+                .iter()
+                .flat_map(|w| w.producers.iter().flatten())
+                .filter(|p| in_graph(p))
+                .cloned()
+                .collect()
+        } else if let Some(calls) = queued_on(task) {
+            calls.iter().map(|c| (*c).clone()).collect()
+        } else {
+            continue;
+        };
         next.sort();
         next.dedup();
         graph.insert(id.clone(), next);
@@ -288,19 +326,19 @@ pub(crate) fn build(
         let mut at = id.clone();
         while wait_chain.len() < MAX_CHAIN {
             let Some(t) = tasks.get(&at) else { break };
-            let Some(next) = t
-                .waits
-                .iter()
-                .flat_map(|w| w.producers.iter().flatten())
-                .next()
-            else {
-                break;
+            // A blocked task waits on its first producer; a queued actor call
+            // on the first call occupying its actor.
+            let next = match t.state() {
+                TaskState::Blocked => t
+                    .waits
+                    .iter()
+                    .flat_map(|w| w.producers.iter().flatten())
+                    .next(),
+                _ => graph.get(&at).and_then(|n| n.first()),
             };
+            let Some(next) = next else { break };
             wait_chain.push(task_ref(next, tasks, recent));
-            let blocked = tasks
-                .get(next)
-                .is_some_and(|n| n.state() == TaskState::Blocked);
-            if !blocked || !seen.insert(next.clone()) {
+            if !graph.contains_key(next) || !seen.insert(next.clone()) {
                 break;
             }
             at = next.clone();

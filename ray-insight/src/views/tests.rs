@@ -437,6 +437,202 @@ fn a_wait_chain_without_a_cycle_reports_no_deadlock() {
         .contains("waits on od <- td (m::d) [running]"));
 }
 
+/// Actor A (one call at a time) runs `ping`, which waits on B's `pong`, which
+/// waits on A's `echo`; `echo` was submitted but is queued behind `ping`.
+/// With `echo_running`, `echo` has started instead (A allows concurrency),
+/// so nothing is stuck for good.
+fn actor_ping_pong(echo_running: bool) -> Script {
+    let mut s = Script::default();
+    let call = |task: &'static str,
+                actor: &'static str,
+                class: &'static str,
+                method: &'static str,
+                parent: &'static str| {
+        [
+            ("task_id", task),
+            ("actor_id", actor),
+            ("class", class),
+            ("method", method),
+            ("parent_task", parent),
+        ]
+    };
+    s.event(
+        "task.submit",
+        0,
+        &[("task_id", "tping"), ("method", "ping"), ("actor_id", "A1")],
+    );
+    s.open("actor.call", 1, &call("tping", "A1", "A", "ping", ""));
+    s.event(
+        "task.submit",
+        2,
+        &[
+            ("task_id", "tpong"),
+            ("method", "pong"),
+            ("actor_id", "B1"),
+            ("parent_task", "tping"),
+        ],
+    );
+    s.open(
+        "wait",
+        3,
+        &[
+            ("task_id", "tping"),
+            ("objects", "ret-pong"),
+            ("producers", "tpong"),
+        ],
+    );
+    s.open("actor.call", 4, &call("tpong", "B1", "B", "pong", "tping"));
+    s.event(
+        "task.submit",
+        5,
+        &[
+            ("task_id", "techo"),
+            ("method", "echo"),
+            ("actor_id", "A1"),
+            ("parent_task", "tpong"),
+        ],
+    );
+    s.open(
+        "wait",
+        6,
+        &[
+            ("task_id", "tpong"),
+            ("objects", "ret-echo"),
+            ("producers", "techo"),
+        ],
+    );
+    if echo_running {
+        s.open("actor.call", 7, &call("techo", "A1", "A", "echo", "tpong"));
+    }
+    s
+}
+
+#[test]
+fn a_call_queued_behind_its_blocked_caller_on_the_same_actor_is_a_deadlock() {
+    let stacks = actor_ping_pong(false).views().snapshot().stacks();
+    assert_eq!(stacks.deadlocks.len(), 1, "{}", stacks.to_text());
+    let cycle: Vec<(&str, &str)> = stacks.deadlocks[0]
+        .cycle
+        .iter()
+        .map(|t| (t.task_id.as_str(), t.name.as_str()))
+        .collect();
+    assert_eq!(
+        cycle,
+        vec![
+            ("techo", "A.echo"),
+            ("tping", "A.ping"),
+            ("tpong", "B.pong")
+        ]
+    );
+    assert!(stacks.to_text().contains(
+        "DEADLOCK (3 tasks): techo (A.echo) -> tping (A.ping) -> tpong (B.pong) -> techo (A.echo)"
+    ));
+    // The blocked ping's chain goes through the queued echo back to itself.
+    let ping = stacks
+        .tasks
+        .iter()
+        .find(|t| t.task.task_id == "tping")
+        .expect("ping is blocked");
+    let chain: Vec<&str> = ping.wait_chain.iter().map(|t| t.task_id.as_str()).collect();
+    assert_eq!(chain, vec!["tpong", "techo", "tping"]);
+}
+
+#[test]
+fn a_queued_call_on_an_actor_with_a_running_call_is_no_deadlock() {
+    let stacks = actor_ping_pong(true).views().snapshot().stacks();
+    assert!(stacks.deadlocks.is_empty(), "{}", stacks.to_text());
+    // Queued on A while ping is blocked and nothing else runs there, echo is
+    // still submitted-only in the stacks, and ping's chain ends at it running.
+    let ping = stacks
+        .tasks
+        .iter()
+        .find(|t| t.task.task_id == "tping")
+        .expect("ping is blocked");
+    let chain: Vec<&str> = ping.wait_chain.iter().map(|t| t.task_id.as_str()).collect();
+    assert_eq!(chain, vec!["tpong", "techo"]);
+}
+
+#[test]
+fn a_queued_call_on_an_idle_actor_is_no_deadlock() {
+    // B's pong waits on a call queued on actor C, which runs nothing yet:
+    // the call is about to start, nobody holds C.
+    let mut s = Script::default();
+    s.open(
+        "actor.call",
+        0,
+        &[
+            ("task_id", "tpong"),
+            ("actor_id", "B1"),
+            ("class", "B"),
+            ("method", "pong"),
+        ],
+    );
+    s.event(
+        "task.submit",
+        1,
+        &[("task_id", "tq"), ("method", "q"), ("actor_id", "C1")],
+    );
+    s.open(
+        "wait",
+        2,
+        &[
+            ("task_id", "tpong"),
+            ("objects", "ret-q"),
+            ("producers", "tq"),
+        ],
+    );
+    let stacks = s.views().snapshot().stacks();
+    assert!(stacks.deadlocks.is_empty());
+    let pong = &stacks.tasks[0];
+    let chain: Vec<&str> = pong.wait_chain.iter().map(|t| t.task_id.as_str()).collect();
+    assert_eq!(chain, vec!["tq"]);
+}
+
+#[test]
+fn packed_context_labels_are_parsed_and_inherited() {
+    let mut s = Script::default();
+    let t0 = s.open("task.run", 0, &[("task_id", "t0"), ("function", "train")]);
+    s.event(
+        "context",
+        1,
+        &[
+            ("task_id", "t0"),
+            ("labels", "dp_rank=0, stage = a,junk,=x"),
+        ],
+    );
+    let c = s.open(
+        "task.run",
+        2,
+        &[
+            ("task_id", "t0.c"),
+            ("function", "step"),
+            ("parent_task", "t0"),
+        ],
+    );
+    s.close(c, 3);
+    s.close(t0, 4);
+    let t1 = s.open("task.run", 5, &[("task_id", "t1"), ("function", "train")]);
+    s.event("context", 6, &[("task_id", "t1"), ("labels", "dp_rank=1")]);
+    s.close(t1, 7);
+    let views = s.views();
+    let names = |snap: Snapshot<'_>| -> Vec<String> {
+        let mut names: Vec<String> = snap
+            .logical()
+            .call_edges
+            .iter()
+            .map(|e| e.name.to_string())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(names(views.filter("dp_rank", "0")), vec!["step", "train"]);
+    assert_eq!(names(views.filter("stage", "a")), vec!["step", "train"]);
+    assert_eq!(names(views.filter("dp_rank", "1")), vec!["train"]);
+    assert!(names(views.filter("junk", "")).is_empty());
+    assert!(names(views.filter("", "x")).is_empty());
+    assert!(names(views.filter("labels", "dp_rank=0")).is_empty());
+}
+
 /// Two `train` tasks labelled dp_rank 0 and 1, each with a `step` child; the
 /// children of the first have finished, those of the second still run.
 fn ranks() -> Script {

@@ -1,0 +1,111 @@
+//! A program that really deadlocks — two actors calling each other
+//! synchronously — is reported by insight's distributed stack while it hangs,
+//! and then ended by shutting the runtime down (one test per file: it installs
+//! the process's global subscriber).
+
+use std::time::{Duration, Instant};
+
+use ray_core::prelude::*;
+use ray_insight::views::Deadlock;
+use ray_insight::{InsightConfig, InsightLayer, Views};
+use tracing_subscriber::layer::SubscriberExt;
+
+#[remote]
+struct Left {}
+
+#[remote]
+impl Left {
+    fn new() -> Self {
+        Left {}
+    }
+
+    /// Calls `right.pong(me)` and waits for it, holding this actor meanwhile.
+    fn ping(&self, right: ActorHandle<Right>, me: ActorHandle<Left>) -> u64 {
+        right
+            .pong(me)
+            .and_then(|r| r.get_blocking())
+            .map_or(0, |v| v + 1)
+    }
+
+    /// Queued behind `ping` on this one-call-at-a-time actor: never starts.
+    fn echo(&self) -> u64 {
+        1
+    }
+}
+
+#[remote]
+struct Right {}
+
+#[remote]
+impl Right {
+    fn new() -> Self {
+        Right {}
+    }
+
+    /// Calls back into the caller's actor and waits: the cycle closes.
+    fn pong(&self, left: ActorHandle<Left>) -> u64 {
+        left.echo()
+            .and_then(|r| r.get_blocking())
+            .map_or(0, |v| v + 1)
+    }
+}
+
+/// The method names of a cycle, without their class and module paths.
+fn methods(deadlock: &Deadlock) -> Vec<String> {
+    let mut names: Vec<String> = deadlock
+        .cycle
+        .iter()
+        .map(|t| {
+            let method = t.name.rsplit(['.', ':']).next().unwrap_or(&t.name);
+            method.to_owned()
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actors_calling_each_other_synchronously_are_reported_as_a_deadlock() {
+    let (layer, collector) = InsightLayer::new(InsightConfig {
+        batch_size: 1,
+        ..InsightConfig::default()
+    });
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
+        .expect("the only subscriber of this test process");
+    let ray = ray_core::init_with(ray_core::Config {
+        num_cpus: Some(4.0),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let left = Left::remote(&ray).unwrap();
+    let right = Right::remote(&ray).unwrap();
+    let hung = left.ping(right.clone(), left.clone()).unwrap();
+
+    let mut views = Views::default();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let found = loop {
+        collector.drain_into(&mut views);
+        let stacks = views.snapshot().stacks();
+        if let Some(d) = stacks.deadlocks.first() {
+            break Some((d.clone(), stacks.to_text()));
+        }
+        if Instant::now() >= deadline {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // End the hung program whatever the outcome: pending gets fail.
+    ray.shutdown();
+    let (deadlock, report) = found.expect("no deadlock reported within 20 s");
+    eprintln!("{report}");
+    assert_eq!(methods(&deadlock), vec!["echo", "ping", "pong"], "{report}");
+    assert!(report.contains("DEADLOCK (3 tasks)"), "{report}");
+    let classes: Vec<bool> = deadlock
+        .cycle
+        .iter()
+        .map(|t| t.name.contains("Left") || t.name.contains("Right"))
+        .collect();
+    assert_eq!(classes, vec![true; 3], "{report}");
+    drop(hung);
+}
