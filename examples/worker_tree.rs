@@ -6,18 +6,32 @@
 //! their CPU-pool slot over, so the tree cannot deadlock the pool and sibling
 //! subtrees run in parallel.
 //!
-//! `cargo run --release --example worker_tree -- [--seed N] [--cpus N]`
+//! In embedded mode the run is recorded for insight: an `InsightLayer` is the
+//! global subscriber from the start, and at exit the five views are written
+//! to `target/insight/worker_tree/` (or `--insight-dir DIR`) and their paths
+//! printed. In cluster mode (`RAY_ADDRESS` set) recording is skipped.
+//!
+//! `cargo run --release --example worker_tree -- [--seed N] [--cpus N] [--insight-dir DIR]`
+
+use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use ray_core::Config;
 
+#[path = "shapes/recording.rs"]
+mod recording;
 #[path = "shapes/tree.rs"]
 mod tree;
+
+/// Where the views go unless `--insight-dir` says otherwise.
+const DEFAULT_INSIGHT_DIR: &str = "target/insight/worker_tree";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mut seed = tree::DEFAULT_SEED;
     let mut cpus = None;
+    let mut insight_dir = PathBuf::from(DEFAULT_INSIGHT_DIR);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let value = args
@@ -26,9 +40,20 @@ async fn main() -> anyhow::Result<()> {
         match arg.as_str() {
             "--seed" => seed = value.parse().with_context(|| format!("--seed {value}"))?,
             "--cpus" => cpus = Some(value.parse().with_context(|| format!("--cpus {value}"))?),
-            other => bail!("unknown argument {other}; usage: worker_tree [--seed N] [--cpus N]"),
+            "--insight-dir" => insight_dir = PathBuf::from(value),
+            other => bail!(
+                "unknown argument {other}; \
+                 usage: worker_tree [--seed N] [--cpus N] [--insight-dir DIR]"
+            ),
         }
     }
+    let cluster = std::env::var("RAY_ADDRESS").is_ok_and(|a| !a.is_empty());
+    let recording = if cluster {
+        eprintln!("insight: cluster mode (RAY_ADDRESS set), not recording");
+        None
+    } else {
+        Some(recording::Recording::start()?)
+    };
     let ray = ray_core::init_with(Config {
         num_cpus: cpus,
         ..Config::default()
@@ -44,5 +69,11 @@ async fn main() -> anyhow::Result<()> {
     println!("process() calls: {}", run.calls);
     println!("elapsed: {:.3} s", run.seconds);
     ray.shutdown();
+    if let Some(recording) = recording {
+        let views = recording.finish(Duration::from_secs(5)).await?;
+        for path in recording::write_views(&views, &insight_dir)? {
+            println!("insight: {}", path.display());
+        }
+    }
     Ok(())
 }

@@ -7,7 +7,8 @@
 //! [`FieldValue`]s. Names, targets and field keys are `&'static str` taken from the
 //! callsite metadata, so recording them costs no allocation.
 
-use std::fmt;
+use std::cell::RefCell;
+use std::fmt::{self, Write as _};
 
 use tracing::field::{Field, Visit};
 
@@ -237,14 +238,53 @@ impl Visit for FieldCollector<'_> {
     }
 
     fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
-        self.0
-            .push(field.name(), FieldValue::Str(value.to_string().into()));
+        self.0.push(
+            field.name(),
+            FieldValue::Str(render(format_args!("{value}"))),
+        );
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.0
-            .push(field.name(), FieldValue::Str(format!("{value:?}").into()));
+        // `%id` fields (the runtime's ids) arrive here too, as `DisplayValue`.
+        self.0.push(
+            field.name(),
+            FieldValue::Str(render(format_args!("{value:?}"))),
+        );
     }
+}
+
+/// Scratch capacity kept between renderings; a larger buffer is let go.
+const MAX_SCRATCH_BYTES: usize = 4096;
+
+thread_local! {
+    /// Per-thread buffer that field values are formatted into.
+    static SCRATCH: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// Formats `args` into an exactly sized string.
+///
+/// `format!` grows its `String` from zero (8, 16, 32… bytes: several
+/// allocations for a 20-character id) and the conversion to `Box<str>` then
+/// shrinks it again; formatting into a reused per-thread buffer and copying
+/// once costs a single allocation. Falls back to `format!` when re-entered (a
+/// `Debug` impl that itself records a field) or during thread teardown.
+fn render(args: fmt::Arguments<'_>) -> Box<str> {
+    SCRATCH
+        .try_with(|cell| {
+            let mut scratch = cell.try_borrow_mut().ok()?;
+            scratch.clear();
+            // Writing to a `String` fails only if a `Display` impl reports
+            // an error; keep what was written, as `format!` would panic.
+            let _ = scratch.write_fmt(args);
+            let rendered = Box::from(scratch.as_str());
+            if scratch.capacity() > MAX_SCRATCH_BYTES {
+                *scratch = String::new();
+            }
+            Some(rendered)
+        })
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| fmt::format(args).into_boxed_str())
 }
 
 /// `n` plain event records, for tests of the queue and sinks.
