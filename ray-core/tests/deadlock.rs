@@ -3,12 +3,15 @@
 //! and then ended by shutting the runtime down (one test per file: it installs
 //! the process's global subscriber).
 
+mod common;
+#[path = "common/recording.rs"]
+mod recording;
+
 use std::time::{Duration, Instant};
 
 use ray_core::prelude::*;
 use ray_insight::views::Deadlock;
-use ray_insight::{InsightConfig, InsightLayer, Views};
-use tracing_subscriber::layer::SubscriberExt;
+use ray_insight::Views;
 
 #[remote]
 struct Left {}
@@ -66,18 +69,8 @@ fn methods(deadlock: &Deadlock) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn actors_calling_each_other_synchronously_are_reported_as_a_deadlock() {
-    let (layer, collector) = InsightLayer::new(InsightConfig {
-        batch_size: 1,
-        ..InsightConfig::default()
-    });
-    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
-        .expect("the only subscriber of this test process");
-    let ray = ray_core::init_with(ray_core::Config {
-        num_cpus: Some(4.0),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let collector = recording::record_globally();
+    let ray = common::runtime(4.0).await;
     let left = Left::remote(&ray).unwrap();
     let right = Right::remote(&ray).unwrap();
     let hung = left.ping(right.clone(), left.clone()).unwrap();

@@ -2,12 +2,15 @@
 //! the labels, and insight's views filter on them (one test per file: it
 //! installs the process's global subscriber).
 
+mod common;
+#[path = "common/recording.rs"]
+mod recording;
+
 use std::time::{Duration, Instant};
 
 use ray_core::prelude::*;
 use ray_insight::views::{LogicalNode, LogicalView};
-use ray_insight::{InsightConfig, InsightLayer, MemorySink, RecordKind, Views};
-use tracing_subscriber::layer::SubscriberExt;
+use ray_insight::{MemorySink, RecordKind, Views};
 
 #[remote]
 fn step(x: u64) -> u64 {
@@ -32,18 +35,8 @@ fn calls(view: &LogicalView, from: &dyn Fn(&LogicalNode) -> bool, name: &str) ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_context_label_keeps_its_task_and_children_in_the_filtered_views() {
-    let (layer, collector) = InsightLayer::new(InsightConfig {
-        batch_size: 1,
-        ..InsightConfig::default()
-    });
-    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
-        .expect("the only subscriber of this test process");
-    let ray = ray_core::init_with(ray_core::Config {
-        num_cpus: Some(2.0),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let collector = recording::record_globally();
+    let ray = common::runtime(2.0).await;
     assert_eq!(train::remote(&ray, 0).unwrap().get().await.unwrap(), 1);
     assert_eq!(train::remote(&ray, 1).unwrap().get().await.unwrap(), 2);
     let from_driver = |n: &LogicalNode| *n == LogicalNode::Driver;

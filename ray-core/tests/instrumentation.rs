@@ -1,9 +1,12 @@
 //! What the runtime records for insight: exact ids on every span and event
 //! (one test per file: it installs the process's global subscriber).
 
+mod common;
+#[path = "common/recording.rs"]
+mod recording;
+
 use ray_core::prelude::*;
-use ray_insight::{InsightConfig, InsightLayer, MemorySink, Record, RecordKind};
-use tracing_subscriber::layer::SubscriberExt;
+use ray_insight::{InsightLayer, MemorySink, Record, RecordKind};
 
 #[remote]
 fn leaf(x: u64) -> u64 {
@@ -38,18 +41,8 @@ fn str_field<'a>(r: &'a Record, key: &str) -> Option<&'a str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_actor_calls_objects_and_waits_carry_their_ids() {
-    let (layer, collector) = InsightLayer::new(InsightConfig {
-        batch_size: 1,
-        ..InsightConfig::default()
-    });
-    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
-        .expect("the only subscriber of this test process");
-    let ray = ray_core::init_with(ray_core::Config {
-        num_cpus: Some(2.0),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let collector = recording::record_globally();
+    let ray = common::runtime(2.0).await;
     assert_eq!(parent::remote(&ray, 1).unwrap().get().await.unwrap(), 2);
     let acc = Acc::remote(&ray).unwrap();
     assert_eq!(acc.add(5).unwrap().get().await.unwrap(), 5);

@@ -1,0 +1,18 @@
+//! Set-up of the insight tests: the runtime's records, captured.
+
+use ray_insight::{Collector, InsightConfig, InsightLayer};
+use tracing_subscriber::layer::SubscriberExt;
+
+/// Installs an `InsightLayer` as this test process's global subscriber
+/// (every runtime thread records into it; one such test per file) and
+/// returns its collector. Batches of one record: nothing waits in a
+/// thread's partial batch.
+pub fn record_globally() -> Collector {
+    let (layer, collector) = InsightLayer::new(InsightConfig {
+        batch_size: 1,
+        ..InsightConfig::default()
+    });
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
+        .expect("the only subscriber of this test process");
+    collector
+}
