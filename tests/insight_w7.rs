@@ -87,6 +87,15 @@ async fn worker_tree_views_match_the_measured_run() {
     // 11 parent -> child edges, and every call the run counted.
     assert_eq!(process.len(), 12, "{process:?}");
     assert_eq!(process.iter().map(|e| e.count).sum::<u64>(), run.calls);
+    // Creations: the driver creates the root only; every other actor is
+    // created by its parent (the creator travels on `actor.create`).
+    let created_by_driver: u64 = logical
+        .call_edges
+        .iter()
+        .filter(|e| e.kind == CallKind::ActorCreate && e.from == LogicalNode::Driver)
+        .map(|e| e.count)
+        .sum();
+    assert_eq!(created_by_driver, 1, "{:?}", logical.call_edges);
 
     // Flame: the root process() path's total is the run's end-to-end time.
     let flame = snap.flame();

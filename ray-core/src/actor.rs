@@ -65,6 +65,8 @@ pub(crate) struct ActorCell {
     ctor_args: Mutex<Option<Vec<TaskArg>>>,
     mailbox: Mutex<Mailbox>,
     state: RwLock<Option<ActorState>>,
+    /// The task that created it (`None`: the driver), for insight.
+    creator: Option<TaskId>,
     /// Told once whether the constructor succeeded (a worker hosting the
     /// actor for a remote owner waits on it).
     created: Mutex<Option<tokio::sync::oneshot::Sender<std::result::Result<(), String>>>>,
@@ -81,7 +83,15 @@ impl ActorCell {
         }
         let args = self.ctor_args.lock().take().unwrap_or_default();
         let task = TaskId::new(self.id.owner, self.id.seq);
-        let span = tracing::trace_span!(target: "ray::actor", "actor.create", actor_id = %self.id, class = self.class.name);
+        let span = tracing::trace_span!(
+            target: "ray::actor",
+            "actor.create",
+            actor_id = %self.id,
+            class = self.class.name,
+            parent_task = self.creator.map(tracing::field::display),
+            node_id = %rt.node,
+            worker_id = %rt.worker,
+        );
         let _enter = span.enter();
         let outcome = context::with_task(rt, task, None, || {
             let args = resolve_args(&args)?;
@@ -389,6 +399,7 @@ pub(crate) fn spawn_actor_as(
         }),
         state: RwLock::new(None),
         created: Mutex::new(Some(created_tx)),
+        creator: context::current_task(),
     });
     rt.live_actors.lock().insert(id, Arc::downgrade(&cell));
     if let Pool::Bundle(pg, _) = &pool {
