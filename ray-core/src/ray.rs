@@ -524,53 +524,38 @@ impl Ray {
     ) -> Result<ObjectRef<R>> {
         let rt = &self.rt;
         rt.check_running()?;
-        if let Some(core) = rt.cluster.get() {
-            let resources = opts.resources.checked()?.clone();
-            let task = rt.new_task_id();
-            let handle = rt.pending_return(task)?;
-            tracing::trace!(
-                name: "task.submit",
-                target: "ray::task",
-                task_id = %task,
-                function = function.name,
-                parent_task = crate::context::current_task().map(tracing::field::display)
-            );
-            let spec = TaskSpec {
-                task,
-                function,
-                args,
-                resources,
-                pool: crate::placement::Pool::Node,
-                max_retries: opts.max_retries,
-                retry_exceptions: opts.retry_exceptions,
-                attempt: 0,
-                parent: crate::context::current_task(),
-            };
-            core.submit_task(rt, spec, &opts.resources.strategy);
-            return Ok(ObjectRef::from_handle(handle));
-        }
-        let pool = rt.check_placeable(function.name, &opts.resources)?;
-        let resources = &opts.resources.set;
+        let core = rt.cluster.get();
+        // On a cluster the nodes decide placement; embedded, it is checked here.
+        let pool = match core {
+            Some(_) => crate::placement::Pool::Node,
+            None => rt.check_placeable(function.name, &opts.resources)?,
+        };
+        let resources = opts.resources.checked()?.clone();
         let task = rt.new_task_id();
         let handle = rt.pending_return(task)?;
+        let parent = crate::context::current_task();
         tracing::trace!(
             name: "task.submit",
             target: "ray::task",
             task_id = %task,
             function = function.name,
-            parent_task = crate::context::current_task().map(tracing::field::display)
+            parent_task = parent.map(tracing::field::display)
         );
-        rt.enqueue_task(TaskSpec {
+        let spec = TaskSpec {
             task,
             function,
             args,
-            resources: resources.clone(),
+            resources,
             pool,
             max_retries: opts.max_retries,
             retry_exceptions: opts.retry_exceptions,
             attempt: 0,
-            parent: crate::context::current_task(),
-        });
+            parent,
+        };
+        match core {
+            Some(core) => core.submit_task(rt, spec, &opts.resources.strategy),
+            None => rt.enqueue_task(spec),
+        }
         Ok(ObjectRef::from_handle(handle))
     }
 }

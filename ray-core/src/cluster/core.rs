@@ -798,28 +798,15 @@ impl ClusterCore {
             .get(addr)
             .await
             .map_err(|e| lost(format!("its holder at {addr} is unreachable: {e}")))?;
-        let (mut w, mut r) = conn
-            .open_frames()
+        let request = Envelope::new(Message::GetObject { id, take });
+        let (reply, bytes) = conn
+            .request_bulk(&request, MAX_OBJECT_LEN)
             .await
-            .map_err(|e| lost(format!("cannot ask {addr}: {e}")))?;
-        w.send(&Envelope::new(Message::GetObject { id, take }))
-            .await
-            .map_err(|e| lost(format!("cannot ask {addr}: {e}")))?;
-        w.finish();
-        match r.recv().await {
-            Ok(Some(env)) => match env.body {
-                Message::ObjectFollows { len } if len <= MAX_OBJECT_LEN => {
-                    let bytes = r
-                        .recv_raw(len as usize)
-                        .await
-                        .map_err(|e| lost(format!("transfer from {addr} failed: {e}")))?;
-                    Ok(ObjectBuffer::from_aligned(bytes))
-                }
-                Message::ObjectFailed { error } => Err(error_from_wire(error, "")),
-                other => Err(lost(format!("{addr} answered {other:?}"))),
-            },
-            Ok(None) => Err(lost(format!("{addr} closed the stream"))),
-            Err(e) => Err(lost(format!("transfer from {addr} failed: {e}"))),
+            .map_err(|e| lost(format!("transfer from {addr} failed: {e}")))?;
+        match (reply.body, bytes) {
+            (Message::ObjectFollows { .. }, Some(bytes)) => Ok(ObjectBuffer::from_aligned(bytes)),
+            (Message::ObjectFailed { error }, _) => Err(error_from_wire(error, "")),
+            (other, _) => Err(lost(format!("{addr} answered {other:?}"))),
         }
     }
 

@@ -101,21 +101,7 @@ impl Connection {
         max_len: u64,
     ) -> Result<(Envelope, Option<AlignedVec<16>>), TransportError> {
         let addr = self.remote_address();
-        let frame = frame::encode(request, self.max_frame_len())
-            .map_err(|source| TransportError::Frame { peer: addr, source })?;
-        let (send, recv) = self
-            .quic()
-            .open_bi()
-            .await
-            .map_err(|source| TransportError::from_connection(addr, source))?;
-        let mut send = SendHalf::new(send);
-        send.send_frame(&frame)
-            .await
-            .map_err(|e| stream_error(addr, e.into()))?;
-        // Finishing only fails if the stream is already closed; the read
-        // below then reports why.
-        let _ = send.stream_mut().finish();
-        let mut recv = RecvHalf::new(recv, self.max_frame_len());
+        let mut recv = self.send_request(request).await?;
         let reply = recv
             .read_envelope()
             .await

@@ -30,6 +30,18 @@ impl Connection {
     /// [`TransportError::ControlStreamClosed`] if the peer finished the stream
     /// without replying; otherwise the connection's failure.
     pub async fn request(&self, request: &Envelope) -> Result<Envelope, TransportError> {
+        let mut recv = self.send_request(request).await?;
+        recv.read_envelope()
+            .await
+            .map_err(|failure| read_error(self.quic(), self.remote_address(), failure))
+    }
+
+    /// Opens a stream, writes `request` as its one frame and finishes our
+    /// side; returns the receiving half for the reply.
+    pub(super) async fn send_request(
+        &self,
+        request: &Envelope,
+    ) -> Result<RecvHalf, TransportError> {
         let addr = self.remote_address();
         let frame = frame::encode(request, self.max_frame_len())
             .map_err(|source| TransportError::Frame { peer: addr, source })?;
@@ -43,12 +55,9 @@ impl Connection {
             .await
             .map_err(|e| stream_error(addr, e.into()))?;
         // Finishing only fails if the stream is already closed; the read
-        // below then reports why.
+        // of the reply then reports why.
         let _ = send.stream_mut().finish();
-        let mut recv = RecvHalf::new(recv, self.max_frame_len());
-        recv.read_envelope()
-            .await
-            .map_err(|failure| read_error(self.quic(), addr, failure))
+        Ok(RecvHalf::new(recv, self.max_frame_len()))
     }
 
     /// Waits for the peer to open its next request stream.

@@ -1,15 +1,15 @@
 //! Framed QUIC streams beyond one request and one reply: long-lived work
 //! streams (an owner pushing tasks to a worker, results coming back) and
-//! object transfers (a header frame, then the object's raw bytes).
+//! object transfers (the server side: a header frame, then the object's raw
+//! bytes, which `Connection::request_bulk` reads).
 //!
 //! Frames are the same length-prefixed, validated rkyv envelopes as on the
 //! control stream ([`super::frame`]); raw bytes after a header frame are
-//! read straight into an aligned buffer.
+//! written as they are.
 
 use std::net::SocketAddr;
 
 use ray_proto::wire::Envelope;
-use rkyv::util::AlignedVec;
 
 use super::connection::{read_error, stream_error, ReadFailure};
 use super::frame::{self, FrameDecoder};
@@ -137,26 +137,6 @@ impl FrameReader {
                     }
                 }
                 Err(e) => return Err(read_error(&self.quic, self.peer, ReadFailure::Read(e))),
-            }
-        }
-    }
-
-    /// Reads exactly `len` raw bytes into a 16-aligned buffer.
-    ///
-    /// # Errors
-    ///
-    /// [`TransportError::ControlStreamClosed`] if the stream ends first;
-    /// otherwise the stream's failure.
-    pub async fn recv_raw(&mut self, len: usize) -> Result<AlignedVec<16>, TransportError> {
-        let mut buf = AlignedVec::<16>::with_capacity(len);
-        buf.resize(len, 0);
-        match self.stream.read_exact(buf.as_mut_slice()).await {
-            Ok(()) => Ok(buf),
-            Err(quinn::ReadExactError::FinishedEarly(_)) => {
-                Err(TransportError::ControlStreamClosed { peer: self.peer })
-            }
-            Err(quinn::ReadExactError::ReadError(e)) => {
-                Err(read_error(&self.quic, self.peer, ReadFailure::Read(e)))
             }
         }
     }
