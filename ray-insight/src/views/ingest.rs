@@ -383,34 +383,9 @@ impl Views {
             }
         }
         if let Some(lane) = task.lane {
-            if let Some(submitted) = task.submitted_at.filter(|&s| s < start) {
-                self.push_slice(StoredSlice {
-                    lane,
-                    name: name.clone(),
-                    task_id: id.clone(),
-                    state: SliceState::Submitted,
-                    start: submitted,
-                    dur: start - submitted,
-                    finished: true,
-                    detail: None,
-                    labels: task.labels,
-                    flow_from: None,
-                });
+            for slice in task.lifecycle_slices(id, lane, start, nanos, true) {
+                self.push_slice(slice);
             }
-            self.push_slice(StoredSlice {
-                lane,
-                name: name.clone(),
-                task_id: id.clone(),
-                state: SliceState::Running,
-                start,
-                dur: nanos,
-                finished: true,
-                detail: None,
-                labels: task.labels,
-                flow_from: task
-                    .caller_lane
-                    .map(|l| (l, task.submitted_at.unwrap_or(start))),
-            });
         }
         let recent = RecentTask {
             name,

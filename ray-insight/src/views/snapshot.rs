@@ -57,35 +57,8 @@ impl Snapshot<'_> {
             let (Some(lane), Some(start)) = (task.lane, task.started_at) else {
                 continue;
             };
+            live.extend(task.lifecycle_slices(id, lane, start, v.now.saturating_sub(start), false));
             let name = task.display_name();
-            if let Some(submitted) = task.submitted_at.filter(|&s| s < start) {
-                live.push(StoredSlice {
-                    lane,
-                    name: name.clone(),
-                    task_id: id.clone(),
-                    state: SliceState::Submitted,
-                    start: submitted,
-                    dur: start - submitted,
-                    finished: true,
-                    detail: None,
-                    labels: task.labels,
-                    flow_from: None,
-                });
-            }
-            live.push(StoredSlice {
-                lane,
-                name: name.clone(),
-                task_id: id.clone(),
-                state: SliceState::Running,
-                start,
-                dur: v.now.saturating_sub(start),
-                finished: false,
-                detail: None,
-                labels: task.labels,
-                flow_from: task
-                    .caller_lane
-                    .map(|l| (l, task.submitted_at.unwrap_or(start))),
-            });
             for wait in &task.waits {
                 live.push(StoredSlice {
                     lane,

@@ -1,6 +1,7 @@
 //! Per-task state the engine keeps while a task is submitted, running or
 //! blocked, and the small summary it keeps for a while after it finishes.
 
+use super::gantt::{SliceState, StoredSlice};
 use std::sync::Arc;
 
 use super::logical::CallKind;
@@ -79,6 +80,50 @@ impl LiveTask {
 
     /// The name people know it by: the function, `Class.method`, or
     /// `Class.new` for an actor creation.
+    /// The slices of this task's life on `lane` once it started at `start`:
+    /// submitted (if it waited to start), then running for `dur`
+    /// (`finished`: it has ended; otherwise drawn to now).
+    pub(crate) fn lifecycle_slices(
+        &self,
+        id: &Id,
+        lane: LaneId,
+        start: u64,
+        dur: u64,
+        finished: bool,
+    ) -> impl Iterator<Item = StoredSlice> {
+        let name = self.display_name();
+        let submitted = self
+            .submitted_at
+            .filter(|&s| s < start)
+            .map(|s| StoredSlice {
+                lane,
+                name: name.clone(),
+                task_id: id.clone(),
+                state: SliceState::Submitted,
+                start: s,
+                dur: start - s,
+                finished: true,
+                detail: None,
+                labels: self.labels,
+                flow_from: None,
+            });
+        let running = StoredSlice {
+            lane,
+            name,
+            task_id: id.clone(),
+            state: SliceState::Running,
+            start,
+            dur,
+            finished,
+            detail: None,
+            labels: self.labels,
+            flow_from: self
+                .caller_lane
+                .map(|l| (l, self.submitted_at.unwrap_or(start))),
+        };
+        submitted.into_iter().chain(std::iter::once(running))
+    }
+
     pub(crate) fn display_name(&self) -> Id {
         let name = self.name.as_deref().unwrap_or("?");
         match (self.kind, &self.class) {
