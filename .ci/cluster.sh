@@ -63,7 +63,7 @@ cleanup() {
     trap - EXIT ERR
     set +e
     if ((rc != 0)) && [[ -n $RUN ]]; then
-        for log in head.log node.log driver.log status.txt jobs.txt; do
+        for log in head.log node.log driver.log status.txt jobs.txt insight.txt; do
             [[ -s $RUN/$log ]] || continue
             # The first lines hold the error, the last where it ended.
             local lines
@@ -206,6 +206,32 @@ job_finished() {
 }
 wait_for "finished worker_tree job in rayrs list jobs" 30 job_finished
 cat "$RUN/jobs.txt"
+
+step "rayrs insight export: the head's views of the job, from every process's records"
+# Every process of the job shipped its records to the head (workers ship
+# their last ones when their job ends); the head's logical view must count
+# all 6321 process() calls and the 12 actors.
+process_calls() {
+    "$RAYRS" insight export --dir "$HEAD_DIR" --view logical --format json \
+        --out "$RUN/logical.json" 2>"$RUN/insight.txt" &&
+        python3 - "$RUN/logical.json" <<'PY'
+import json, sys
+view = json.load(open(sys.argv[1]))
+calls = sum(e["count"] for e in view["call_edges"] if e["name"].endswith("process"))
+actors = sum(len(c["actors"]) for c in view["classes"])
+print(f"head's logical view: {calls} process() calls, {actors} actors")
+sys.exit(0 if calls == 6321 and actors == 12 else 1)
+PY
+}
+wait_for "6321 process() calls in the head's logical view" 30 process_calls
+"$RAYRS" insight export --dir "$HEAD_DIR" --view flame --format svg --out "$RUN/flame.svg" ||
+    fail "rayrs insight export --view flame --format svg failed"
+grep -q '<svg' "$RUN/flame.svg" || fail "the flame graph export is not an SVG"
+"$RAYRS" insight export --dir "$HEAD_DIR" --view gantt --at 1 --out "$RUN/gantt.json" ||
+    fail "rayrs insight export --view gantt --at 1 failed"
+python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$RUN/gantt.json" ||
+    fail "the Gantt export replayed at 1 s is not JSON"
+ls "$HEAD_DIR"/insight/job-*.log >/dev/null || fail "the head kept no event log of the job"
 
 step "stop: rayrs stop --dir $NODE_DIR, then rayrs stop --dir $HEAD_DIR"
 "$RAYRS" stop --dir "$NODE_DIR" || fail "rayrs stop --dir $NODE_DIR failed"

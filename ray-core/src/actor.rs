@@ -38,6 +38,9 @@ struct ActorCall {
     args: Vec<TaskArg>,
     /// The task that made the call (`None`: the driver).
     parent: Option<TaskId>,
+    /// The id insight records: `task`, or the owner's id for a call pushed
+    /// by another process.
+    trace: TaskId,
 }
 
 enum Status {
@@ -73,6 +76,30 @@ pub(crate) struct ActorCell {
 }
 
 impl ActorCell {
+    /// Runs a call another process pushed to this worker's actor: under a
+    /// local id (`task`), recorded by insight as the owner's `trace` id
+    /// with the owner's `parent`; the owner already recorded the submit.
+    pub(crate) fn call_pushed(
+        self: &Arc<Self>,
+        method: &'static ActorMethod,
+        args: Vec<TaskArg>,
+        trace: TaskId,
+        parent: Option<TaskId>,
+    ) -> Result<Arc<crate::ownership::RefHandle>> {
+        let rt = &self.rt;
+        rt.check_running()?;
+        let task = rt.new_task_id();
+        let handle = rt.pending_return(task)?;
+        self.enqueue(ActorCall {
+            task,
+            method,
+            args,
+            parent,
+            trace,
+        });
+        Ok(handle)
+    }
+
     /// Runs the constructor; resources were acquired by admission.
     pub(crate) fn construct(self: &Arc<Self>, rt: &Arc<Runtime>) {
         self.holds_resources.store(true, Ordering::Release);
@@ -86,14 +113,15 @@ impl ActorCell {
         let span = tracing::trace_span!(
             target: "ray::actor",
             "actor.create",
-            actor_id = %self.id,
+            task_id = task.as_u128(),
+            actor_id = self.id.as_u128(),
             class = self.class.name,
-            parent_task = self.creator.map(tracing::field::display),
-            node_id = %rt.node,
-            worker_id = %rt.worker,
+            parent_task = self.creator.map(TaskId::as_u128),
+            node_id = rt.node.0,
+            worker_id = rt.worker.0,
         );
         let _enter = span.enter();
-        let outcome = context::with_task(rt, task, None, || {
+        let outcome = context::with_task(rt, task, task, None, || {
             let args = resolve_args(&args)?;
             match catch_unwind(AssertUnwindSafe(|| (self.class.construct)(&args))) {
                 Ok(Ok(state)) => Ok(state),
@@ -209,16 +237,16 @@ impl ActorCell {
         let span = tracing::trace_span!(
             target: "ray::actor",
             "actor.call",
-            task_id = %call.task,
-            actor_id = %self.id,
+            task_id = call.trace.as_u128(),
+            actor_id = self.id.as_u128(),
             class = self.class.name,
             method = call.method.name,
-            parent_task = call.parent.map(tracing::field::display),
-            node_id = %rt.node,
-            worker_id = %rt.worker,
+            parent_task = call.parent.map(TaskId::as_u128),
+            node_id = rt.node.0,
+            worker_id = rt.worker.0,
         );
         let _enter = span.enter();
-        let outcome = context::with_task(rt, call.task, None, || {
+        let outcome = context::with_task(rt, call.task, call.trace, None, || {
             let args = resolve_args(&call.args)?;
             invoke_guarded(call.task, call.method.name, || match call.method.invoke {
                 MethodInvoke::Shared(f) => {
@@ -341,7 +369,8 @@ pub(crate) fn spawn_actor(
     opts: ActorOptions,
 ) -> Result<Arc<ActorCell>> {
     let id = ActorId::new(rt.worker, rt.next_seq());
-    spawn_actor_as(rt, id, class, args, opts).map(|(cell, _)| cell)
+    context::before_child_submit();
+    spawn_actor_as(rt, id, class, args, opts, context::current_trace()).map(|(cell, _)| cell)
 }
 
 /// [`spawn_actor`] under a given id (a remote owner chose it); also
@@ -352,6 +381,7 @@ pub(crate) fn spawn_actor_as(
     class: &'static ActorClass,
     args: Vec<TaskArg>,
     opts: ActorOptions,
+    creator: Option<TaskId>,
 ) -> Result<(Arc<ActorCell>, Created)> {
     rt.check_running()?;
     let req = opts.validate()?.clone();
@@ -399,7 +429,7 @@ pub(crate) fn spawn_actor_as(
         }),
         state: RwLock::new(None),
         created: Mutex::new(Some(created_tx)),
-        creator: context::current_task(),
+        creator,
     });
     rt.live_actors.lock().insert(id, Arc::downgrade(&cell));
     if let Pool::Bundle(pg, _) = &pool {
@@ -450,14 +480,15 @@ impl RawActorHandle {
         rt.check_running()?;
         let task = rt.new_task_id();
         let handle = rt.pending_return(task)?;
-        let parent = context::current_task();
+        let parent = context::current_trace();
+        context::before_child_submit();
         tracing::trace!(
             name: "task.submit",
             target: "ray::task",
-            task_id = %task,
+            task_id = task.as_u128(),
             method = method.name,
-            actor_id = %self.id(),
-            parent_task = parent.map(tracing::field::display)
+            actor_id = self.id().as_u128(),
+            parent_task = parent.map(TaskId::as_u128)
         );
         match &self.target {
             Target::Local(cell) => cell.enqueue(ActorCall {
@@ -465,8 +496,9 @@ impl RawActorHandle {
                 method,
                 args,
                 parent,
+                trace: task,
             }),
-            Target::Remote(actor, rt) => actor.call(rt, task, method, args),
+            Target::Remote(actor, rt) => actor.call(rt, task, method, args, parent),
         }
         Ok(ObjectRef::from_handle(handle))
     }

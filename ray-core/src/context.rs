@@ -17,11 +17,17 @@ use crate::runtime::Runtime;
 pub(crate) struct TaskContext {
     pub(crate) rt: Arc<Runtime>,
     pub(crate) task: TaskId,
+    /// The id insight records for it: `task`, except in a worker running
+    /// work pushed by another process, where it is the owner's id.
+    trace: TaskId,
     /// Resources the task holds while running, and where from (released
     /// while blocked).
     pub(crate) resources: Option<(Pool, ResourceSet)>,
     /// Number of blocking waits in progress (0 or 1: only the outermost counts).
     blocked: u32,
+    /// Whether this task's records were handed to insight before its first
+    /// child was submitted (see [`before_child_submit`]).
+    announced: bool,
 }
 
 thread_local! {
@@ -32,14 +38,17 @@ thread_local! {
 pub(crate) fn with_task<R>(
     rt: &Arc<Runtime>,
     task: TaskId,
+    trace: TaskId,
     resources: Option<(Pool, ResourceSet)>,
     f: impl FnOnce() -> R,
 ) -> R {
     let ctx = TaskContext {
         rt: rt.clone(),
         task,
+        trace,
         resources,
         blocked: 0,
+        announced: false,
     };
     let prev = CURRENT.with(|c| c.borrow_mut().replace(ctx));
     struct Restore(Option<TaskContext>);
@@ -63,9 +72,28 @@ pub(crate) fn in_task() -> bool {
     CURRENT.with(|c| c.borrow().is_some())
 }
 
-/// The task running on this thread, if any.
-pub(crate) fn current_task() -> Option<TaskId> {
-    CURRENT.with(|c| c.borrow().as_ref().map(|ctx| ctx.task))
+/// The id insight records for the task running on this thread, if any:
+/// what child tasks name as their parent.
+pub(crate) fn current_trace() -> Option<TaskId> {
+    CURRENT.with(|c| c.borrow().as_ref().map(|ctx| ctx.trace))
+}
+
+/// Called before a task submits a child task, actor call or actor: the
+/// first time, while the process records, the task's own records (its run
+/// span above all) go to the collector, so they reach the views before any
+/// record of its children, which other threads or processes emit.
+pub(crate) fn before_child_submit() {
+    if !crate::recording::is_active() {
+        return;
+    }
+    let first = CURRENT.with(|c| {
+        c.borrow_mut()
+            .as_mut()
+            .is_some_and(|ctx| !std::mem::replace(&mut ctx.announced, true))
+    });
+    if first {
+        crate::recording::flush_if_recording();
+    }
 }
 
 /// Marks the current task as blocked until the guard drops: its CPU goes
@@ -84,14 +112,14 @@ pub(crate) struct BlockGuard {
 /// Records a `wait` span (task, objects, and the task producing each:
 /// a task's return object shares its id) for insight's distributed stack.
 pub(crate) fn begin_blocking(objects: &[ray_proto::ObjectId]) -> Option<BlockGuard> {
-    let (rt, task, resources) = CURRENT.with(|c| {
+    let (rt, task, trace, resources) = CURRENT.with(|c| {
         let mut c = c.borrow_mut();
         let ctx = c.as_mut()?;
         if ctx.blocked > 0 {
             return None;
         }
         ctx.blocked = 1;
-        Some((ctx.rt.clone(), ctx.task, ctx.resources.clone()))
+        Some((ctx.rt.clone(), ctx.task, ctx.trace, ctx.resources.clone()))
     })?;
     if let Some((pool, res)) = &resources {
         rt.release_to(pool, res);
@@ -107,13 +135,17 @@ pub(crate) fn begin_blocking(objects: &[ray_proto::ObjectId]) -> Option<BlockGua
         tracing::trace_span!(
             target: "ray::wait",
             "wait",
-            task_id = %task,
+            task_id = trace.as_u128(),
             objects = %list(&|o| o.to_string()),
             producers = %list(&|o| TaskId::new(o.owner, o.seq).to_string()),
         )
     } else {
         tracing::Span::none()
     };
+    // The task's own records (its run span, its children's submits) go to
+    // the collector now, before its children's: views built from several
+    // processes then see a parent before the children it waits for.
+    crate::recording::flush_if_recording();
     Some(BlockGuard {
         rt,
         task,

@@ -12,9 +12,14 @@
 //! [`cluster`] is the control plane on top of it: the GCS service, its
 //! client and node registration with heartbeats (the `rayrs` binary).
 //!
-//! It must not depend on ray-insight: it only emits `tracing` spans
-//! (`task.submit`, `task.run`, `actor.call`, `object.put`, …) with ids in
-//! their fields, which an insight layer may record.
+//! Its code emits `tracing` spans and events (`task.submit`, `task.run`,
+//! `actor.call`, `object.put`, `wait`, `resource.sample`, …) with exact ids
+//! in their fields, and knows nothing of how they are recorded. Only the
+//! recording set-up depends on ray-insight: [`Config::insight`] installs
+//! its layer (embedded: views and an event log in this process; cluster:
+//! every process ships its records to the head, whose collector builds the
+//! job's views), and `rayrs insight` exports them. ray-core must not depend
+//! on a dashboard or any UI code.
 //!
 //! ```
 //! use ray_core::prelude::*;
@@ -49,8 +54,10 @@ mod ownership;
 mod placement;
 mod pool;
 mod ray;
+mod recording;
 pub mod registry;
 mod runtime;
+mod sampler;
 mod task;
 pub mod transport;
 

@@ -70,16 +70,22 @@ impl<T> ObjectRef<T> {
         self.handle.rt.objects.is_ready(self.handle.id)
     }
 
-    /// Records an `object.get` (insight's data edges).
-    fn trace_get(&self, bytes: usize) {
+    /// Records an `object.get` (insight's data edges); `arg`: read as a
+    /// task's argument rather than by `get`.
+    pub(crate) fn trace_get_as(&self, bytes: usize, arg: bool) {
         tracing::trace!(
             name: "object.get",
             target: "ray::object",
-            object_id = %self.handle.id,
+            object_id = self.handle.id.as_u128(),
             bytes,
-            task_id = crate::context::current_task().map(tracing::field::display),
-            node_id = %self.handle.rt.node
+            task_id = crate::context::current_trace().map(ray_proto::TaskId::as_u128),
+            node_id = self.handle.rt.node.0,
+            arg
         );
+    }
+
+    fn trace_get(&self, bytes: usize) {
+        self.trace_get_as(bytes, false);
     }
 
     /// The raw bytes, once ready. Inside a task, waiting gives its CPU back.

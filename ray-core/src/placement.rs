@@ -65,6 +65,8 @@ enum PgState {
 /// The shared state of one placement group.
 pub(crate) struct PgCell {
     pub(crate) id: PlacementGroupId,
+    /// How its bundles are laid out (all on this node, embedded).
+    strategy: PlacementStrategy,
     bundles: Vec<ResourceSet>,
     /// The sum of the bundles: what the node reserves.
     pub(crate) total: ResourceSet,
@@ -195,7 +197,7 @@ impl PgCell {
             }
         };
         self.changed.notify_waiters();
-        tracing::debug!(target: "ray::placement", group = %self.id, "placement_group.ready");
+        trace_group_placed(self.id, self.strategy, &vec![rt.node; self.bundles.len()]);
         for (i, req, d) in waiting {
             if let Some(d) = self.admit(rt, i, req, d) {
                 rt.run_dispatch(d);
@@ -213,6 +215,7 @@ impl PgCell {
             PgState::Gone(_) => return,
             PgState::Pending(waiting) => waiting.into_iter().map(|(_, _, d)| d).collect(),
             PgState::Ready(queues) => {
+                trace_group_removed(self.id);
                 rt.release_resources(&self.total);
                 queues
                     .into_iter()
@@ -348,6 +351,34 @@ impl PlacementGroup {
     }
 }
 
+/// Records that group `id`'s bundles are reserved, bundle `i` on `nodes[i]`
+/// (insight's physical view).
+pub(crate) fn trace_group_placed(
+    id: ray_proto::PlacementGroupId,
+    strategy: PlacementStrategy,
+    nodes: &[ray_proto::NodeId],
+) {
+    if tracing::enabled!(target: "ray::placement", tracing::Level::TRACE) {
+        let nodes: Vec<String> = nodes.iter().map(ToString::to_string).collect();
+        tracing::trace!(
+            name: "placement_group.placed",
+            target: "ray::placement",
+            group_id = id.as_u128(),
+            strategy = ?strategy,
+            bundle_nodes = nodes.join(",").as_str()
+        );
+    }
+}
+
+/// Records that group `id` released its bundles.
+pub(crate) fn trace_group_removed(id: ray_proto::PlacementGroupId) {
+    tracing::trace!(
+        name: "placement_group.removed",
+        target: "ray::placement",
+        group_id = id.as_u128()
+    );
+}
+
 /// Creates a group on the embedded node (see [`crate::Ray::placement_group`]).
 pub(crate) fn create(
     rt: &Arc<Runtime>,
@@ -389,6 +420,7 @@ pub(crate) fn create(
     }
     let cell = Arc::new(PgCell {
         id,
+        strategy,
         bundles: sets,
         total: total.clone(),
         state: Mutex::new(PgState::Pending(Vec::new())),

@@ -253,6 +253,17 @@ fn worker_loop(inner: Arc<Inner>) {
                 continue;
             }
         }
+        if crate::recording::is_active() {
+            // About to sleep: hand insight this thread's partial batch
+            // first (outside the pool's lock), or a quiet job's last
+            // records would wait in it.
+            drop(st);
+            crate::recording::flush_if_recording();
+            st = inner.state.lock();
+            if (!st.queue.is_empty() && st.running < st.limit) || st.shutdown {
+                continue;
+            }
+        }
         st.idle += 1;
         let excess = st.threads > inner.keep_threads;
         let timed_out = if excess {

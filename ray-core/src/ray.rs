@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ray_gcs::{Gcs, JobInfo, NodeInfo};
-use ray_proto::{NodeId, WorkerId};
+use ray_proto::{NodeId, TaskId, WorkerId};
 use ray_sched::{Quantity, ResourceSet, CPU, GPU};
 use ray_store::{ObjectStore, StoreConfig};
 
@@ -48,6 +48,13 @@ pub struct Config {
     /// this one). It must be the same build: a worker whose build
     /// fingerprint differs from the driver's is refused by its node.
     pub executable: Option<std::path::PathBuf>,
+    /// Record the job for the insight views (default: what the environment
+    /// says, see [`InsightOptions::from_env`](crate::insight::InsightOptions::from_env);
+    /// off when unset). Embedded, the views live in this process
+    /// ([`Ray::insight`]); on a cluster every process of the job records and
+    /// ships its records to the head, which builds the views
+    /// (`rayrs insight export --address`).
+    pub insight: Option<crate::insight::InsightOptions>,
 }
 
 impl Default for Config {
@@ -63,6 +70,7 @@ impl Default for Config {
             address: None,
             credentials: None,
             executable: None,
+            insight: None,
         }
     }
 }
@@ -106,6 +114,8 @@ pub(crate) struct ClusterProcess {
     pub(crate) my_addr: std::net::SocketAddr,
     /// What this process may run at once (a driver: nothing).
     pub(crate) resources: ResourceSet,
+    /// Its job records for insight: ship records to the head.
+    pub(crate) insight: bool,
 }
 
 /// Builds the runtime of a cluster process and starts serving peers.
@@ -137,6 +147,10 @@ pub(crate) fn start_cluster_process(p: ClusterProcess) -> Result<Ray> {
         put_timeout: config.put_timeout,
         namespace: config.namespace,
     };
+    if p.insight {
+        let insight = crate::recording::install(&crate::insight::InsightOptions::default())?;
+        crate::recording::ship_to_head(&insight, p.job, p.worker, p.gcs.clone(), &handle);
+    }
     let core = crate::cluster::ClusterCore::new(
         handle.clone(),
         p.endpoint,
@@ -162,7 +176,11 @@ pub(crate) fn start_cluster_process(p: ClusterProcess) -> Result<Ray> {
     ));
     core.attach(&rt);
     let _ = rt.cluster.set(core);
-    Ok(Ray { rt })
+    let ray = Ray { rt };
+    if p.insight {
+        ray.start_sampling();
+    }
+    Ok(ray)
 }
 
 /// Joins the cluster at `address` as the driver of a new job.
@@ -228,12 +246,14 @@ async fn connect_driver(config: Config, address: String) -> Result<Ray> {
     let (exe, bytes) = binary;
     let hash = crate::cluster::binary_hash(&bytes);
     let driver = exe.display().to_string();
+    let insight = insight_options(&config.insight);
     let (job, worker, upload) = gcs
         .register_job(
             driver,
             my_addr.to_string(),
             hash,
             crate::cluster::job_fingerprint(),
+            insight.is_some(),
         )
         .await
         .map_err(|e| cluster(e.to_string()))?;
@@ -268,6 +288,8 @@ async fn connect_driver(config: Config, address: String) -> Result<Ray> {
         local_node: local_addr,
         my_addr,
         resources: ResourceSet::new().with(CPU, Quantity::ZERO),
+        // The log, if any, is the head's: a driver ships its records.
+        insight: insight.is_some(),
     })
 }
 
@@ -277,6 +299,8 @@ pub fn init_blocking(config: Config) -> Result<Ray> {
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("ray-io")
+        // A parked I/O thread hands insight its partial batch.
+        .on_thread_park(crate::recording::flush_if_recording)
         .enable_all()
         .build()
         .map_err(|e| Error::InvalidArgument(format!("cannot start tokio: {e}")))?;
@@ -330,6 +354,10 @@ fn start(config: Config, handle: tokio::runtime::Handle) -> Result<Ray> {
         put_timeout: config.put_timeout,
         namespace: config.namespace,
     };
+    let insight = insight_options(&config.insight);
+    if let Some(options) = &insight {
+        crate::recording::install(options)?;
+    }
     let rt = Runtime::new(
         WorkerId(1),
         node,
@@ -341,7 +369,20 @@ fn start(config: Config, handle: tokio::runtime::Handle) -> Result<Ray> {
         handle,
         settings,
     );
-    Ok(Ray { rt: Arc::new(rt) })
+    let ray = Ray { rt: Arc::new(rt) };
+    if insight.is_some() {
+        ray.start_sampling();
+    }
+    Ok(ray)
+}
+
+/// The insight recording asked for: the config's, else the environment's.
+fn insight_options(
+    configured: &Option<crate::insight::InsightOptions>,
+) -> Option<crate::insight::InsightOptions> {
+    configured
+        .clone()
+        .or_else(crate::insight::InsightOptions::from_env)
 }
 
 /// A handle to a running ray-rs runtime. Cheap to clone.
@@ -389,10 +430,10 @@ impl Ray {
         tracing::trace!(
             name: "object.put",
             target: "ray::object",
-            object_id = %id,
+            object_id = id.as_u128(),
             bytes = enc.buf.len(),
-            task_id = crate::context::current_task().map(tracing::field::display),
-            node_id = %rt.node
+            task_id = crate::context::current_trace().map(TaskId::as_u128),
+            node_id = rt.node.0
         );
         let value = if enc.buf.len() <= rt.settings.max_inline_bytes {
             crate::ownership::Value::Inline(enc.buf)
@@ -514,6 +555,20 @@ impl Ray {
         self.rt.shutdown();
     }
 
+    /// Samples this process's resource use for insight's physical view
+    /// until the runtime shuts down.
+    fn start_sampling(&self) {
+        let guard = crate::insight::sample_resources(self, crate::recording::SAMPLE_EVERY);
+        *self.rt.sampling.lock() = Some(guard);
+    }
+
+    /// The insight recording of this process, when the runtime records
+    /// ([`Config::insight`], `RAYRS_INSIGHT`): the views, their exports and
+    /// the drop counters.
+    pub fn insight(&self) -> Option<crate::insight::Insight> {
+        crate::recording::current()
+    }
+
     /// Submits a task (generated code calls this).
     #[doc(hidden)]
     pub fn __submit<R>(
@@ -533,13 +588,14 @@ impl Ray {
         let resources = opts.resources.checked()?.clone();
         let task = rt.new_task_id();
         let handle = rt.pending_return(task)?;
-        let parent = crate::context::current_task();
+        let parent = crate::context::current_trace();
+        crate::context::before_child_submit();
         tracing::trace!(
             name: "task.submit",
             target: "ray::task",
-            task_id = %task,
+            task_id = task.as_u128(),
             function = function.name,
-            parent_task = parent.map(tracing::field::display)
+            parent_task = parent.map(TaskId::as_u128)
         );
         let spec = TaskSpec {
             task,
@@ -551,6 +607,7 @@ impl Ray {
             retry_exceptions: opts.retry_exceptions,
             attempt: 0,
             parent,
+            trace: None,
         };
         match core {
             Some(core) => core.submit_task(rt, spec, &opts.resources.strategy),

@@ -61,6 +61,9 @@ pub(crate) struct Runtime {
     pub(crate) tokio: tokio::runtime::Handle,
     /// A tokio runtime created by the blocking facade, kept alive here.
     pub(crate) owned_tokio: Mutex<Option<tokio::runtime::Runtime>>,
+    /// The resource sampler started because the runtime records for
+    /// insight (dropped, so stopped, with the runtime).
+    pub(crate) sampling: Mutex<Option<crate::insight::ResourceSampling>>,
     pub(crate) settings: Settings,
     /// The cluster side, when this runtime is a driver or worker of a
     /// cluster (unset when embedded).
@@ -97,6 +100,7 @@ impl Runtime {
             pgs: Mutex::new(HashMap::new()),
             tokio,
             owned_tokio: Mutex::new(None),
+            sampling: Mutex::new(None),
             settings,
             cluster: std::sync::OnceLock::new(),
             shut_down: AtomicBool::new(false),
@@ -318,6 +322,7 @@ impl Runtime {
                 ready.push(d);
             }
         }
+
         let mut ready = ready.into_iter();
         let first = ready.next();
         for d in ready {

@@ -28,6 +28,8 @@ pub(crate) struct TaskSpec {
     pub(crate) retry_exceptions: bool,
     pub(crate) attempt: u32,
     pub(crate) parent: Option<TaskId>,
+    /// The id insight records (see [`TaskSpec::trace_id`]); `None`: `task`.
+    pub(crate) trace: Option<TaskId>,
 }
 
 /// Refs among `args` whose values are not there yet.
@@ -52,7 +54,10 @@ pub(crate) fn resolve_args(args: &[TaskArg]) -> Result<Vec<ObjectBuffer>, Error>
             TaskArg(ArgKind::Value(buf, _)) => out.push(buf.clone()),
             TaskArg(ArgKind::Ref(h)) => {
                 let r = ObjectRef::<()>::from_handle(h.clone());
-                out.push(futures::executor::block_on(r.buffer())?);
+                let buf = futures::executor::block_on(r.buffer())?;
+                // Argument resolution moves data too: insight's data edges.
+                r.trace_get_as(buf.len(), true);
+                out.push(buf);
             }
         }
     }
@@ -92,6 +97,14 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
+impl TaskSpec {
+    /// The id insight records for this task: the owner's id, also when a
+    /// worker runs it under an id of its own.
+    pub(crate) fn trace_id(&self) -> TaskId {
+        self.trace.unwrap_or(self.task)
+    }
+}
+
 impl Runtime {
     /// Runs a task on this pool thread; its resources are already acquired.
     ///
@@ -102,17 +115,19 @@ impl Runtime {
         let span = tracing::trace_span!(
             target: "ray::task",
             "task.run",
-            task_id = %spec.task,
+            task_id = spec.trace_id().as_u128(),
             function = spec.function.name,
-            attempt = spec.attempt,
-            parent_task = spec.parent.map(tracing::field::display),
-            node_id = %self.node,
-            worker_id = %self.worker,
+            // Recorded only for retries: one field less on every first run.
+            attempt = (spec.attempt > 0).then_some(spec.attempt),
+            parent_task = spec.parent.map(TaskId::as_u128),
+            node_id = self.node.0,
+            worker_id = self.worker.0,
         );
         let _enter = span.enter();
         let outcome = context::with_task(
             self,
             spec.task,
+            spec.trace_id(),
             Some((spec.pool.clone(), spec.resources.clone())),
             || {
                 let args = resolve_args(&spec.args)?;

@@ -9,49 +9,13 @@ mod recording;
 
 use std::time::{Duration, Instant};
 
-use ray_core::prelude::*;
 use ray_insight::views::Deadlock;
 use ray_insight::Views;
 
-#[remote]
-struct Left {}
-
-#[remote]
-impl Left {
-    fn new() -> Self {
-        Left {}
-    }
-
-    /// Calls `right.pong(me)` and waits for it, holding this actor meanwhile.
-    fn ping(&self, right: ActorHandle<Right>, me: ActorHandle<Left>) -> u64 {
-        right
-            .pong(me)
-            .and_then(|r| r.get_blocking())
-            .map_or(0, |v| v + 1)
-    }
-
-    /// Queued behind `ping` on this one-call-at-a-time actor: never starts.
-    fn echo(&self) -> u64 {
-        1
-    }
-}
-
-#[remote]
-struct Right {}
-
-#[remote]
-impl Right {
-    fn new() -> Self {
-        Right {}
-    }
-
-    /// Calls back into the caller's actor and waits: the cycle closes.
-    fn pong(&self, left: ActorHandle<Left>) -> u64 {
-        left.echo()
-            .and_then(|r| r.get_blocking())
-            .map_or(0, |v| v + 1)
-    }
-}
+#[allow(dead_code)]
+#[path = "../../examples/shapes/deadlock.rs"]
+mod deadlock;
+use deadlock::{Left, Right};
 
 /// The method names of a cycle, without their class and module paths.
 fn methods(deadlock: &Deadlock) -> Vec<String> {

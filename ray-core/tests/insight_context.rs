@@ -65,7 +65,7 @@ async fn a_context_label_keeps_its_task_and_children_in_the_filtered_views() {
     let records = sink.records();
 
     // The event names the labelled task and packs the labels into one field.
-    let train_runs: Vec<&str> = records
+    let train_runs: Vec<u128> = records
         .iter()
         .filter(|r| r.kind == RecordKind::SpanNew && r.name == "task.run")
         .filter(|r| {
@@ -73,15 +73,15 @@ async fn a_context_label_keeps_its_task_and_children_in_the_filtered_views() {
                 .and_then(|f| f.as_str())
                 .is_some_and(|f| f.ends_with("::train"))
         })
-        .filter_map(|r| r.field("task_id").and_then(|t| t.as_str()))
+        .filter_map(|r| r.field("task_id").and_then(|t| t.as_u128()))
         .collect();
     assert_eq!(train_runs.len(), 2);
-    let contexts: Vec<(Option<&str>, Option<&str>)> = records
+    let contexts: Vec<(Option<u128>, Option<&str>)> = records
         .iter()
         .filter(|r| r.kind == RecordKind::Event && r.name == "context")
         .map(|r| {
             (
-                r.field("task_id").and_then(|t| t.as_str()),
+                r.field("task_id").and_then(|t| t.as_u128()),
                 r.field("labels").and_then(|l| l.as_str()),
             )
         })

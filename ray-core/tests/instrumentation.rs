@@ -20,6 +20,11 @@ fn parent(x: u64) -> u64 {
 }
 
 #[remote]
+fn length(v: Vec<u8>) -> u64 {
+    v.len() as u64
+}
+
+#[remote]
 struct Acc {
     n: u64,
 }
@@ -39,6 +44,16 @@ fn str_field<'a>(r: &'a Record, key: &str) -> Option<&'a str> {
     r.field(key).and_then(|v| v.as_str())
 }
 
+/// An id field: the runtime records ids as integers (owner, sequence).
+fn id_field(r: &Record, key: &str) -> Option<u128> {
+    r.field(key).and_then(|v| v.as_u128())
+}
+
+/// A task id as the runtime displays it (`task-<owner>.<seq>`, hex).
+fn task_text(id: u128) -> String {
+    format!("task-{:x}.{:x}", id >> 64, id as u64)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_actor_calls_objects_and_waits_carry_their_ids() {
     let collector = recording::record_globally();
@@ -48,6 +63,22 @@ async fn tasks_actor_calls_objects_and_waits_carry_their_ids() {
     assert_eq!(acc.add(5).unwrap().get().await.unwrap(), 5);
     let obj = ray.put(vec![7u8; 4096]).await.unwrap();
     assert_eq!(obj.get().await.unwrap().len(), 4096);
+    // The same object as a task's argument: resolving it is a get too.
+    assert_eq!(
+        length::remote(&ray, &obj).unwrap().get().await.unwrap(),
+        4096
+    );
+    // A placement group of two bundles: placed, then removed with the runtime.
+    let pg = ray
+        .placement_group(
+            vec![
+                ray_core::Bundle::new().num_cpus(0.5),
+                ray_core::Bundle::new().num_cpus(0.5),
+            ],
+            ray_core::PlacementStrategy::Spread,
+        )
+        .unwrap();
+    pg.ready().await.unwrap();
     ray.shutdown();
     InsightLayer::flush_current_thread();
     // A span closes just after its result is visible: drain until the two
@@ -82,32 +113,35 @@ async fn tasks_actor_calls_objects_and_waits_carry_their_ids() {
         .iter()
         .find(|r| str_field(r, "function").is_some_and(|f| f.ends_with("::parent")))
         .expect("the parent task ran");
-    let parent_id = str_field(parent_run, "task_id").unwrap();
-    assert!(str_field(parent_run, "node_id").is_some());
+    let parent_id = id_field(parent_run, "task_id").unwrap();
+    assert!(id_field(parent_run, "node_id").is_some());
     let child_submit = named(RecordKind::Event, "task.submit")
         .into_iter()
         .find(|r| str_field(r, "function").is_some_and(|f| f.ends_with("::leaf")))
         .expect("the child was submitted");
-    assert_eq!(str_field(child_submit, "parent_task"), Some(parent_id));
+    assert_eq!(id_field(child_submit, "parent_task"), Some(parent_id));
     let child_run = runs
         .iter()
         .find(|r| str_field(r, "function").is_some_and(|f| f.ends_with("::leaf")))
         .expect("the child ran");
-    assert_eq!(str_field(child_run, "parent_task"), Some(parent_id));
-    let child_id = str_field(child_run, "task_id").unwrap();
+    assert_eq!(id_field(child_run, "parent_task"), Some(parent_id));
+    let child_id = id_field(child_run, "task_id").unwrap();
     // The parent blocked on the child's result: a wait span names both.
     let wait = named(RecordKind::SpanNew, "wait")
         .into_iter()
-        .find(|r| str_field(r, "task_id") == Some(parent_id))
+        .find(|r| id_field(r, "task_id") == Some(parent_id))
         .expect("the parent's wait was recorded");
-    assert_eq!(str_field(wait, "producers"), Some(child_id));
+    assert_eq!(
+        str_field(wait, "producers"),
+        Some(task_text(child_id).as_str())
+    );
     // The actor call names its actor, class and method.
     let call = named(RecordKind::SpanNew, "actor.call")
         .into_iter()
         .find(|r| str_field(r, "method").is_some_and(|m| m.ends_with("::add")))
         .expect("the actor call ran");
     assert!(str_field(call, "class").is_some_and(|c| c.ends_with("::Acc")));
-    assert!(str_field(call, "actor_id").is_some());
+    assert!(id_field(call, "actor_id").is_some());
     // Put and get of the same object, with its size.
     let put = named(RecordKind::Event, "object.put")
         .into_iter()
@@ -117,10 +151,24 @@ async fn tasks_actor_calls_objects_and_waits_carry_their_ids() {
                 .is_some_and(|b| b >= 4096)
         })
         .expect("the put was recorded");
-    let object = str_field(put, "object_id").unwrap();
+    let object = id_field(put, "object_id").unwrap();
     assert!(named(RecordKind::Event, "object.get")
         .iter()
-        .any(|r| str_field(r, "object_id") == Some(object)));
+        .any(|r| id_field(r, "object_id") == Some(object)));
+    let length_run = runs
+        .iter()
+        .find(|r| str_field(r, "function").is_some_and(|f| f.ends_with("::length")))
+        .expect("the length task ran");
+    let as_arg = named(RecordKind::Event, "object.get")
+        .into_iter()
+        .find(|r| r.field("arg").and_then(|a| a.as_bool()) == Some(true))
+        .expect("argument resolution recorded a get");
+    assert_eq!(id_field(as_arg, "object_id"), Some(object));
+    assert_eq!(id_field(as_arg, "task_id"), id_field(length_run, "task_id"));
+    assert_eq!(
+        as_arg.field("bytes").and_then(|b| b.as_u64()),
+        put.field("bytes").and_then(|b| b.as_u64())
+    );
 
     // The same records build the views: a parent -> leaf call edge, the
     // driver's call of the actor method, no deadlock.
@@ -142,4 +190,33 @@ async fn tasks_actor_calls_objects_and_waits_carry_their_ids() {
     assert!(logical.call_edges.iter().any(|e| e.name.ends_with("add")));
     assert!(snap.stacks().deadlocks.is_empty());
     assert_eq!(views.dropped(), 0);
+
+    // The group's bundles show on the node until the runtime removes it.
+    let placed = named(RecordKind::Event, "placement_group.placed");
+    assert_eq!(placed.len(), 1);
+    assert_eq!(
+        str_field(placed[0], "bundle_nodes").map(|n| n.split(',').count()),
+        Some(2)
+    );
+    let removed_at = records
+        .iter()
+        .position(|r| r.name == "placement_group.removed")
+        .expect("the shutdown removed the group");
+    let mut before = ray_insight::Views::default();
+    for r in &records[..removed_at] {
+        before.apply(r);
+    }
+    let physical = before.snapshot().physical();
+    let bundles: Vec<(usize, &str)> = physical
+        .nodes
+        .iter()
+        .flat_map(|n| n.bundles.iter())
+        .map(|b| (b.bundle, b.strategy.as_str()))
+        .collect();
+    assert_eq!(bundles, [(0, "Spread"), (1, "Spread")]);
+    assert!(physical
+        .nodes
+        .iter()
+        .all(|n| n.bundles.is_empty() || n.node_id.starts_with("node-")));
+    assert!(snap.physical().nodes.iter().all(|n| n.bundles.is_empty()));
 }

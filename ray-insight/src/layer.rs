@@ -65,6 +65,15 @@ pub struct InsightLayer {
     epoch: Instant,
 }
 
+/// What [`InsightLayer::record_in_place`] appends: an opening gets a fresh
+/// span id, a close names the span it closes.
+#[derive(Clone, Copy)]
+enum Kind {
+    SpanNew,
+    SpanClose(u64),
+    Event,
+}
+
 /// What the layer keeps in a recorded span's registry extensions.
 struct RecordedSpan {
     id: u64,
@@ -78,14 +87,19 @@ impl InsightLayer {
     ///
     /// The layer's epoch (`Record::at_nanos == 0`) is the moment of this call.
     pub fn new(config: InsightConfig) -> (InsightLayer, Collector) {
+        let epoch = Instant::now();
+        let epoch_unix_nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
         let shared = Arc::new(Shared::new(
             config.batch_size.max(1),
             config.max_queued_batches,
+            epoch_unix_nanos,
         ));
         let layer = InsightLayer {
             shared: Arc::clone(&shared),
             target_prefix: config.target_prefix.into_boxed_str(),
-            epoch: Instant::now(),
+            epoch,
         };
         (layer, Collector::new(shared))
     }
@@ -115,40 +129,47 @@ impl InsightLayer {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
-    /// A record stamped now; `span` and `thread` are filled by `append`.
-    fn record(
+    /// Appends a record stamped now to this thread's buffer for this layer,
+    /// built in place: `fill` writes its fields straight into the buffered
+    /// record (a record is a few hundred bytes; moving it through the call
+    /// chain cost more than the rest of recording). For span openings it
+    /// first gets a fresh span id. Returns the span id given (0 for other
+    /// kinds), or `None` when the record had to be dropped.
+    ///
+    /// `fill` runs while this thread's buffers are borrowed: a field whose
+    /// `Debug` impl itself emits a tracing event gets that inner event
+    /// dropped (and counted), never a panic or a deadlock.
+    fn record_in_place(
         &self,
-        kind: RecordKind,
+        kind: Kind,
         parent: u64,
         metadata: &'static Metadata<'static>,
-        fields: Fields,
-    ) -> Record {
-        Record {
-            kind,
-            span: 0,
-            parent,
-            name: metadata.name(),
-            target: metadata.target(),
-            at_nanos: self.now_nanos(),
-            thread: 0,
-            fields,
-        }
-    }
-
-    /// Appends `record` to this thread's buffer for this layer; for span
-    /// openings, first gives it a fresh span id. Returns the span id given, or
-    /// `None` when the record had to be dropped.
-    fn append(&self, mut record: Record) -> Option<u64> {
+        fill: impl FnOnce(&mut Fields),
+    ) -> Option<u64> {
+        let at_nanos = self.now_nanos();
         let appended = THREAD_STATE.try_with(|cell| {
-            // A failed borrow means we were re-entered (a field's `Debug` impl
-            // emitted an event while we held the buffer): drop, don't panic.
             let mut state = cell.try_borrow_mut().ok()?;
-            record.thread = state.index;
-            if record.kind == RecordKind::SpanNew {
-                record.span = state.next_span_id();
+            let thread = state.index;
+            let (kind, span) = match kind {
+                Kind::SpanNew => (RecordKind::SpanNew, state.next_span_id()),
+                Kind::SpanClose(span) => (RecordKind::SpanClose, span),
+                Kind::Event => (RecordKind::Event, 0),
+            };
+            let buffer = state.buffer_for(&self.shared);
+            buffer.records.push(Record {
+                kind,
+                span,
+                parent,
+                name: metadata.name(),
+                target: metadata.target(),
+                at_nanos,
+                thread,
+                fields: Fields::new(),
+            });
+            if let Some(record) = buffer.records.last_mut() {
+                fill(&mut record.fields);
             }
-            let span = record.span;
-            state.push(&self.shared, record);
+            buffer.flush_if_due(at_nanos);
             Some(span)
         });
         let span = appended.ok().flatten();
@@ -193,12 +214,10 @@ where
             return;
         };
         let parent = nearest_recorded(span.parent());
-        // Visit fields before touching the thread buffer or the extensions:
-        // a `Debug` impl may itself emit tracing events.
-        let mut fields = Fields::with_capacity(metadata.fields().len());
-        attrs.record(&mut FieldCollector(&mut fields));
-        let record = self.record(RecordKind::SpanNew, parent, metadata, fields);
-        if let Some(span_id) = self.append(record) {
+        let recorded = self.record_in_place(Kind::SpanNew, parent, metadata, |fields| {
+            attrs.record(&mut FieldCollector(fields));
+        });
+        if let Some(span_id) = recorded {
             span.extensions_mut().insert(RecordedSpan {
                 id: span_id,
                 parent,
@@ -227,9 +246,9 @@ where
             return;
         }
         let parent = nearest_recorded(ctx.event_span(event));
-        let mut fields = Fields::with_capacity(metadata.fields().len());
-        event.record(&mut FieldCollector(&mut fields));
-        self.append(self.record(RecordKind::Event, parent, metadata, fields));
+        self.record_in_place(Kind::Event, parent, metadata, |fields| {
+            event.record(&mut FieldCollector(fields));
+        });
     }
 
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
@@ -240,15 +259,13 @@ where
             return;
         };
         let metadata = span.metadata();
-        self.append(Record {
-            kind: RecordKind::SpanClose,
-            span: recorded.id,
-            parent: recorded.parent,
-            name: metadata.name(),
-            target: metadata.target(),
-            at_nanos: self.now_nanos(),
-            thread: 0,
-            fields: recorded.late_fields,
+        let RecordedSpan {
+            id,
+            parent,
+            late_fields,
+        } = recorded;
+        self.record_in_place(Kind::SpanClose(id), parent, metadata, |fields| {
+            *fields = late_fields;
         });
     }
 }
@@ -268,6 +285,10 @@ pub(crate) fn flush_thread_buffer_for(shared: &Arc<Shared>) {
         }
     });
 }
+
+/// A thread's partial batch is handed over at its next record once its
+/// oldest record is this old (nanoseconds).
+const MAX_BATCH_AGE_NANOS: u64 = 100_000_000;
 
 /// Source of per-thread indexes, in the order threads first record.
 static NEXT_THREAD_INDEX: AtomicU32 = AtomicU32::new(0);
@@ -309,7 +330,8 @@ impl ThreadState {
         (tag << SPAN_SEQ_BITS) | seq
     }
 
-    fn push(&mut self, shared: &Arc<Shared>, record: Record) {
+    /// This thread's buffer for the layer sharing `shared`, made on first use.
+    fn buffer_for(&mut self, shared: &Arc<Shared>) -> &mut ThreadBuffer {
         let position = match self
             .buffers
             .iter()
@@ -327,11 +349,7 @@ impl ThreadState {
                 self.buffers.len() - 1
             }
         };
-        let buffer = &mut self.buffers[position];
-        buffer.records.push(record);
-        if buffer.records.len() >= buffer.shared.batch_size() {
-            buffer.flush();
-        }
+        &mut self.buffers[position]
     }
 
     fn forget_gone_layers(&mut self) {
@@ -349,6 +367,18 @@ struct ThreadBuffer {
 impl ThreadBuffer {
     fn flush(&mut self) {
         self.shared.hand_off(&mut self.records);
+    }
+
+    /// Hands the batch over when it is full, or when its oldest record has
+    /// waited long (so a thread that records rarely is not hours behind);
+    /// `now` is the newest record's time.
+    fn flush_if_due(&mut self, now: u64) {
+        let oldest = self.records.first().map_or(now, |r| r.at_nanos);
+        if self.records.len() >= self.shared.batch_size()
+            || now.saturating_sub(oldest) >= MAX_BATCH_AGE_NANOS
+        {
+            self.flush();
+        }
     }
 }
 

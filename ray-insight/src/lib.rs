@@ -19,13 +19,25 @@
 //!   distributed stack with deadlock detection (JSON, text), and physical view
 //!   (JSON); every view can be filtered by an inherited context label. It is
 //!   pure: records in, views out, no clock, no threads, no I/O.
+//! - [`resources`]: reading a process's CPU and resident memory (`/proc`) and
+//!   the machine's GPUs (`nvidia-smi`), for the runtime's resource samples.
 //!
-//! Later: the append-only event log the views replay from (and `Views::at(t)`),
-//! resource samples, the dashboard.
+//! - [`log`]: the append-only event log. [`LogWriter`](log::LogWriter) is a
+//!   [`Sink`] (beside live views through a [`Tee`]) that appends batches as
+//!   checksummed frames; [`read_log`](log::read_log) reads them back, keeping
+//!   the readable prefix of a truncated or corrupt file; [`replay`](log::replay)
+//!   rebuilds the views as they stood at any time t. Its batch encoding
+//!   ([`encode_records`](log::encode_records)) also ships records between
+//!   processes.
+//! - [`export`]: every view in the formats it supports, by name (what the
+//!   `rayrs insight` command prints), including flame graph SVGs and
+//!   differential flame graphs drawn with `inferno`.
+//!
+//! Later: the dashboard.
 //!
 //! # What it must not know about
 //!
-//! ray-insight depends on `tracing` (and `serde_json` for the view exports) only. It knows no runtime types (no ray-core,
+//! ray-insight depends on `tracing` (and `serde_json` and `inferno` for the view exports) only. It knows no runtime types (no ray-core,
 //! ray-proto, scheduler or store types); it reads span and event names and
 //! their fields (`task_id`, `object_id`, `bytes`, …). The runtime never depends
 //! on ray-insight: it only emits spans.
@@ -51,13 +63,17 @@
 //! assert_eq!(sink.records()[0].field("task_id").and_then(|v| v.as_u64()), Some(7));
 //! ```
 
+pub mod dashboard;
+pub mod export;
 mod layer;
+pub mod log;
 mod queue;
 mod record;
+pub mod resources;
 mod sink;
 pub mod views;
 
 pub use layer::{InsightConfig, InsightLayer};
-pub use record::{FieldValue, Fields, Record, RecordKind};
-pub use sink::{Collector, MemorySink, Sink};
+pub use record::{FieldStr, FieldValue, Fields, Record, RecordKind};
+pub use sink::{Collector, MemorySink, Sink, Tee};
 pub use views::{Limits, Snapshot, Views};

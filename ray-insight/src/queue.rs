@@ -34,6 +34,9 @@ pub(crate) struct Shared {
     /// Set when the layer is dropped: no more records will come, so thread
     /// buffers for it can be flushed and forgotten.
     layer_gone: AtomicBool,
+    /// Wall-clock time of the layer's epoch (`at_nanos == 0`), in
+    /// nanoseconds since the Unix epoch.
+    epoch_unix_nanos: u64,
 }
 
 #[derive(Debug, Default)]
@@ -43,7 +46,7 @@ struct Queue {
 }
 
 impl Shared {
-    pub(crate) fn new(batch_size: usize, max_queued_batches: usize) -> Self {
+    pub(crate) fn new(batch_size: usize, max_queued_batches: usize, epoch_unix_nanos: u64) -> Self {
         Self {
             queue: Mutex::new(Queue {
                 batches: VecDeque::with_capacity(max_queued_batches.min(MAX_PREALLOCATED_SLOTS)),
@@ -54,7 +57,13 @@ impl Shared {
             recorded: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             layer_gone: AtomicBool::new(false),
+            epoch_unix_nanos,
         }
+    }
+
+    /// Wall-clock time of the layer's epoch, in nanoseconds since the Unix epoch.
+    pub(crate) fn epoch_unix_nanos(&self) -> u64 {
+        self.epoch_unix_nanos
     }
 
     pub(crate) fn batch_size(&self) -> usize {
@@ -139,7 +148,7 @@ mod tests {
 
     #[test]
     fn full_queue_drops_and_counts_the_whole_batch() {
-        let shared = Shared::new(4, 1);
+        let shared = Shared::new(4, 1, 0);
         let mut first = batch(4);
         shared.hand_off(&mut first);
         let mut second = batch(3);
@@ -152,7 +161,7 @@ mod tests {
 
     #[test]
     fn recycled_buffers_are_reused_by_the_next_hand_off() {
-        let shared = Shared::new(4, 2);
+        let shared = Shared::new(4, 2, 0);
         let mut b = batch(4);
         shared.hand_off(&mut b);
         for drained in shared.take_batches() {

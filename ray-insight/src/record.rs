@@ -61,8 +61,9 @@ impl Record {
 
 /// A typed field value, as `tracing` handed it to us.
 ///
-/// Integers that do not fit 64 bits, `Debug` values, errors and strings become
-/// [`FieldValue::Str`].
+/// `i128`/`u128` values that do not fit 64 bits become [`FieldValue::U128`]
+/// (unsigned) or strings (negative); `Debug` values, errors and strings
+/// become [`FieldValue::Str`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum FieldValue {
     /// An unsigned integer (`task_id = 7u64`, `bytes = 4096`).
@@ -73,8 +74,101 @@ pub enum FieldValue {
     F64(f64),
     /// A boolean.
     Bool(bool),
+    /// An unsigned integer wider than 64 bits, as its high and low halves.
+    /// The runtime records its two-part ids this way (`task_id` = owner
+    /// worker in `hi`, sequence in `lo`), which costs no formatting and no
+    /// allocation on the recording thread.
+    U128 {
+        /// Bits 64..128.
+        hi: u64,
+        /// Bits 0..64.
+        lo: u64,
+    },
     /// A string, or the `Debug`/`Display` rendering of any other value.
-    Str(Box<str>),
+    Str(FieldStr),
+}
+
+/// A field's string: up to [`FieldStr::INLINE`] bytes are kept inline (no
+/// allocation, nothing to free on another thread), longer ones on the heap.
+///
+/// Dereferences to `str`; build one with `FieldStr::from("text")`.
+#[derive(Clone)]
+pub struct FieldStr(StrRepr);
+
+#[derive(Clone)]
+enum StrRepr {
+    Inline {
+        len: u8,
+        bytes: [u8; FieldStr::INLINE],
+    },
+    Heap(Box<str>),
+}
+
+impl FieldStr {
+    /// The longest string kept inline, in bytes.
+    pub const INLINE: usize = 22;
+
+    /// The string.
+    pub fn as_str(&self) -> &str {
+        match &self.0 {
+            StrRepr::Inline { len, bytes } => {
+                // Built only from a whole `&str` of `len` bytes (`From<&str>`).
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
+            }
+            StrRepr::Heap(s) => s,
+        }
+    }
+}
+
+impl From<&str> for FieldStr {
+    fn from(s: &str) -> Self {
+        if s.len() <= Self::INLINE {
+            let mut bytes = [0u8; Self::INLINE];
+            bytes[..s.len()].copy_from_slice(s.as_bytes());
+            // `s.len() <= 22`, so it fits a `u8`.
+            FieldStr(StrRepr::Inline {
+                len: s.len() as u8,
+                bytes,
+            })
+        } else {
+            FieldStr(StrRepr::Heap(s.into()))
+        }
+    }
+}
+
+impl From<String> for FieldStr {
+    fn from(s: String) -> Self {
+        if s.len() <= Self::INLINE {
+            Self::from(s.as_str())
+        } else {
+            FieldStr(StrRepr::Heap(s.into_boxed_str()))
+        }
+    }
+}
+
+impl std::ops::Deref for FieldStr {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq for FieldStr {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl fmt::Debug for FieldStr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for FieldStr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self.as_str(), f)
+    }
 }
 
 impl FieldValue {
@@ -82,6 +176,7 @@ impl FieldValue {
     pub fn as_u64(&self) -> Option<u64> {
         match *self {
             FieldValue::U64(v) => Some(v),
+            FieldValue::U128 { hi: 0, lo } => Some(lo),
             FieldValue::I64(v) => u64::try_from(v).ok(),
             _ => None,
         }
@@ -115,8 +210,16 @@ impl FieldValue {
     /// The value as a string slice, if it is a [`FieldValue::Str`].
     pub fn as_str(&self) -> Option<&str> {
         match self {
-            FieldValue::Str(v) => Some(v),
+            FieldValue::Str(v) => Some(v.as_str()),
             _ => None,
+        }
+    }
+
+    /// The value as a `u128`, if it is a non-negative integer.
+    pub fn as_u128(&self) -> Option<u128> {
+        match *self {
+            FieldValue::U128 { hi, lo } => Some((u128::from(hi) << 64) | u128::from(lo)),
+            _ => self.as_u64().map(u128::from),
         }
     }
 }
@@ -128,6 +231,7 @@ impl fmt::Display for FieldValue {
             FieldValue::I64(v) => v.fmt(f),
             FieldValue::F64(v) => v.fmt(f),
             FieldValue::Bool(v) => v.fmt(f),
+            FieldValue::U128 { hi, lo } => ((u128::from(*hi) << 64) | u128::from(*lo)).fmt(f),
             FieldValue::Str(v) => v.fmt(f),
         }
     }
@@ -135,65 +239,117 @@ impl fmt::Display for FieldValue {
 
 /// The fields of one record: `(key, value)` pairs in the order they were recorded.
 ///
-/// Small by design (a span carries a handful of ids), so lookup is a linear scan.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// Small by design (a span carries a handful of ids), so lookup is a linear
+/// scan. The first [`Fields::INLINE`] fields live inside the record itself:
+/// recording a runtime span allocates nothing for its fields, and the
+/// collector frees nothing that another thread allocated.
+#[derive(Clone)]
 pub struct Fields {
-    entries: Vec<(&'static str, FieldValue)>,
+    len: u8,
+    inline: [(&'static str, FieldValue); Fields::INLINE],
+    spill: Vec<(&'static str, FieldValue)>,
+}
+
+/// The value an unused inline slot holds.
+const EMPTY_SLOT: (&str, FieldValue) = ("", FieldValue::Bool(false));
+
+impl Default for Fields {
+    fn default() -> Self {
+        Self {
+            len: 0,
+            inline: [EMPTY_SLOT; Fields::INLINE],
+            spill: Vec::new(),
+        }
+    }
 }
 
 impl Fields {
+    /// How many fields are kept without a heap allocation.
+    pub const INLINE: usize = 7;
+
     /// An empty field list.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// An empty field list with room for `capacity` fields.
+    /// An empty field list; `capacity` beyond [`Fields::INLINE`] is reserved
+    /// on the heap.
     pub fn with_capacity(capacity: usize) -> Self {
         Self {
-            entries: Vec::with_capacity(capacity),
+            spill: Vec::with_capacity(capacity.saturating_sub(Self::INLINE)),
+            ..Self::default()
         }
     }
 
     /// Appends a field; an earlier field with the same key is kept as well.
     pub fn push(&mut self, key: &'static str, value: FieldValue) {
-        self.entries.push((key, value));
+        let len = usize::from(self.len);
+        if len < Self::INLINE {
+            self.inline[len] = (key, value);
+            self.len += 1;
+        } else {
+            self.spill.push((key, value));
+        }
+    }
+
+    fn slots(&self) -> impl DoubleEndedIterator<Item = &(&'static str, FieldValue)> + '_ {
+        self.inline[..usize::from(self.len)]
+            .iter()
+            .chain(self.spill.iter())
     }
 
     /// The value of the last field named `key`, if any.
     pub fn get(&self, key: &str) -> Option<&FieldValue> {
-        self.entries
-            .iter()
-            .rev()
-            .find(|(k, _)| *k == key)
-            .map(|(_, v)| v)
+        self.slots().rev().find(|(k, _)| *k == key).map(|(_, v)| v)
     }
 
     /// The fields in recording order.
     pub fn iter(&self) -> impl Iterator<Item = (&'static str, &FieldValue)> + '_ {
-        self.entries.iter().map(|(k, v)| (*k, v))
+        self.slots().map(|(k, v)| (*k, v))
     }
 
     /// How many fields there are.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        usize::from(self.len) + self.spill.len()
     }
 
     /// Whether there are no fields.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.len() == 0
     }
 
-    /// Appends every field of `other`.
+    /// Appends every field of `other`, leaving it empty.
     pub fn append(&mut self, other: &mut Fields) {
-        self.entries.append(&mut other.entries);
+        for (key, value) in std::mem::take(other).into_iter_owned() {
+            self.push(key, value);
+        }
+    }
+
+    fn into_iter_owned(self) -> impl Iterator<Item = (&'static str, FieldValue)> {
+        let len = usize::from(self.len);
+        self.inline.into_iter().take(len).chain(self.spill)
+    }
+}
+
+impl PartialEq for Fields {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.slots().eq(other.slots())
+    }
+}
+
+impl fmt::Debug for Fields {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
     }
 }
 
 impl FromIterator<(&'static str, FieldValue)> for Fields {
     fn from_iter<I: IntoIterator<Item = (&'static str, FieldValue)>>(iter: I) -> Self {
-        Self {
-            entries: iter.into_iter().collect(),
+        let mut fields = Fields::new();
+        for (key, value) in iter {
+            fields.push(key, value);
         }
+        fields
     }
 }
 
@@ -222,9 +378,9 @@ impl Visit for FieldCollector<'_> {
     }
 
     fn record_u128(&mut self, field: &Field, value: u128) {
-        let value = match u64::try_from(value) {
-            Ok(v) => FieldValue::U64(v),
-            Err(_) => FieldValue::Str(value.to_string().into()),
+        let value = FieldValue::U128 {
+            hi: (value >> 64) as u64,
+            lo: value as u64,
         };
         self.0.push(field.name(), value);
     }
@@ -268,7 +424,7 @@ thread_local! {
 /// shrinks it again; formatting into a reused per-thread buffer and copying
 /// once costs a single allocation. Falls back to `format!` when re-entered (a
 /// `Debug` impl that itself records a field) or during thread teardown.
-fn render(args: fmt::Arguments<'_>) -> Box<str> {
+fn render(args: fmt::Arguments<'_>) -> FieldStr {
     SCRATCH
         .try_with(|cell| {
             let mut scratch = cell.try_borrow_mut().ok()?;
@@ -276,7 +432,7 @@ fn render(args: fmt::Arguments<'_>) -> Box<str> {
             // Writing to a `String` fails only if a `Display` impl reports
             // an error; keep what was written, as `format!` would panic.
             let _ = scratch.write_fmt(args);
-            let rendered = Box::from(scratch.as_str());
+            let rendered = FieldStr::from(scratch.as_str());
             if scratch.capacity() > MAX_SCRATCH_BYTES {
                 *scratch = String::new();
             }
@@ -284,7 +440,7 @@ fn render(args: fmt::Arguments<'_>) -> Box<str> {
         })
         .ok()
         .flatten()
-        .unwrap_or_else(|| fmt::format(args).into_boxed_str())
+        .unwrap_or_else(|| FieldStr::from(fmt::format(args)))
 }
 
 /// `n` plain event records, for tests of the queue and sinks.
@@ -316,6 +472,44 @@ mod tests {
         assert_eq!(fields.get("task_id"), Some(&FieldValue::U64(2)));
         assert_eq!(fields.get("object_id"), None);
         assert_eq!(fields.len(), 2);
+    }
+
+    #[test]
+    fn fields_beyond_the_inline_slots_spill_and_keep_their_order() {
+        let keys = ["a", "b", "c", "d", "e", "f", "g", "h", "i"];
+        let fields: Fields = keys
+            .iter()
+            .zip(0u64..)
+            .map(|(k, v)| (*k, FieldValue::U64(v)))
+            .collect();
+        assert_eq!(fields.len(), keys.len());
+        let seen: Vec<&str> = fields.iter().map(|(k, _)| k).collect();
+        assert_eq!(seen, keys);
+        assert_eq!(fields.get("i"), Some(&FieldValue::U64(8)));
+        let mut more = Fields::new();
+        more.push("z", FieldValue::Bool(true));
+        let mut all = fields.clone();
+        all.append(&mut more);
+        assert!(more.is_empty());
+        assert_eq!(all.len(), keys.len() + 1);
+        assert_ne!(all, fields);
+    }
+
+    #[test]
+    fn short_strings_stay_inline_and_long_ones_round_trip() {
+        let short = FieldStr::from("task-1.1a");
+        assert!(matches!(short.0, StrRepr::Inline { .. }));
+        assert_eq!(&*short, "task-1.1a");
+        let long = "x".repeat(FieldStr::INLINE + 1);
+        let heap = FieldStr::from(long.as_str());
+        assert!(matches!(heap.0, StrRepr::Heap(_)));
+        assert_eq!(heap.as_str(), long);
+        assert_eq!(FieldStr::from(String::from("héllo")).as_str(), "héllo");
+        assert_eq!(
+            FieldValue::U128 { hi: 1, lo: 2 }.as_u128(),
+            Some((1 << 64) | 2)
+        );
+        assert_eq!(FieldValue::U128 { hi: 0, lo: 9 }.as_u64(), Some(9));
     }
 
     #[test]

@@ -83,6 +83,13 @@ impl Collector {
         self.shared.dropped()
     }
 
+    /// Wall-clock time of the layer's epoch (`Record::at_nanos == 0`), in
+    /// nanoseconds since the Unix epoch: what an event log's header stores,
+    /// and how records of several processes are put on one time line.
+    pub fn epoch_unix_nanos(&self) -> u64 {
+        self.shared.epoch_unix_nanos()
+    }
+
     /// How many full batches wait in the queue now.
     pub fn queued_batches(&self) -> usize {
         self.shared.queued_batches()
@@ -160,6 +167,78 @@ impl Sink for MemorySink {
     }
 }
 
+/// A sink that hands each batch to several sinks, in order: live [`Views`](crate::Views)
+/// and a [`LogWriter`](crate::log::LogWriter) fed from one drain, say.
+///
+/// Borrows its sinks, so the caller keeps them (and reads them) afterwards.
+/// An owned batch is cloned for every sink but the last, which may move the
+/// records out.
+///
+/// ```
+/// use ray_insight::{MemorySink, Sink, Tee};
+///
+/// let (mut a, mut b) = (MemorySink::new(10), MemorySink::new(10));
+/// Tee::new().with(&mut a).with(&mut b).accept(&[]);
+/// assert_eq!(a.len() + b.len(), 0);
+/// ```
+#[derive(Default)]
+pub struct Tee<'a> {
+    sinks: Vec<&'a mut dyn Sink>,
+}
+
+impl<'a> Tee<'a> {
+    /// A tee with no sinks yet.
+    pub fn new() -> Self {
+        Self { sinks: Vec::new() }
+    }
+
+    /// This tee with `sink` added last.
+    pub fn with(mut self, sink: &'a mut dyn Sink) -> Self {
+        self.sinks.push(sink);
+        self
+    }
+
+    /// Adds `sink` last.
+    pub fn push(&mut self, sink: &'a mut dyn Sink) {
+        self.sinks.push(sink);
+    }
+
+    /// How many sinks batches go to.
+    pub fn len(&self) -> usize {
+        self.sinks.len()
+    }
+
+    /// Whether batches go nowhere.
+    pub fn is_empty(&self) -> bool {
+        self.sinks.is_empty()
+    }
+}
+
+impl std::fmt::Debug for Tee<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tee")
+            .field("sinks", &self.sinks.len())
+            .finish()
+    }
+}
+
+impl Sink for Tee<'_> {
+    fn accept(&mut self, batch: &[Record]) {
+        for sink in &mut self.sinks {
+            sink.accept(batch);
+        }
+    }
+
+    fn accept_owned(&mut self, batch: &mut Vec<Record>) {
+        if let Some((last, first)) = self.sinks.split_last_mut() {
+            for sink in first {
+                sink.accept(batch);
+            }
+            last.accept_owned(batch);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -179,6 +258,18 @@ mod tests {
         assert_eq!(sink.discarded(), 1);
         let kept: Vec<u64> = sink.records().iter().map(|r| r.at_nanos).collect();
         assert_eq!(kept, vec![0, 1, 0]);
+    }
+
+    #[test]
+    fn tee_hands_every_batch_to_every_sink() {
+        let (mut a, mut b) = (MemorySink::new(100), MemorySink::new(100));
+        let mut tee = Tee::new().with(&mut a).with(&mut b);
+        tee.accept(&records(2));
+        tee.accept_owned(&mut records(3));
+        assert_eq!(tee.len(), 2);
+        drop(tee);
+        assert_eq!(a.records(), b.records());
+        assert_eq!(a.len(), 5);
     }
 
     proptest! {

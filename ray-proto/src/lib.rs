@@ -82,6 +82,12 @@ macro_rules! owned_id {
             pub const fn new(owner: WorkerId, seq: u64) -> Self {
                 Self { owner, seq }
             }
+
+            /// The id as one integer: owner in the high 64 bits, sequence in
+            /// the low 64 (how insight records it, without formatting).
+            pub const fn as_u128(self) -> u128 {
+                ((self.owner.0 as u128) << 64) | self.seq as u128
+            }
         }
 
         impl fmt::Debug for $name {

@@ -30,7 +30,7 @@ mod gcs;
 ///
 /// Bump it whenever [`Message`] (or anything it contains) changes shape:
 /// peers with different versions refuse each other at the handshake.
-pub const PROTOCOL_VERSION: u16 = 3;
+pub const PROTOCOL_VERSION: u16 = 4;
 
 /// One control message as it travels on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
@@ -167,6 +167,9 @@ mod message {
             driver_address: String,
             binary_hash: [u8; 32],
             fingerprint: BuildFingerprint,
+            /// The job records for insight: its workers record too and ship
+            /// their records to the head.
+            insight: bool,
         },
         /// The job's binary follows on this stream: `len` raw bytes.
         UploadBinary {
@@ -194,6 +197,31 @@ mod message {
         /// Asks for every worker and driver of a running job (the state
         /// API asks each of them what it owns); answered [`Message::Workers`].
         GetWorkers,
+        /// A process of `job` ships insight records to the head's
+        /// collector: `records` as `ray_insight::log::encode_records` wrote
+        /// them, times relative to `epoch_unix_nanos`. Answered `Ok`.
+        InsightBatch {
+            job: JobId,
+            /// The sending process (its span ids are unique only within it).
+            worker: WorkerId,
+            epoch_unix_nanos: u64,
+            records: Vec<u8>,
+        },
+        /// Asks the head for one insight view of `job` (`None`: the latest
+        /// job), as `rayrs insight export` names it (`view`, `format`), at
+        /// `at_nanos` since the job started (replayed from the head's event
+        /// log) or now, optionally filtered on a context label `k=v`.
+        /// Answered [`Message::BinaryFollows`] and the text's bytes.
+        InsightExport {
+            job: Option<JobId>,
+            view: String,
+            format: String,
+            at_nanos: Option<u64>,
+            filter: Option<String>,
+            /// The flame graph's metric (`self`, `running`, `waiting`;
+            /// `None`: self time).
+            metric: Option<String>,
+        },
 
         // Node daemon requests.
         /// An owner asks for resources and a worker of its job to run work
@@ -333,6 +361,8 @@ mod message {
         },
         WorkerRegistered {
             worker: WorkerId,
+            /// Its job records for insight (see `RegisterJob::insight`).
+            insight: bool,
         },
         WorkerInfo {
             address: Option<String>,

@@ -41,7 +41,7 @@ use ray_store::ObjectBuffer;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{resources_from_wire, resources_to_wire, GcsClient};
-use crate::actor::{ActorCell, RawActorHandle, Target};
+use crate::actor::ActorCell;
 use crate::error::{Error, UserError};
 use crate::object::Encoded;
 use crate::object_ref::{ArgKind, ObjectRef, TaskArg};
@@ -776,6 +776,15 @@ impl ClusterCore {
             return false;
         }
         st.inflight.insert(task, f);
+        if matches!(item, WorkItem::Task { .. } | WorkItem::ActorCall { .. }) {
+            tracing::trace!(
+                name: "task.scheduled",
+                target: "ray::task",
+                task_id = task.as_u128(),
+                node_id = link.node.0,
+                worker_id = link.worker.0
+            );
+        }
         // Sent under the lock: items keep their order on the link.
         let _ = link.tx.send(item);
         true
@@ -947,38 +956,31 @@ impl ClusterCore {
             detached: opts.detached,
             status: ActorStatus::PendingCreation,
         };
+        let launch = ActorLaunch {
+            args,
+            resources,
+            strategy,
+            max_concurrency,
+            detached: opts.detached,
+            creator: crate::context::current_trace(),
+        };
+        crate::context::before_child_submit();
         let me = self.clone();
         let shared = actor.clone();
-        self.tokio.spawn(async move {
-            me.run_actor(
-                shared,
-                rx,
-                args,
-                resources,
-                strategy,
-                max_concurrency,
-                entry,
-            )
-            .await
-        });
+        self.tokio
+            .spawn(async move { me.run_actor(shared, rx, launch, entry).await });
         Ok(actor)
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn run_actor(
         self: Arc<Self>,
         actor: Arc<RemoteActor>,
         rx: mpsc::UnboundedReceiver<ActorMsg>,
-        args: Vec<TaskArg>,
-        resources: Vec<ResourceAmount>,
-        strategy: WireStrategy,
-        max_concurrency: u32,
+        launch: ActorLaunch,
         entry: ActorEntry,
     ) {
-        let detached = entry.detached;
-        let mut created = self
-            .create_actor(&actor, args, resources, strategy, max_concurrency, detached)
-            .await;
+        let detached = launch.detached;
+        let mut created = self.create_actor(&actor, launch).await;
         if let Ok(link) = &created {
             // The GCS's actor table: `rayrs list actors`, and names.
             let entry = ActorEntry {
@@ -1025,7 +1027,12 @@ impl ClusterCore {
     ) {
         while let Some(msg) = rx.recv().await {
             match msg {
-                ActorMsg::Call { task, method, args } => {
+                ActorMsg::Call {
+                    task,
+                    method,
+                    args,
+                    parent,
+                } => {
                     let wire = match self.wire_args(&args).await {
                         Ok(w) => w,
                         Err(e) => {
@@ -1047,6 +1054,7 @@ impl ClusterCore {
                         actor: actor.id,
                         method: method.id,
                         args: wire,
+                        parent,
                     };
                     if !self.push(link, task, f, item) {
                         actor.set_dead(format!(
@@ -1220,12 +1228,16 @@ impl ClusterCore {
     async fn create_actor(
         self: &Arc<Self>,
         actor: &Arc<RemoteActor>,
-        args: Vec<TaskArg>,
-        resources: Vec<ResourceAmount>,
-        strategy: WireStrategy,
-        max_concurrency: u32,
-        detached: bool,
+        launch: ActorLaunch,
     ) -> Result<Arc<Link>, Error> {
+        let ActorLaunch {
+            args,
+            resources,
+            strategy,
+            max_concurrency,
+            detached,
+            creator,
+        } = launch;
         let rt = self.rt().ok_or(Error::ShutDown)?;
         for d in crate::task::pending_deps(&rt, &args) {
             let _ = d.buffer().await;
@@ -1249,6 +1261,7 @@ impl ClusterCore {
             resources,
             max_concurrency,
             detached,
+            creator,
         };
         self.push(&link, task, f, item);
         match done_rx.await {
@@ -1394,7 +1407,8 @@ impl ClusterCore {
                     max_retries: 0,
                     retry_exceptions: false,
                     attempt,
-                    parent: parent.or(Some(task)),
+                    parent,
+                    trace: Some(task),
                 });
                 self.forward(handle, task, results.clone());
             }
@@ -1406,6 +1420,7 @@ impl ClusterCore {
                 resources,
                 max_concurrency,
                 detached,
+                creator,
             } => {
                 let creation = TaskId::new(actor.owner, actor.seq);
                 if detached {
@@ -1425,7 +1440,7 @@ impl ClusterCore {
                     max_concurrency: max_concurrency.max(1) as usize,
                     ..ActorOptions::default()
                 };
-                match crate::actor::spawn_actor_as(&rt, actor, cls, args, opts) {
+                match crate::actor::spawn_actor_as(&rt, actor, cls, args, opts, creator) {
                     Ok((cell, created)) => {
                         self.hosted.lock().insert(actor, Hosted { cell, lease });
                         let results = results.clone();
@@ -1457,6 +1472,7 @@ impl ClusterCore {
                 actor,
                 method,
                 args,
+                parent,
             } => {
                 let Some(m) = registry().actor_method(method) else {
                     return fail(task, missing(method.0, "actor method"));
@@ -1473,11 +1489,8 @@ impl ClusterCore {
                     );
                 };
                 let args = self.args_from_wire(&rt, args);
-                let raw = RawActorHandle {
-                    target: Target::Local(cell),
-                };
-                match raw.__call::<()>(m, args) {
-                    Ok(r) => self.forward(r.handle.clone(), task, results.clone()),
+                match cell.call_pushed(m, args, task, parent) {
+                    Ok(handle) => self.forward(handle, task, results.clone()),
                     Err(e) => fail(task, e),
                 }
             }
@@ -1560,11 +1573,24 @@ impl ClusterCore {
 }
 
 /// Messages to a remote actor's task.
+/// What creating an actor on some worker needs, besides the actor.
+struct ActorLaunch {
+    args: Vec<TaskArg>,
+    resources: Vec<ResourceAmount>,
+    strategy: WireStrategy,
+    max_concurrency: u32,
+    detached: bool,
+    /// The creating task (`None`: the driver), for insight.
+    creator: Option<TaskId>,
+}
+
 pub(crate) enum ActorMsg {
     Call {
         task: TaskId,
         method: &'static ActorMethod,
         args: Vec<TaskArg>,
+        /// The calling task (`None`: the driver), for insight.
+        parent: Option<TaskId>,
     },
     Kill,
 }
@@ -1617,13 +1643,19 @@ impl RemoteActor {
         task: TaskId,
         method: &'static ActorMethod,
         args: Vec<TaskArg>,
+        parent: Option<TaskId>,
     ) {
         if let Some(cause) = self.dead.lock().clone() {
             rt.complete_object(task.return_object(), Err(self.died(&cause)));
             return;
         }
         if let Err(mpsc::error::SendError(ActorMsg::Call { task, .. })) =
-            self.tx.send(ActorMsg::Call { task, method, args })
+            self.tx.send(ActorMsg::Call {
+                task,
+                method,
+                args,
+                parent,
+            })
         {
             rt.complete_object(task.return_object(), Err(self.died("its owner stopped")));
         }

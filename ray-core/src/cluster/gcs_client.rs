@@ -17,6 +17,9 @@ use crate::transport::{Connection, Endpoint, TransportError};
 /// The largest job binary the GCS stores: 2 GiB.
 pub const MAX_BINARY_LEN: u64 = 2 << 30;
 
+/// The largest insight export the head sends: 1 GiB.
+const MAX_EXPORT_LEN: u64 = 1 << 30;
+
 /// The slowest a binary may move before its transfer times out, in bytes
 /// per second: 300 MB gets about 36 s on top of the request timeout.
 const MIN_TRANSFER_RATE: u64 = 8 << 20;
@@ -273,12 +276,14 @@ impl GcsClient {
         driver_address: String,
         binary_hash: [u8; 32],
         fingerprint: BuildFingerprint,
+        insight: bool,
     ) -> Result<(JobId, WorkerId, bool), ClusterError> {
         let request = Message::RegisterJob {
             driver,
             driver_address,
             binary_hash,
             fingerprint,
+            insight,
         };
         match self.call(request).await? {
             Message::JobRegistered {
@@ -339,6 +344,71 @@ impl GcsClient {
         }
     }
 
+    /// Ships one batch of insight records of `job` to the head's collector
+    /// (`records` encoded by `ray_insight::log::encode_records`, times
+    /// relative to `epoch_unix_nanos`).
+    ///
+    /// # Errors
+    ///
+    /// As [`GcsClient::call`], or [`ClusterError::UnexpectedReply`].
+    pub async fn insight_batch(
+        &self,
+        job: JobId,
+        worker: WorkerId,
+        epoch_unix_nanos: u64,
+        records: Vec<u8>,
+    ) -> Result<(), ClusterError> {
+        let request = Message::InsightBatch {
+            job,
+            worker,
+            epoch_unix_nanos,
+            records,
+        };
+        match self.call(request).await? {
+            Message::Ok => Ok(()),
+            other => Err(unexpected("InsightBatch", &other)),
+        }
+    }
+
+    /// One insight view as text, built by the head (see
+    /// [`Message::InsightExport`]).
+    ///
+    /// # Errors
+    ///
+    /// [`ClusterError::Refused`] with the head's reason (unknown job, view
+    /// or format; no event log for `at_nanos`); otherwise as
+    /// [`GcsClient::call`].
+    pub async fn insight_export(
+        &self,
+        job: Option<JobId>,
+        view: String,
+        format: String,
+        at_nanos: Option<u64>,
+        filter: Option<String>,
+        metric: Option<String>,
+    ) -> Result<String, ClusterError> {
+        let request = Envelope::new(Message::InsightExport {
+            job,
+            view,
+            format,
+            at_nanos,
+            filter,
+            metric,
+        });
+        let (reply, bytes) = self
+            .within(
+                self.transfer_timeout(MAX_EXPORT_LEN),
+                self.conn.request_bulk(&request, MAX_EXPORT_LEN),
+            )
+            .await?;
+        match (refused(reply)?, bytes) {
+            (Message::BinaryFollows { .. }, Some(bytes)) => {
+                Ok(String::from_utf8_lossy(&bytes).into_owned())
+            }
+            (other, _) => Err(unexpected("InsightExport", &other)),
+        }
+    }
+
     /// Marks `job` finished: its non-detached actors die, and node daemons
     /// see it not running in [`GcsClient::jobs`]. Finishing it again does
     /// nothing.
@@ -366,12 +436,12 @@ impl GcsClient {
         job: JobId,
         node: NodeId,
         address: String,
-    ) -> Result<WorkerId, ClusterError> {
+    ) -> Result<(WorkerId, bool), ClusterError> {
         match self
             .call(Message::RegisterWorker { job, node, address })
             .await?
         {
-            Message::WorkerRegistered { worker } => Ok(worker),
+            Message::WorkerRegistered { worker, insight } => Ok((worker, insight)),
             other => Err(unexpected("RegisterWorker", &other)),
         }
     }

@@ -7,6 +7,8 @@
 
 mod service;
 
+use super::insight_hub::InsightHub;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,18 +24,22 @@ use super::{binary_hash, DEFAULT_HEALTH_TIMEOUT, MAX_BINARY_LEN};
 use crate::transport::{CloseCode, Connection, Endpoint, IncomingRequest};
 
 /// Settings of a [`GcsServer`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GcsServerConfig {
     /// A node that has not heartbeated for this long is declared dead
     /// (default [`DEFAULT_HEALTH_TIMEOUT`], 10 s). Nodes are told to
     /// heartbeat five times per timeout.
     pub health_timeout: Duration,
+    /// Where the insight event log of each job that records goes
+    /// (`job-<id>.log`); `None` keeps live views only (no replay at a time).
+    pub insight_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for GcsServerConfig {
     fn default() -> Self {
         Self {
             health_timeout: DEFAULT_HEALTH_TIMEOUT,
+            insight_dir: None,
         }
     }
 }
@@ -59,6 +65,7 @@ impl GcsServerConfig {
 pub struct GcsServer {
     endpoint: Endpoint,
     state: Arc<Mutex<State>>,
+    hub: Arc<Mutex<InsightHub>>,
     accept_loop: JoinHandle<()>,
     health_loop: JoinHandle<()>,
 }
@@ -79,11 +86,13 @@ impl GcsServer {
             },
         );
         let state = Arc::new(Mutex::new(State::new(gcs, config.heartbeat_interval())));
-        let accept_loop = tokio::spawn(accept_loop(endpoint.clone(), state.clone()));
+        let hub = Arc::new(Mutex::new(InsightHub::new(config.insight_dir.clone())));
+        let accept_loop = tokio::spawn(accept_loop(endpoint.clone(), state.clone(), hub.clone()));
         let health_loop = tokio::spawn(health_loop(state.clone(), config.check_interval()));
         Self {
             endpoint,
             state,
+            hub,
             accept_loop,
             health_loop,
         }
@@ -96,6 +105,12 @@ impl GcsServer {
     /// The OS error if the socket cannot say.
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.endpoint.local_addr()
+    }
+
+    /// The head's insight collector as a dashboard source: what
+    /// `ray_insight::dashboard::Dashboard::start` serves on the head.
+    pub fn insight_source(&self) -> Arc<dyn ray_insight::dashboard::Source> {
+        Arc::new(super::insight_hub::HubSource(self.hub.clone()))
     }
 
     /// How many nodes are alive now.
@@ -130,13 +145,13 @@ impl std::fmt::Debug for GcsServer {
     }
 }
 
-async fn accept_loop(endpoint: Endpoint, state: Arc<Mutex<State>>) {
+async fn accept_loop(endpoint: Endpoint, state: Arc<Mutex<State>>, hub: Arc<Mutex<InsightHub>>) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             conn = endpoint.accept() => {
                 let Ok(conn) = conn else { break };
-                connections.spawn(serve_connection(conn, state.clone()));
+                connections.spawn(serve_connection(conn, state.clone(), hub.clone()));
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
@@ -146,7 +161,7 @@ async fn accept_loop(endpoint: Endpoint, state: Arc<Mutex<State>>) {
 /// Answers the requests of one connection, each in a task of its own, until
 /// it closes; then finishes the jobs that were registered on it (their
 /// driver exited or was killed).
-async fn serve_connection(conn: Connection, state: Arc<Mutex<State>>) {
+async fn serve_connection(conn: Connection, state: Arc<Mutex<State>>, hub: Arc<Mutex<InsightHub>>) {
     let registered: Arc<Mutex<Vec<JobId>>> = Arc::default();
     let subs: Arc<Mutex<Vec<u64>>> = Arc::default();
     let mut requests = JoinSet::new();
@@ -158,6 +173,7 @@ async fn serve_connection(conn: Connection, state: Arc<Mutex<State>>) {
                         requests.spawn(serve_request(
                             request,
                             state.clone(),
+                            hub.clone(),
                             registered.clone(),
                             subs.clone(),
                         ));
@@ -192,6 +208,7 @@ async fn serve_connection(conn: Connection, state: Arc<Mutex<State>>) {
 async fn serve_request(
     mut request: IncomingRequest,
     state: Arc<Mutex<State>>,
+    hub: Arc<Mutex<InsightHub>>,
     registered: Arc<Mutex<Vec<JobId>>>,
     subs: Arc<Mutex<Vec<u64>>>,
 ) {
@@ -209,6 +226,13 @@ async fn serve_request(
         }
         return;
     }
+    let body = match envelope.body {
+        Message::InsightBatch { .. } | Message::InsightExport { .. } => {
+            return serve_insight(request, envelope.body, hub).await;
+        }
+        body => body,
+    };
+    let envelope = Envelope { body, ..envelope };
     let subscribed = matches!(envelope.body, Message::Subscribe { .. });
     let action = {
         let mut state = state.lock();
@@ -217,7 +241,10 @@ async fn serve_request(
         // Recorded under the state lock, with no await since the job was
         // added: an aborted request either did both or neither.
         match &action {
-            Action::Reply(Message::JobRegistered { job, .. }) => registered.lock().push(*job),
+            Action::Reply(Message::JobRegistered { job, .. }) => {
+                registered.lock().push(*job);
+                hub.lock().job_registered(*job);
+            }
             Action::Reply(Message::Subscribed { sub }) if subscribed => subs.lock().push(*sub),
             _ => {}
         }
@@ -236,6 +263,64 @@ async fn serve_request(
             let reply = receive_binary(&mut request, &state, hash, len).await;
             request.respond(&Envelope::new(reply)).await
         }
+    };
+    if let Err(e) = sent {
+        tracing::debug!(target: "ray::gcs", error = %e, "gcs.reply_failed");
+    }
+}
+
+/// Answers the insight requests, off the GCS state lock: a shipped batch
+/// goes into its job's views and log; an export is built on a blocking
+/// thread (a replay reads the job's log).
+async fn serve_insight(request: IncomingRequest, body: Message, hub: Arc<Mutex<InsightHub>>) {
+    let sent = match body {
+        Message::InsightBatch {
+            job,
+            worker,
+            epoch_unix_nanos,
+            records,
+        } => {
+            let reply = match hub.lock().accept(job, worker, epoch_unix_nanos, &records) {
+                Ok(()) => Message::Ok,
+                Err(reason) => Message::Error { reason },
+            };
+            request.respond(&Envelope::new(reply)).await
+        }
+        Message::InsightExport {
+            job,
+            view,
+            format,
+            at_nanos,
+            filter,
+            metric,
+        } => {
+            let built = tokio::task::spawn_blocking(move || {
+                hub.lock().export(
+                    job,
+                    &view,
+                    &format,
+                    at_nanos,
+                    filter.as_deref(),
+                    metric.as_deref(),
+                )
+            })
+            .await
+            .unwrap_or_else(|e| Err(format!("the export failed: {e}")));
+            match built {
+                Ok(text) => {
+                    let header = Envelope::new(Message::BinaryFollows {
+                        len: text.len() as u64,
+                    });
+                    request.respond_with_bytes(&header, text.as_bytes()).await
+                }
+                Err(reason) => {
+                    request
+                        .respond(&Envelope::new(Message::Error { reason }))
+                        .await
+                }
+            }
+        }
+        _ => return,
     };
     if let Err(e) = sent {
         tracing::debug!(target: "ray::gcs", error = %e, "gcs.reply_failed");
@@ -365,7 +450,13 @@ mod tests {
         let hash = binary_hash(&binary);
         let fingerprint = BuildFingerprint([5; 32]);
         let (job, _, upload) = driver
-            .register_job("main".into(), "127.0.0.1:1".into(), hash, fingerprint)
+            .register_job(
+                "main".into(),
+                "127.0.0.1:1".into(),
+                hash,
+                fingerprint,
+                false,
+            )
             .await
             .expect("register job");
         assert!(upload);

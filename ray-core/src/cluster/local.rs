@@ -226,6 +226,55 @@ impl Cluster {
         crate::init_with(self.config()).await
     }
 
+    /// The directory where the head keeps each recording job's insight
+    /// event log (`job-<id>.log`).
+    pub fn insight_dir(&self) -> PathBuf {
+        self.dir.join("insight")
+    }
+
+    /// One insight view of `job` (`None`: the latest job that recorded), as
+    /// the head builds it from the records every process shipped: what
+    /// `rayrs insight export --address` prints. `at_nanos` replays the
+    /// head's event log up to that time since the job started; `filter` is
+    /// a context label `key=value`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cluster`] with the head's reason (no such job, an unknown
+    /// view or format), or when the head cannot be reached.
+    pub async fn insight_export(
+        &self,
+        job: Option<ray_proto::JobId>,
+        view: &str,
+        format: &str,
+        at_nanos: Option<u64>,
+        filter: Option<&str>,
+    ) -> Result<String> {
+        let cluster = |cause: String| Error::Cluster { cause };
+        let creds =
+            ClusterCredentials::load(&self.credentials()).map_err(|e| cluster(e.to_string()))?;
+        let endpoint = Endpoint::bind(
+            SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            &creds,
+            EndpointConfig::new(Role::Cli, control_plane_fingerprint()),
+        )
+        .map_err(|e| cluster(e.to_string()))?;
+        let client = GcsClient::connect(&endpoint, self.address, Duration::from_secs(10))
+            .await
+            .map_err(|e| cluster(e.to_string()))?;
+        client
+            .insight_export(
+                job,
+                view.into(),
+                format.into(),
+                at_nanos,
+                filter.map(str::to_owned),
+                None,
+            )
+            .await
+            .map_err(|e| cluster(e.to_string()))
+    }
+
     /// The process ids of the node processes (index 0: the head).
     pub fn pids(&self) -> Vec<Option<u32>> {
         self.nodes
@@ -326,6 +375,7 @@ fn run_daemon(kind: &str) -> std::result::Result<(), String> {
                 endpoint,
                 GcsServerConfig {
                     health_timeout: Duration::from_millis(health_ms),
+                    insight_dir: Some(dir.join("insight")),
                 },
             );
             (Some(server), addr)

@@ -15,6 +15,7 @@
 mod core;
 mod gcs_client;
 mod gcs_server;
+mod insight_hub;
 mod local;
 mod node_daemon;
 mod node_service;

@@ -67,6 +67,17 @@ struct JobWorker {
     ready: Mutex<Option<oneshot::Sender<Started>>>,
     expected: Mutex<Option<BuildFingerprint>>,
     pid: Mutex<Option<u32>>,
+    /// Tells the worker's waiter to stop it (SIGTERM, then SIGKILL).
+    stop: Mutex<Option<oneshot::Sender<()>>>,
+}
+
+impl JobWorker {
+    /// Stops the worker process, if it was started: see [`STOP_GRACE`].
+    fn stop(&self) {
+        if let Some(stop) = self.stop.lock().take() {
+            let _ = stop.send(());
+        }
+    }
 }
 
 struct Inner {
@@ -279,9 +290,7 @@ impl NodeService {
         let Some(w) = inner.jobs.lock().remove(&job) else {
             return;
         };
-        if let Some(pid) = *w.pid.lock() {
-            kill(pid);
-        }
+        w.stop();
         self.release_job_leases(job, true);
     }
 
@@ -714,8 +723,28 @@ impl NodeService {
         tracing::info!(target: "ray::node", node = %inner.node, job = %job, pid, "worker.started");
         let me = self.clone();
         let watched = w.clone();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        *w.stop.lock() = Some(stop_tx);
         tokio::spawn(async move {
-            let status = child.wait().await;
+            let status = tokio::select! {
+                status = child.wait() => status,
+                Ok(()) = stop_rx => {
+                    // Not reaped yet, so the pid is still this worker's.
+                    if let Some(pid) = child.id() {
+                        let _ = std::process::Command::new("kill")
+                            .args(["-TERM", &pid.to_string()])
+                            .stderr(std::process::Stdio::null())
+                            .status();
+                    }
+                    match tokio::time::timeout(STOP_GRACE, child.wait()).await {
+                        Ok(status) => status,
+                        Err(_) => {
+                            let _ = child.start_kill();
+                            child.wait().await
+                        }
+                    }
+                }
+            };
             tracing::info!(target: "ray::node", job = %job, pid, ?status, "worker.exited");
             let current = me.inner.jobs.lock().get(&job).cloned();
             if current.is_some_and(|c| Arc::ptr_eq(&c, &watched)) {
@@ -732,7 +761,7 @@ impl NodeService {
             Ok(Ok(r)) => r,
             Ok(Err(_)) => Err(format!("worker of {job} went away before reporting in")),
             Err(_) => {
-                kill(pid);
+                w.stop();
                 Err(format!(
                     "worker of {job} did not report in within {WORKER_START_TIMEOUT:?}"
                 ))
@@ -780,12 +809,6 @@ impl NodeService {
     }
 }
 
-fn kill(pid: u32) {
-    if pid == 0 {
-        return;
-    }
-    // Best effort: the process may have exited already.
-    let _ = std::process::Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status();
-}
+/// How long a worker told to stop (SIGTERM) has before SIGKILL: it ships
+/// its last insight records meanwhile.
+const STOP_GRACE: Duration = Duration::from_secs(2);

@@ -184,6 +184,10 @@ impl ClusterCore {
             }
         }
         *pg.placed.lock() = placements.clone();
+        let mut by_index = placements.clone();
+        by_index.sort_unstable();
+        let nodes: Vec<NodeId> = by_index.into_iter().map(|(_, node)| node).collect();
+        crate::placement::trace_group_placed(pg.id, pg.strategy, &nodes);
         for n in &alive {
             for &(i, node) in &placements {
                 let placed = Message::BundlePlaced {
@@ -227,6 +231,7 @@ impl ClusterCore {
         if pg.removed.swap(true, Ordering::AcqRel) {
             return;
         }
+        crate::placement::trace_group_removed(pg.id);
         pg.settle(Err(Error::PlacementGroupRemoved {
             group: pg.id,
             cause: why.to_string(),

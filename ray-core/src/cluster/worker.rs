@@ -21,6 +21,10 @@ use ray_sched::{Quantity, ResourceSet};
 use super::{control_plane_fingerprint, GcsClient};
 use crate::transport::{ClusterCredentials, Endpoint, EndpointConfig, Role};
 
+/// How long a worker that is told to stop spends shipping its last insight
+/// records (its node's grace period is longer).
+const LAST_SHIP: Duration = Duration::from_secs(1);
+
 const VAR_JOB: &str = "RAYRS_WORKER_JOB";
 const VAR_GCS: &str = "RAYRS_WORKER_GCS";
 const VAR_NODE: &str = "RAYRS_WORKER_NODE";
@@ -155,6 +159,8 @@ fn run_worker() -> Result<(), String> {
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("ray-io")
+        // A parked I/O thread hands insight its partial batch.
+        .on_thread_park(crate::recording::flush_if_recording)
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start tokio: {e}"))?;
@@ -171,7 +177,7 @@ async fn serve(env: WorkerEnv) -> Result<(), String> {
     let gcs = GcsClient::connect(&endpoint, env.gcs, Duration::from_secs(10))
         .await
         .map_err(|e| e.to_string())?;
-    let worker = gcs
+    let (worker, insight) = gcs
         .register_worker(env.job, env.node_id, my_addr.to_string())
         .await
         .map_err(|e| e.to_string())?;
@@ -185,6 +191,7 @@ async fn serve(env: WorkerEnv) -> Result<(), String> {
         local_node: env.node,
         my_addr,
         resources: env.resources.clone(),
+        insight,
     })
     .map_err(|e| e.to_string())?;
     let core = ray.rt.cluster.get().cloned().ok_or("no cluster core")?;
@@ -208,14 +215,24 @@ async fn serve(env: WorkerEnv) -> Result<(), String> {
         }
         other => return Err(format!("unexpected answer from its node: {other:?}")),
     }
-    // Serve until the node daemon goes away.
+    // Serve until the node daemon goes away, or ends the job (SIGTERM).
     let conn = core
         .connections()
         .get(env.node)
         .await
         .map_err(|e| e.to_string())?;
-    let why = conn.closed().await;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
+    let why = tokio::select! {
+        why = conn.closed() => why.to_string(),
+        _ = term.recv() => "its job ended (SIGTERM)".to_string(),
+    };
     tracing::info!(target: "ray::worker", %why, "worker.exit");
+    // The job's last records still reach the head (its node kills this
+    // process for good after a grace period).
+    if let Some(insight) = ray.insight() {
+        let _ = tokio::time::timeout(LAST_SHIP, insight.flush()).await;
+    }
     ray.shutdown();
     Ok(())
 }

@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
+use std::io;
 
 use super::model::{LabelSetId, PathId, PathTable};
 
@@ -203,6 +204,101 @@ impl FlameView {
     }
 }
 
+impl FlameMetric {
+    /// The metric's name on the command line: `self`, `running` or `waiting`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlameMetric::SelfTime => "self",
+            FlameMetric::Running => "running",
+            FlameMetric::Waiting => "waiting",
+        }
+    }
+
+    /// The metric named `name` (see [`FlameMetric::as_str`]), if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [
+            FlameMetric::SelfTime,
+            FlameMetric::Running,
+            FlameMetric::Waiting,
+        ]
+        .into_iter()
+        .find(|m| m.as_str() == name)
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            FlameMetric::SelfTime => "ray-rs: wall time by distributed call path",
+            FlameMetric::Running => "ray-rs: running time by distributed call path (not nested)",
+            FlameMetric::Waiting => {
+                "ray-rs: time blocked in wait by distributed call path (not nested)"
+            }
+        }
+    }
+}
+
+/// Why a flame graph SVG could not be drawn.
+#[derive(Debug, thiserror::Error)]
+pub enum FlameSvgError {
+    /// No call path has any time (at this metric, or after, for a diff): an
+    /// empty picture, which inferno refuses to draw.
+    #[error("nothing to draw: no call path has any time")]
+    Empty,
+    /// inferno failed to draw it.
+    #[error("drawing the flame graph failed: {0}")]
+    Render(#[from] io::Error),
+}
+
+impl FlameView {
+    /// The flame graph as an SVG image (interactive: click to zoom, search),
+    /// drawn by `inferno` from [`FlameView::folded`]; widths in microseconds.
+    ///
+    /// Colours are derived from frame names, so the same run draws the same
+    /// picture. Errors: [`FlameSvgError::Empty`] when no path has at least a
+    /// microsecond at `metric`.
+    pub fn svg(&self, metric: FlameMetric) -> Result<String, FlameSvgError> {
+        draw(&self.folded(metric), metric.title(), None)
+    }
+}
+
+/// A differential flame graph of two folded-stacks texts, as an SVG image
+/// drawn by `inferno`: frames are as wide as in `after_folded`, red where
+/// they grew since `before_folded`, blue where they shrank (paths only in
+/// `before_folded` have no width). Malformed lines are skipped (see
+/// [`parse_folded`]).
+///
+/// Errors: [`FlameSvgError::Empty`] when `after_folded` has no time.
+pub fn diff_svg(before_folded: &str, after_folded: &str) -> Result<String, FlameSvgError> {
+    draw(
+        &diff_folded(before_folded, after_folded),
+        "ray-rs: differential flame graph",
+        Some("width: after; red: grew since before, blue: shrank"),
+    )
+}
+
+/// Draws folded lines (`path count` or `path before after`) with inferno.
+fn draw(folded: &str, title: &str, subtitle: Option<&str>) -> Result<String, FlameSvgError> {
+    // inferno sizes frames by the last count of each line; without any
+    // positive one it draws an error picture and fails.
+    let has_time = folded.lines().any(|line| {
+        line.rsplit_once(' ')
+            .and_then(|(_, count)| count.parse::<u64>().ok())
+            .is_some_and(|count| count > 0)
+    });
+    if !has_time {
+        return Err(FlameSvgError::Empty);
+    }
+    let mut options = inferno::flamegraph::Options::default();
+    // Colours from a hash of the frame name, not a random pick.
+    options.deterministic = true;
+    options.title = title.to_owned();
+    options.subtitle = subtitle.map(str::to_owned);
+    options.count_name = "µs".to_owned();
+    let mut svg = Vec::new();
+    inferno::flamegraph::from_lines(&mut options, folded.lines(), &mut svg)?;
+    String::from_utf8(svg)
+        .map_err(|e| FlameSvgError::Render(io::Error::new(io::ErrorKind::InvalidData, e)))
+}
+
 /// Parses folded stacks (`path value` per line; the value after the last
 /// space), summing repeated paths; malformed lines are skipped.
 pub fn parse_folded(text: &str) -> BTreeMap<String, u64> {
@@ -251,6 +347,74 @@ mod tests {
             diff_folded(before, after),
             "driver;f 10 13\ndriver;f;g 5 0\ndriver;h 0 3\n"
         );
+    }
+
+    #[test]
+    fn the_svg_names_every_frame_and_an_empty_graph_is_refused() {
+        let frame = |path: &str, self_nanos: u64| FlameFrame {
+            path: path.to_owned(),
+            count: 1,
+            total_nanos: self_nanos,
+            self_nanos,
+            children_nanos: 0,
+            waiting_nanos: 0,
+            running_nanos: self_nanos,
+        };
+        let view = FlameView {
+            frames: vec![
+                frame("driver;shapes::train_step", 3_000_000),
+                frame("driver;shapes::train_step;shapes::all_reduce", 1_000_000),
+            ],
+        };
+        let svg = view.svg(FlameMetric::SelfTime).expect("drawn");
+        assert!(svg.contains("<svg"), "{svg}");
+        assert!(svg.contains("shapes::train_step"));
+        assert!(svg.contains("shapes::all_reduce"));
+        assert_eq!(view.svg(FlameMetric::SelfTime).expect("drawn"), svg);
+        assert!(matches!(
+            view.svg(FlameMetric::Waiting),
+            Err(FlameSvgError::Empty)
+        ));
+    }
+
+    #[test]
+    fn the_diff_svg_shows_grown_and_shrunk_paths() {
+        let before = "driver;load 500\ndriver;train 1000\n";
+        let after = "driver;load 100\ndriver;train 2000\ndriver;eval 300\n";
+        let svg = diff_svg(before, after).expect("drawn");
+        assert!(svg.contains("<svg"));
+        for name in ["load", "train", "eval"] {
+            assert!(svg.contains(name), "{name} missing");
+        }
+        // Widths are the after counts; each tooltip carries the change.
+        let title = |name: &str| {
+            let start = svg
+                .find(&format!("<title>{name} ("))
+                .unwrap_or_else(|| panic!("no frame {name}"));
+            let end = start + svg[start..].find("</title>").expect("a closed title");
+            svg[start..end].to_owned()
+        };
+        assert!(
+            title("train").starts_with("<title>train (2,000 µs"),
+            "{}",
+            title("train")
+        );
+        assert!(title("train").contains("; +"), "{}", title("train"));
+        assert!(title("load").contains("; -"), "{}", title("load"));
+        assert!(title("eval").contains("; +"), "{}", title("eval"));
+        assert!(matches!(diff_svg(after, ""), Err(FlameSvgError::Empty)));
+    }
+
+    #[test]
+    fn metrics_are_named_as_on_the_command_line() {
+        for metric in [
+            FlameMetric::SelfTime,
+            FlameMetric::Running,
+            FlameMetric::Waiting,
+        ] {
+            assert_eq!(FlameMetric::from_name(metric.as_str()), Some(metric));
+        }
+        assert_eq!(FlameMetric::from_name("total"), None);
     }
 
     #[test]

@@ -15,6 +15,8 @@ use super::model::{Id, LabelSetId, LaneId, Lanes};
 pub enum SliceState {
     /// Submitted, waiting to start (drawn on the lane it later ran on).
     Submitted,
+    /// Placed (resources granted, or pushed to a worker), not yet started.
+    Scheduled,
     /// The task's whole run, from start to finish (blocked slices nest inside).
     Running,
     /// Blocked inside a `wait` span.
@@ -26,6 +28,7 @@ impl SliceState {
     pub fn as_str(self) -> &'static str {
         match self {
             SliceState::Submitted => "submitted",
+            SliceState::Scheduled => "scheduled",
             SliceState::Running => "running",
             SliceState::Blocked => "blocked",
         }
@@ -243,6 +246,7 @@ impl GanttView {
             let name = match s.state {
                 SliceState::Running => s.name.clone(),
                 SliceState::Submitted => format!("submitted {}", s.name),
+                SliceState::Scheduled => format!("scheduled {}", s.name),
                 SliceState::Blocked => format!("wait {}", s.name),
             };
             events.push(json!({

@@ -1,13 +1,12 @@
 //! How records become state: the schema dispatch, per-task bookkeeping,
 //! and folding finished work into the aggregates.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::gantt::StoredSlice;
 use super::logical::Locality;
 use super::model::{frame_name, id_of, Id, LabelSetId, LaneId, PathId, PathTable};
-use super::physical::ActorInfo;
+use super::physical::{ActorInfo, GroupInfo, ProcessFields};
 use super::task::{LiveTask, OpenWait, RecentTask};
 use super::{CallKind, LogicalNode, SliceState, Views};
 use crate::record::{FieldValue, Record, RecordKind};
@@ -36,7 +35,7 @@ struct CallerInfo {
 }
 
 fn str_field(record: &Record, key: &str) -> Option<Id> {
-    record.field(key).map(id_of)
+    record.field(key).map(|value| id_of(key, value))
 }
 
 fn list_field(record: &Record, key: &str) -> Vec<Option<Id>> {
@@ -49,7 +48,7 @@ fn list_field(record: &Record, key: &str) -> Vec<Option<Id>> {
                 (!part.is_empty()).then(|| Arc::from(part))
             })
             .collect(),
-        Some(other) => vec![Some(id_of(other))],
+        Some(other) => vec![Some(id_of(key, other))],
     }
 }
 
@@ -75,6 +74,7 @@ fn number_field(record: &Record, key: &str) -> Option<f64> {
         FieldValue::U64(v) => Some(*v as f64),
         FieldValue::I64(v) => Some(*v as f64),
         FieldValue::F64(v) => Some(*v),
+        FieldValue::U128 { hi, lo } => Some((u128::from(*hi) << 64 | u128::from(*lo)) as f64),
         FieldValue::Str(s) => s.trim().parse().ok(),
         FieldValue::Bool(_) => None,
     }
@@ -104,10 +104,21 @@ impl Views {
             (RecordKind::SpanNew, "wait") => self.begin_wait(record),
             (RecordKind::SpanClose, _) => self.close_span(record),
             (RecordKind::Event, "task.submit") => self.on_submit(record),
+            (RecordKind::Event, "task.scheduled") => self.on_scheduled(record),
             (RecordKind::Event, "object.put") => self.on_put(record),
             (RecordKind::Event, "object.get") => self.on_get(record),
             (RecordKind::Event, "context") => self.on_context(record),
             (RecordKind::Event, "resource.sample") => self.on_resources(record),
+            (RecordKind::Event, "insight.dropped") => u64_field(record, "count").is_some_and(|n| {
+                self.stats.lost += n;
+                true
+            }),
+            (RecordKind::Event, "placement_group.placed") => self.on_group_placed(record),
+            (RecordKind::Event, "placement_group.removed") => str_field(record, "group_id")
+                .is_some_and(|g| {
+                    self.groups.remove(&g);
+                    true
+                }),
             _ => false,
         };
         if understood {
@@ -183,6 +194,7 @@ impl Views {
             labels: caller.labels,
             submitted_at: None,
             started_at: None,
+            scheduled_at: None,
             node_id: None,
             worker_id: None,
             thread: record.thread,
@@ -210,6 +222,46 @@ impl Views {
         }
     }
 
+    /// A submitted task was placed: on a node (`node_id`), and on a worker
+    /// (`worker_id`) when pushed to one. The submit may arrive later (it is
+    /// recorded on another thread): the placement then waits for it in a
+    /// small table. Late placements of finished tasks are dropped quietly.
+    fn on_scheduled(&mut self, record: &Record) -> bool {
+        let Some(id) = str_field(record, "task_id") else {
+            return false;
+        };
+        let node = str_field(record, "node_id");
+        match self.tasks.get_mut(&id) {
+            Some(task) => Self::place(task, record.at_nanos, node),
+            None if self.recent.get(&id).is_some() => {}
+            None => {
+                if self.pending_placements.insert(id, (record.at_nanos, node)) {
+                    self.stats.dropped += 1;
+                }
+            }
+        }
+        true
+    }
+
+    /// Notes a task's placement unless it already started.
+    fn place(task: &mut LiveTask, at_nanos: u64, node: Option<Id>) {
+        if task.started_at.is_none() {
+            // The first placement counts (pushed to a worker, then perhaps
+            // queued again by that worker's own admission).
+            task.scheduled_at.get_or_insert(at_nanos);
+            if let Some(node) = node {
+                task.node_id = Some(node);
+            }
+        }
+    }
+
+    /// A task's placement that arrived before the task itself.
+    fn take_placement(&mut self, id: &Id, task: &mut LiveTask) {
+        if let Some((at, node)) = self.pending_placements.remove(id) {
+            Self::place(task, at, node);
+        }
+    }
+
     fn on_submit(&mut self, record: &Record) -> bool {
         let Some(id) = str_field(record, "task_id") else {
             return false;
@@ -230,6 +282,7 @@ impl Views {
             CallKind::Task
         };
         let mut task = self.new_task(kind, record);
+        self.take_placement(&id, &mut task);
         Self::update_task_fields(&mut task, record);
         // A submit names the actor but not its class; a queued call is then
         // still named `Class.method` in the stack view.
@@ -245,10 +298,15 @@ impl Views {
 
     fn start_task(&mut self, record: &Record, kind: CallKind) -> bool {
         let id = match kind {
-            CallKind::ActorCreate => match str_field(record, "actor_id") {
-                Some(actor) => Arc::from(format!("actor.create:{actor}")),
-                None => return false,
-            },
+            // A creation is known by its task id when the span gives one
+            // (what its constructor's children name as their parent).
+            CallKind::ActorCreate => {
+                match (str_field(record, "task_id"), str_field(record, "actor_id")) {
+                    (Some(task), Some(_)) => task,
+                    (None, Some(actor)) => Arc::from(format!("actor.create:{actor}")),
+                    (_, None) => return false,
+                }
+            }
             _ => str_field(record, "task_id")
                 .unwrap_or_else(|| Arc::from(format!("span:{}", record.span))),
         };
@@ -258,7 +316,11 @@ impl Views {
         let mut task = match self.tasks.remove(&id) {
             Some(task) => task,
             None if self.tasks.len() >= self.limits.max_live_tasks => return self.drop_record(),
-            None => self.new_task(kind, record),
+            None => {
+                let mut task = self.new_task(kind, record);
+                self.take_placement(&id, &mut task);
+                task
+            }
         };
         task.kind = kind;
         Self::update_task_fields(&mut task, record);
@@ -394,6 +456,7 @@ impl Views {
             path: task.path,
             labels: task.labels,
             lane: task.lane,
+            node_id: task.node_id.clone(),
         };
         if self.recent.insert(id.clone(), recent) {
             self.stats.evicted_recent += 1;
@@ -524,10 +587,11 @@ impl Views {
         let (consumer, labels) = self
             .node_and_labels(task.as_ref())
             .unwrap_or((LogicalNode::Unknown, 0));
-        let known = self.objects.get(&object);
-        let producer = known.map_or(LogicalNode::Unknown, |o| o.producer.clone());
-        let producer_node =
-            str_field(record, "producer_node").or_else(|| known.and_then(|o| o.node_id.clone()));
+        let (producer, put_node) = match self.objects.get(&object) {
+            Some(o) => (o.producer.clone(), o.node_id.clone()),
+            None => self.return_producer(&object),
+        };
+        let producer_node = str_field(record, "producer_node").or(put_node);
         let consumer_node = str_field(record, "node_id").or_else(|| {
             task.as_ref()
                 .and_then(|t| self.tasks.get(t))
@@ -548,6 +612,45 @@ impl Views {
         true
     }
 
+    /// A placement group's bundles were reserved on their nodes.
+    fn on_group_placed(&mut self, record: &Record) -> bool {
+        let Some(group) = str_field(record, "group_id") else {
+            return false;
+        };
+        let mut bundle_nodes = list_field(record, "bundle_nodes");
+        if bundle_nodes.len() > self.limits.max_bundles_per_group {
+            bundle_nodes.truncate(self.limits.max_bundles_per_group);
+            self.stats.dropped += 1;
+        }
+        let info = GroupInfo {
+            strategy: str_field(record, "strategy"),
+            bundle_nodes,
+        };
+        if self.groups.insert(group, info) {
+            self.stats.evicted_groups += 1;
+        }
+        true
+    }
+
+    /// The producer of an object nobody `put`: a task's return object
+    /// (`obj-<owner>.<seq>` is the result of `task-<owner>.<seq>`), as the
+    /// task's caller-graph node and the node it ran on, when the task is
+    /// still known.
+    fn return_producer(&self, object: &str) -> (LogicalNode, Option<Id>) {
+        let Some(numbers) = object.strip_prefix("obj-") else {
+            return (LogicalNode::Unknown, None);
+        };
+        let task: Id = Arc::from(format!("task-{numbers}"));
+        let producer = self
+            .node_and_labels(Some(&task))
+            .map_or(LogicalNode::Unknown, |(node, _)| node);
+        let node_id = match self.tasks.get(&task) {
+            Some(live) => live.node_id.clone(),
+            None => self.recent.get(&task).and_then(|r| r.node_id.clone()),
+        };
+        (producer, node_id)
+    }
+
     fn on_context(&mut self, record: &Record) -> bool {
         let mut labels: Vec<(Id, Id)> = Vec::new();
         for (key, value) in record.fields.iter() {
@@ -556,7 +659,7 @@ impl Views {
                 // `tracing` field names are static, so a runtime emits
                 // dynamic labels packed into one `labels = "k1=v1,k2=v2"`.
                 ("labels", FieldValue::Str(packed)) => labels.extend(parse_labels(packed)),
-                _ => labels.push((Arc::from(key), id_of(value))),
+                _ => labels.push((Arc::from(key), id_of(key, value))),
             }
         }
         let task = self.subject_task(record);
@@ -580,32 +683,35 @@ impl Views {
         true
     }
 
+    /// A `resource.sample`: per-process values into the process's ring,
+    /// other numeric values as the node's latest (see [`super::physical`]).
     fn on_resources(&mut self, record: &Record) -> bool {
         let Some(node) = str_field(record, "node_id") else {
             return false;
         };
-        let cap = self.limits.max_resources_per_node;
-        let values: BTreeMap<String, f64> = record
-            .fields
-            .iter()
-            .filter(|(key, _)| *key != "node_id" && *key != "message")
-            .filter_map(|(key, _)| number_field(record, key).map(|v| (key.to_owned(), v)))
-            .take(cap)
-            .collect();
-        match self.resources.get_mut(&node) {
-            Some(existing) => {
-                for (key, value) in values {
-                    if existing.len() < cap || existing.contains_key(&key) {
-                        existing.insert(key, value);
-                    }
-                }
+        let mut fields = ProcessFields::for_pid(u64_field(record, "pid"));
+        let mut values: Vec<(&str, f64)> = Vec::new();
+        for (key, _) in record.fields.iter() {
+            if matches!(key, "node_id" | "worker_id" | "pid" | "message") {
+                continue;
             }
-            None => {
-                if self.resources.insert(node, values) {
-                    self.stats.evicted_resource_nodes += 1;
-                }
+            let Some(value) = number_field(record, key) else {
+                continue;
+            };
+            if !fields.take(key, value) && value.is_finite() {
+                values.push((key, value));
             }
         }
+        if fields.is_empty() && values.is_empty() {
+            return false;
+        }
+        let process = str_field(record, "worker_id")
+            .or_else(|| fields.pid.map(|pid| Arc::from(format!("pid-{pid}"))));
+        let evicted = self
+            .resources
+            .record(node, process, fields, &values, record.at_nanos);
+        self.stats.evicted_resource_nodes += u64::from(evicted.node);
+        self.stats.evicted_resource_processes += u64::from(evicted.process);
         true
     }
 }

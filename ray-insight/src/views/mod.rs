@@ -9,7 +9,7 @@
 //!
 //! 1. the **logical** graph ([`LogicalView`]: JSON, DOT),
 //! 2. the **flame graph** by distributed call path ([`FlameView`]: folded
-//!    stacks; [`diff_folded`] compares two runs),
+//!    stacks and SVG; [`diff_folded`] and [`diff_svg`] compare two runs),
 //! 3. the **Gantt** chart ([`GanttView`]: Chrome trace JSON with flow arrows),
 //! 4. the **distributed stack** with deadlock detection ([`StackView`]: JSON,
 //!    text),
@@ -52,13 +52,17 @@
 //! |---|---|---|
 //! | span | `task.run` | `task_id`, `function`, `parent_task`?, `node_id`?, `worker_id`? |
 //! | span | `actor.call` | `task_id`, `actor_id`, `class`, `method`, `parent_task`?, `node_id`?, `worker_id`? |
-//! | span | `actor.create` | `actor_id`, `class`, `parent_task`?, `node_id`?, `worker_id`? |
+//! | span | `actor.create` | `actor_id`, `class`, `task_id`? (the creation task: what the constructor's children name as parent), `parent_task`?, `node_id`?, `worker_id`? |
 //! | span | `wait` | `task_id`, `objects` (comma-separated), `producers` (comma-separated task ids, same order, entries may be empty) |
 //! | event | `task.submit` | `task_id`, `function` or `method`, `parent_task`?, `actor_id`? |
+//! | event | `task.scheduled` | `task_id`, `node_id`?, `worker_id`? (placed: an owner pushed it to a worker on a cluster) |
 //! | event | `object.put` | `object_id`, `bytes`, `node_id`?, `task_id`? |
 //! | event | `object.get` | `object_id`, `bytes`, `task_id`?, `node_id`?, `producer_node`? |
+//! | event | `placement_group.placed` | `group_id`, `strategy`?, `bundle_nodes` (comma-separated node ids, by bundle index) |
+//! | event | `placement_group.removed` | `group_id` |
+//! | event | `insight.dropped` | `count`: records the recording lost before this point (added to [`Stats::lost`]) |
 //! | event | `context` | `task_id`?, `labels`? (`k1=v1,k2=v2`), any other field is a label |
-//! | event | `resource.sample` | `node_id`, numeric fields (hook, see [`PhysicalView`]) |
+//! | event | `resource.sample` | `node_id`, `worker_id`? or `pid`?, `cpu_percent`?, `rss_bytes`?, `cpu_used`?, `cpu_total`?, `gpu_used`?, `gpu_total`?, `memory_used`?, `memory_total`?, other numeric fields (see [`PhysicalView`]) |
 //!
 //! An absent `parent_task` or `task_id` means the driver, unless the record is
 //! nested in a span the engine knows as a task (then that task). A span's
@@ -78,13 +82,17 @@
 //! small fixed-size record plus a few short strings; a `wait` holds at most
 //! [`Limits::max_objects_per_wait`] object ids, a data edge at most
 //! [`Limits::max_consumers_per_edge`] consumer ids, a node at most
-//! [`Limits::max_resources_per_node`] resource values). At the caps:
+//! [`Limits::max_resources_per_node`] resource values; each resource sample
+//! a process keeps, at most [`Limits::max_samples_per_process`] of them, is
+//! an entry). At the caps:
 //!
 //! - live state (tasks, open spans, open waits per task, label sets, lanes,
 //!   call paths, aggregate entries) **refuses** what does not fit: the record
 //!   (or the part of it that needed room) is counted in [`Views::dropped`];
 //! - history (recently finished tasks, objects, actors, Gantt slices,
-//!   resource nodes) **evicts** its oldest entries, counted in [`Stats`].
+//!   resource nodes and sampled processes) **evicts** its oldest entries,
+//!   counted in [`Stats`]; a sampled process's ring of samples drops its
+//!   oldest sample for each new one.
 //!
 //! A task's state is freed when its span closes; a finished task costs only
 //! its share of the aggregates (one entry per distinct call edge, call path
@@ -104,13 +112,18 @@ mod task;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
-pub use flame::{diff_folded, parse_folded, FlameFrame, FlameMetric, FlameView};
+pub use flame::{
+    diff_folded, diff_svg, parse_folded, FlameFrame, FlameMetric, FlameSvgError, FlameView,
+};
 pub use gantt::{GanttFlow, GanttLane, GanttSlice, GanttView, SliceState};
 pub use logical::{CallEdge, CallKind, DataEdge, LogicalNodeInfo, LogicalView};
 pub use model::LogicalNode;
-pub use physical::{PhysicalActor, PhysicalNode, PhysicalView, PhysicalWorker};
+pub use physical::{
+    NodeTotals, PhysicalActor, PhysicalBundle, PhysicalNode, PhysicalView, PhysicalWorker,
+    ResourcePoint,
+};
 pub use snapshot::Snapshot;
 pub use stack::{Deadlock, StackView, TaskRef, TaskStack, WaitTarget};
 pub use task::TaskState;
@@ -120,7 +133,7 @@ use gantt::GanttAgg;
 use ingest::{ObjectInfo, SpanRole};
 use logical::LogicalAgg;
 use model::{FifoMap, Id, LabelSetId, LabelSets, Lanes, PathTable};
-use physical::ActorInfo;
+use physical::{ActorInfo, GroupInfo, ResourceTable};
 use task::{LiveTask, RecentTask};
 
 /// The caps that bound a [`Views`] engine's memory (see the module docs).
@@ -158,6 +171,15 @@ pub struct Limits {
     pub max_resource_nodes: usize,
     /// Resource values kept per node.
     pub max_resources_per_node: usize,
+    /// Sampled processes (node, worker) with a resource history (oldest evicted).
+    pub max_resource_processes: usize,
+    /// Resource samples kept per process (a ring: the oldest is dropped).
+    pub max_samples_per_process: usize,
+    /// Placement groups placed (oldest evicted), each with at most
+    /// [`Limits::max_bundles_per_group`] bundles' nodes.
+    pub max_placement_groups: usize,
+    /// Bundles whose node a placement group keeps.
+    pub max_bundles_per_group: usize,
 }
 
 impl Default for Limits {
@@ -170,15 +192,21 @@ impl Default for Limits {
             max_recent_tasks: 16_384,
             max_objects: 65_536,
             max_actors: 65_536,
-            max_edges: 16_384,
+            // 10,000 actors called from a few places each fit.
+            max_edges: 65_536,
             max_consumers_per_edge: 16,
             max_paths: 65_536,
             max_flame_entries: 65_536,
             max_gantt_slices: 65_536,
             max_label_sets: 4_096,
-            max_lanes: 4_096,
+            // One per actor: 10,000 actors and their workers' threads fit.
+            max_lanes: 16_384,
             max_resource_nodes: 4_096,
             max_resources_per_node: 32,
+            max_resource_processes: 1_024,
+            max_samples_per_process: 120,
+            max_placement_groups: 4_096,
+            max_bundles_per_group: 64,
         }
     }
 }
@@ -199,6 +227,9 @@ impl Limits {
             + self.max_label_sets.max(1)
             + 2 * self.max_lanes.max(1)
             + self.max_resource_nodes
+            + self.max_resource_processes * (1 + self.max_samples_per_process)
+            + self.max_placement_groups
+            + self.max_recent_tasks
     }
 }
 
@@ -213,6 +244,10 @@ pub struct Stats {
     /// Records refused, wholly or in part, because a cap was reached
     /// (the same as [`Views::dropped`]).
     pub dropped: u64,
+    /// Records lost before they reached the engine: dropped by the
+    /// recording layer (its queue was full), as `insight.dropped` events
+    /// report them.
+    pub lost: u64,
     /// Records naming a task the engine does not track (a wait or context on
     /// a task never seen, or already evicted).
     pub unmatched: u64,
@@ -226,6 +261,10 @@ pub struct Stats {
     pub evicted_slices: u64,
     /// Resource nodes evicted.
     pub evicted_resource_nodes: u64,
+    /// Sampled processes evicted, with their resource history.
+    pub evicted_resource_processes: u64,
+    /// Placement groups evicted.
+    pub evicted_groups: u64,
     /// Tasks live now (submitted, running or blocked).
     pub live_tasks: usize,
     /// Spans open now.
@@ -245,7 +284,11 @@ pub struct Views {
     recent: FifoMap<Id, RecentTask>,
     objects: FifoMap<Id, ObjectInfo>,
     actors: FifoMap<Id, ActorInfo>,
-    resources: FifoMap<Id, BTreeMap<String, f64>>,
+    resources: ResourceTable,
+    groups: FifoMap<Id, GroupInfo>,
+    /// Placements (`task.scheduled`) that arrived before their task: `(at,
+    /// node)` by task id; as many as recent tasks are kept (oldest evicted).
+    pending_placements: FifoMap<Id, (u64, Option<Id>)>,
     labels: LabelSets,
     driver_labels: LabelSetId,
     paths: PathTable,
@@ -272,7 +315,9 @@ impl Views {
             recent: FifoMap::new(limits.max_recent_tasks),
             objects: FifoMap::new(limits.max_objects),
             actors: FifoMap::new(limits.max_actors),
-            resources: FifoMap::new(limits.max_resource_nodes),
+            resources: ResourceTable::new(&limits),
+            groups: FifoMap::new(limits.max_placement_groups),
+            pending_placements: FifoMap::new(limits.max_recent_tasks),
             labels: LabelSets::new(limits.max_label_sets),
             driver_labels: 0,
             paths: PathTable::new(limits.max_paths),
@@ -295,15 +340,25 @@ impl Views {
         self.stats.dropped
     }
 
-    /// The latest record time seen, in nanoseconds since the recording's epoch;
-    /// live tasks are drawn up to it.
+    /// The engine's clock: the latest record time seen (or a later time
+    /// given to [`Views::advance_to`]), in nanoseconds since the recording's
+    /// epoch; live tasks are drawn up to it.
     pub fn now_nanos(&self) -> u64 {
         self.now
     }
 
+    /// Moves the engine's clock ([`Views::now_nanos`]) forward to `at_nanos`,
+    /// never back: live tasks and waits are then drawn up to it (their Gantt
+    /// slices and the stack view's durations), as they stood at that time
+    /// even if no record came then. A replay at time t calls it with t.
+    pub fn advance_to(&mut self, at_nanos: u64) {
+        self.now = self.now.max(at_nanos);
+    }
+
     /// Entries held in every table (live tasks, open spans, remembered tasks,
     /// objects and actors, aggregate entries, call paths, Gantt slices, label
-    /// sets, lanes, resource nodes); at most [`Limits::max_entries`].
+    /// sets, lanes, resource nodes, sampled processes and their samples); at
+    /// most [`Limits::max_entries`].
     pub fn state_entries(&self) -> usize {
         self.tasks.len()
             + self.spans.len()
@@ -316,7 +371,9 @@ impl Views {
             + self.gantt.len()
             + self.labels.len()
             + self.lanes.len()
-            + self.resources.len()
+            + self.resources.entries()
+            + self.groups.len()
+            + self.pending_placements.len()
     }
 
     /// The counters, with the live sizes filled in.

@@ -15,10 +15,27 @@ use crate::record::FieldValue;
 /// A shared, immutable string: task, actor, object and node ids, and names.
 pub(crate) type Id = Arc<str>;
 
-/// An id field as a string: strings are taken as they are, numbers rendered.
-pub(crate) fn id_of(value: &FieldValue) -> Id {
+/// An id field as a string: strings are taken as they are; numbers in the
+/// runtime's id fields are rendered as the runtime displays those ids
+/// (`task_id = (owner, seq)` as `task-<owner>.<seq>` in hex, `node_id = n` as
+/// `node-<n>`), so ids recorded as integers and as text compare equal; other
+/// numbers are rendered in decimal.
+pub(crate) fn id_of(key: &str, value: &FieldValue) -> Id {
+    let prefix = match key {
+        "task_id" | "parent_task" | "producers" => "task-",
+        "object_id" | "objects" => "obj-",
+        "actor_id" => "actor-",
+        "node_id" | "producer_node" => "node-",
+        "worker_id" => "worker-",
+        "group_id" => "pg-",
+        _ => "",
+    };
     match value {
         FieldValue::Str(s) => Arc::from(&**s),
+        FieldValue::U128 { hi, lo } if !prefix.is_empty() => {
+            Arc::from(format!("{prefix}{hi:x}.{lo:x}"))
+        }
+        FieldValue::U64(v) if !prefix.is_empty() => Arc::from(format!("{prefix}{v:x}")),
         other => Arc::from(other.to_string()),
     }
 }
@@ -319,6 +336,18 @@ impl<K: Clone + Eq + Hash, V> FifoMap<K, V> {
         self.map.get_mut(key)
     }
 
+    /// Removes `key`. Its place in the eviction order goes stale and is
+    /// skipped; stale places are swept once they outnumber the cap, so the
+    /// order stays within twice the cap.
+    pub(crate) fn remove(&mut self, key: &K) -> Option<V> {
+        let value = self.map.remove(key)?;
+        if self.order.len() > 2 * self.cap.max(1) {
+            let map = &self.map;
+            self.order.retain(|k| map.contains_key(k));
+        }
+        Some(value)
+    }
+
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&K, &V)> + '_ {
         self.map.iter()
     }
@@ -331,6 +360,23 @@ impl<K: Clone + Eq + Hash, V> FifoMap<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn removing_keeps_the_eviction_order_bounded_and_evicts_the_oldest_left() {
+        let mut map = FifoMap::new(4);
+        for round in 0..100u32 {
+            map.insert(round, round);
+            assert_eq!(map.remove(&round), Some(round));
+        }
+        assert!(map.order.len() <= 8, "{}", map.order.len());
+        for k in 0..5u32 {
+            map.insert(1000 + k, k);
+        }
+        assert_eq!(map.len(), 4);
+        assert!(map.get(&1000).is_none(), "the oldest key went first");
+        assert!(map.get(&1004).is_some());
+        assert_eq!(map.remove(&7), None);
+    }
 
     #[test]
     fn label_merge_overrides_and_interns() {

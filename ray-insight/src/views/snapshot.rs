@@ -21,6 +21,13 @@ pub struct Snapshot<'a> {
 }
 
 impl Snapshot<'_> {
+    /// The engine's counters (of all records, whatever the filter): what
+    /// every export shows beside its view, so lost and refused records are
+    /// never silent.
+    pub fn stats(&self) -> super::Stats {
+        self.views.stats()
+    }
+
     fn keeps(&self, labels: LabelSetId) -> bool {
         self.mask
             .as_ref()
@@ -87,6 +94,8 @@ impl Snapshot<'_> {
     /// Nodes, workers, actors and running tasks.
     pub fn physical(&self) -> PhysicalView {
         let v = self.views;
-        physical::build(&v.tasks, &v.actors, &v.resources, &|l| self.keeps(l))
+        physical::build(&v.tasks, &v.actors, &v.resources, &v.groups, &|l| {
+            self.keeps(l)
+        })
     }
 }

@@ -58,6 +58,9 @@ pub(crate) struct LiveTask {
     pub(crate) labels: LabelSetId,
     pub(crate) submitted_at: Option<u64>,
     pub(crate) started_at: Option<u64>,
+    /// When it was placed (`task.scheduled`): resources granted or pushed
+    /// to a worker; `None` if it started without waiting or nobody said.
+    pub(crate) scheduled_at: Option<u64>,
     pub(crate) node_id: Option<Id>,
     pub(crate) worker_id: Option<Id>,
     pub(crate) thread: u32,
@@ -81,7 +84,8 @@ impl LiveTask {
     /// The name people know it by: the function, `Class.method`, or
     /// `Class.new` for an actor creation.
     /// The slices of this task's life on `lane` once it started at `start`:
-    /// submitted (if it waited to start), then running for `dur`
+    /// submitted (if it waited to start), scheduled (from its placement to
+    /// its start, if recorded), then running for `dur`
     /// (`finished`: it has ended; otherwise drawn to now).
     pub(crate) fn lifecycle_slices(
         &self,
@@ -92,21 +96,24 @@ impl LiveTask {
         finished: bool,
     ) -> impl Iterator<Item = StoredSlice> {
         let name = self.display_name();
+        let scheduled_at = self.scheduled_at.filter(|&s| s < start);
+        let waiting = |state, from: u64, to: u64| StoredSlice {
+            lane,
+            name: name.clone(),
+            task_id: id.clone(),
+            state,
+            start: from,
+            dur: to - from,
+            finished: true,
+            detail: None,
+            labels: self.labels,
+            flow_from: None,
+        };
         let submitted = self
             .submitted_at
-            .filter(|&s| s < start)
-            .map(|s| StoredSlice {
-                lane,
-                name: name.clone(),
-                task_id: id.clone(),
-                state: SliceState::Submitted,
-                start: s,
-                dur: start - s,
-                finished: true,
-                detail: None,
-                labels: self.labels,
-                flow_from: None,
-            });
+            .filter(|&s| s < scheduled_at.unwrap_or(start))
+            .map(|s| waiting(SliceState::Submitted, s, scheduled_at.unwrap_or(start)));
+        let scheduled = scheduled_at.map(|s| waiting(SliceState::Scheduled, s, start));
         let running = StoredSlice {
             lane,
             name,
@@ -121,14 +128,25 @@ impl LiveTask {
                 .caller_lane
                 .map(|l| (l, self.submitted_at.unwrap_or(start))),
         };
-        submitted.into_iter().chain(std::iter::once(running))
+        submitted
+            .into_iter()
+            .chain(scheduled)
+            .chain(std::iter::once(running))
     }
 
     pub(crate) fn display_name(&self) -> Id {
         let name = self.name.as_deref().unwrap_or("?");
         match (self.kind, &self.class) {
             (CallKind::Task, _) => self.name.clone().unwrap_or_else(|| Arc::from("?")),
-            (CallKind::ActorCall, Some(class)) => Arc::from(format!("{class}.{name}")),
+            (CallKind::ActorCall, Some(class)) => {
+                // The runtime names methods by path (`m::Class::method`):
+                // `m::Class.method`, not `m::Class.m::Class::method`.
+                let method = name
+                    .strip_prefix(&**class)
+                    .and_then(|rest| rest.strip_prefix("::"))
+                    .unwrap_or(name);
+                Arc::from(format!("{class}.{method}"))
+            }
             (CallKind::ActorCall, None) => Arc::from(format!("?.{name}")),
             (CallKind::ActorCreate, class) => {
                 Arc::from(format!("{}.new", class.as_deref().unwrap_or("?")))
@@ -166,4 +184,6 @@ pub(crate) struct RecentTask {
     pub(crate) path: Option<PathId>,
     pub(crate) labels: LabelSetId,
     pub(crate) lane: Option<LaneId>,
+    /// The node it ran on, if its spans said.
+    pub(crate) node_id: Option<Id>,
 }

@@ -767,10 +767,11 @@ fn physical_view_places_actors_and_running_tasks_on_their_nodes() {
 }
 
 #[test]
-fn numeric_ids_are_accepted_and_compared_as_strings() {
+fn numeric_ids_are_accepted_and_compared_as_the_runtime_displays_them() {
     let mut views = Views::default();
     let mut f = Fields::new();
-    f.push("task_id", FieldValue::U64(7));
+    // The runtime records a task id (owner 1, sequence 0x1a) as a u128.
+    f.push("task_id", FieldValue::U128 { hi: 1, lo: 0x1a });
     f.push("function", FieldValue::Str("m::f".into()));
     let open = Record {
         kind: RecordKind::SpanNew,
@@ -783,7 +784,7 @@ fn numeric_ids_are_accepted_and_compared_as_strings() {
         fields: f,
     };
     let mut ctx = Fields::new();
-    ctx.push("task_id", FieldValue::Str("7".into()));
+    ctx.push("task_id", FieldValue::Str("task-1.1a".into()));
     ctx.push("stage", FieldValue::U64(2));
     let context = Record {
         kind: RecordKind::Event,
@@ -795,7 +796,7 @@ fn numeric_ids_are_accepted_and_compared_as_strings() {
     views.apply(&open);
     views.apply(&context);
     let stacks = views.filter("stage", "2").stacks();
-    assert_eq!(stacks.tasks[0].task.task_id, "7");
+    assert_eq!(stacks.tasks[0].task.task_id, "task-1.1a");
     views.apply(&Record {
         kind: RecordKind::SpanClose,
         at_nanos: 5,
@@ -965,4 +966,511 @@ fn views_drain_from_a_collector_as_a_sink() {
         .find(|n| n.node.key() == "fn:m::f")
         .expect("f");
     assert_eq!((put.puts, put.put_bytes), (1, 64));
+}
+
+/// A `resource.sample` event at `at_ms`, its fields typed as the runtime
+/// records them.
+fn sample(at_ms: u64, pairs: &[(&'static str, FieldValue)]) -> Record {
+    let mut fields = Fields::new();
+    for (key, value) in pairs {
+        fields.push(key, value.clone());
+    }
+    Record {
+        kind: RecordKind::Event,
+        span: 0,
+        parent: 0,
+        name: "resource.sample",
+        target: "ray::resource",
+        at_nanos: at_ms * 1_000_000,
+        thread: 0,
+        fields,
+    }
+}
+
+/// A process sample: node and worker as integers, CPU % and RSS.
+fn process_sample(at_ms: u64, node: u64, worker: u64, cpu: f64, rss: u64) -> Record {
+    sample(
+        at_ms,
+        &[
+            ("node_id", FieldValue::U64(node)),
+            ("worker_id", FieldValue::U64(worker)),
+            ("pid", FieldValue::U64(4000 + worker)),
+            ("cpu_percent", FieldValue::F64(cpu)),
+            ("rss_bytes", FieldValue::U64(rss)),
+        ],
+    )
+}
+
+fn physical_node<'a>(view: &'a PhysicalView, node: &str) -> &'a PhysicalNode {
+    view.nodes
+        .iter()
+        .find(|n| n.node_id == node)
+        .unwrap_or_else(|| panic!("{node} in {view:?}"))
+}
+
+fn physical_worker<'a>(node: &'a PhysicalNode, worker: &str) -> &'a PhysicalWorker {
+    node.workers
+        .iter()
+        .find(|w| w.worker_id == worker)
+        .unwrap_or_else(|| panic!("{worker} in {node:?}"))
+}
+
+#[test]
+fn a_process_keeps_a_ring_of_its_last_samples() {
+    let mut views = Views::new(Limits {
+        max_samples_per_process: 5,
+        ..Limits::default()
+    });
+    for i in 0..12 {
+        views.apply(&process_sample(i * 10, 1, 2, i as f64, 1_000 + i));
+    }
+    let physical = views.snapshot().physical();
+    let w = physical_worker(physical_node(&physical, "node-1"), "worker-2");
+    let times: Vec<u64> = w.samples.iter().map(|p| p.at_nanos / 1_000_000).collect();
+    assert_eq!(times, vec![70, 80, 90, 100, 110], "the oldest dropped");
+    assert_eq!(w.samples[4].cpu_percent, Some(11.0));
+    assert_eq!(
+        (w.cpu_percent, w.rss_bytes, w.pid),
+        (Some(11.0), Some(1_011), Some(4_002))
+    );
+    let stats = views.stats();
+    assert_eq!((stats.applied, stats.ignored), (12, 0));
+    let empty = Views::default().state_entries();
+    assert_eq!(
+        stats.state_entries - empty,
+        1 + 5,
+        "one process and its five samples"
+    );
+    assert!(stats.state_entries <= views.limits().max_entries());
+}
+
+#[test]
+fn node_totals_sum_the_latest_samples_of_its_workers() {
+    let mut views = Views::default();
+    let with_requests = |record: Record, used: f64, total: f64| {
+        let mut record = record;
+        record.fields.push("cpu_used", FieldValue::F64(used));
+        record.fields.push("cpu_total", FieldValue::F64(total));
+        record
+    };
+    // Worker 1 sampled twice: only its latest counts.
+    views.apply(&with_requests(
+        process_sample(0, 1, 1, 90.0, 5_000),
+        4.0,
+        8.0,
+    ));
+    views.apply(&with_requests(
+        process_sample(10, 1, 1, 50.0, 1_000),
+        1.0,
+        8.0,
+    ));
+    views.apply(&with_requests(
+        process_sample(12, 1, 2, 30.0, 2_000),
+        2.0,
+        8.0,
+    ));
+    // A driver on the node holds none of its CPUs.
+    views.apply(&with_requests(process_sample(14, 1, 3, 5.0, 500), 0.0, 0.0));
+    views.apply(&sample(
+        15,
+        &[
+            ("node_id", FieldValue::U64(1)),
+            ("worker_id", FieldValue::U64(2)),
+            ("gpu_count", FieldValue::U64(2)),
+            ("gpu_util_percent", FieldValue::F64(43.5)),
+            ("gpu_mem_used_bytes", FieldValue::U64(1 << 30)),
+            ("gpu_used", FieldValue::F64(1.0)),
+            ("gpu_total", FieldValue::F64(2.0)),
+        ],
+    ));
+    let physical = views.snapshot().physical();
+    let n1 = physical_node(&physical, "node-1");
+    let t = &n1.totals;
+    assert_eq!(t.processes, 3);
+    assert!((t.cpu_percent - 85.0).abs() < 1e-9, "{t:?}");
+    assert_eq!(t.rss_bytes, 3_500);
+    assert_eq!((t.cpu_used, t.cpu_total), (Some(3.0), Some(8.0)));
+    assert_eq!((t.gpu_used, t.gpu_total), (Some(1.0), Some(2.0)));
+    assert_eq!(t.gpu_count, Some(2.0));
+    assert_eq!(t.gpu_util_percent, Some(43.5));
+    assert_eq!(t.gpu_mem_used_bytes, Some(f64::from(1u32 << 30)));
+    assert_eq!(t.gpu_mem_total_bytes, None);
+    // Node readings stay in `resources`; per-process values do not.
+    assert_eq!(n1.resources.get("gpu_count"), Some(&2.0));
+    assert!(!n1.resources.contains_key("cpu_percent"));
+    assert!(!n1.resources.contains_key("pid"));
+    // The GPU-only sample kept worker 2's CPU values and added a point.
+    let w2 = physical_worker(n1, "worker-2");
+    assert_eq!((w2.cpu_percent, w2.samples.len()), (Some(30.0), 2));
+
+    let json = physical.to_json();
+    let node = &json["nodes"][0];
+    assert_eq!(node["totals"]["rss_bytes"], 3_500);
+    assert_eq!(node["totals"]["cpu_total"], 8.0);
+    let w1 = &node["workers"][0];
+    assert_eq!(w1["worker_id"], "worker-1");
+    assert_eq!(w1["samples"][1]["t_ms"], 10.0);
+    assert_eq!(w1["samples"][1]["cpu_percent"], 50.0);
+    assert_eq!(w1["samples"][1]["rss_bytes"], 1_000);
+    assert_eq!(w1["samples"][1]["cpu_used"], 1.0);
+    assert_eq!(
+        w1["actors"],
+        Value::Array(Vec::new()),
+        "existing fields kept"
+    );
+}
+
+#[test]
+fn samples_of_two_nodes_are_kept_apart() {
+    let mut views = Views::default();
+    // The same worker id on two nodes is two processes.
+    views.apply(&process_sample(0, 1, 7, 10.0, 100));
+    views.apply(&process_sample(1, 2, 7, 60.0, 600));
+    views.apply(&process_sample(2, 2, 7, 70.0, 700));
+    let physical = views.snapshot().physical();
+    let (n1, n2) = (
+        physical_node(&physical, "node-1"),
+        physical_node(&physical, "node-2"),
+    );
+    assert_eq!((n1.totals.cpu_percent, n1.totals.rss_bytes), (10.0, 100));
+    assert_eq!((n2.totals.cpu_percent, n2.totals.rss_bytes), (70.0, 700));
+    assert_eq!(physical_worker(n1, "worker-7").samples.len(), 1);
+    assert_eq!(physical_worker(n2, "worker-7").samples.len(), 2);
+}
+
+#[test]
+fn a_sampled_worker_is_the_worker_its_tasks_run_on() {
+    let mut views = Views::default();
+    let mut f = Fields::new();
+    f.push("task_id", FieldValue::Str("t1".into()));
+    f.push("function", FieldValue::Str("m::busy".into()));
+    f.push("node_id", FieldValue::U64(0xab));
+    f.push("worker_id", FieldValue::U64(1));
+    views.apply(&Record {
+        kind: RecordKind::SpanNew,
+        span: 1,
+        parent: 0,
+        name: "task.run",
+        target: "ray::task",
+        at_nanos: 0,
+        thread: 0,
+        fields: f,
+    });
+    // The sampler may render ids as text; they compare equal.
+    views.apply(&sample(
+        5,
+        &[
+            ("node_id", FieldValue::Str("node-ab".into())),
+            ("worker_id", FieldValue::Str("worker-1".into())),
+            ("cpu_percent", FieldValue::F64(99.0)),
+        ],
+    ));
+    let physical = views.snapshot().physical();
+    assert_eq!(physical.nodes.len(), 1, "{physical:?}");
+    let w = physical_worker(&physical.nodes[0], "worker-1");
+    assert_eq!(w.running.len(), 1);
+    assert_eq!(w.cpu_percent, Some(99.0));
+}
+
+#[test]
+fn a_sample_without_worker_id_is_keyed_by_its_pid() {
+    let mut views = Views::default();
+    views.apply(&sample(
+        0,
+        &[
+            ("node_id", FieldValue::Str("n1".into())),
+            ("pid", FieldValue::U64(321)),
+            ("rss_bytes", FieldValue::U64(4096)),
+        ],
+    ));
+    let physical = views.snapshot().physical();
+    let w = physical_worker(physical_node(&physical, "n1"), "pid-321");
+    assert_eq!(
+        (w.pid, w.rss_bytes, w.cpu_percent),
+        (Some(321), Some(4096), None)
+    );
+}
+
+#[test]
+fn malformed_resource_samples_are_ignored_without_panicking() {
+    let mut views = Views::default();
+    let node = || ("node_id", FieldValue::Str("n1".into()));
+    let malformed = [
+        // No node.
+        sample(0, &[("cpu_percent", FieldValue::F64(10.0))]),
+        // A node and nothing else.
+        sample(1, &[node()]),
+        // Values that are not numbers, or not usable.
+        sample(
+            2,
+            &[node(), ("cpu_percent", FieldValue::Str("busy".into()))],
+        ),
+        sample(3, &[node(), ("cpu_percent", FieldValue::F64(f64::NAN))]),
+        sample(4, &[node(), ("rss_bytes", FieldValue::I64(-5))]),
+        sample(5, &[node(), ("cpu_used", FieldValue::F64(f64::INFINITY))]),
+        sample(6, &[node(), ("gpu_count", FieldValue::Bool(true))]),
+        sample(
+            7,
+            &[
+                node(),
+                ("worker_id", FieldValue::U64(1)),
+                ("pid", FieldValue::Str("x".into())),
+            ],
+        ),
+    ];
+    for record in &malformed {
+        views.apply(record);
+    }
+    let stats = views.stats();
+    assert_eq!((stats.applied, stats.ignored), (0, malformed.len() as u64));
+    assert!(views.snapshot().physical().nodes.is_empty());
+    // A sample with one bad and one good value keeps the good one.
+    views.apply(&sample(
+        8,
+        &[
+            node(),
+            ("cpu_percent", FieldValue::F64(-3.0)),
+            ("rss_bytes", FieldValue::U64(10)),
+        ],
+    ));
+    let physical = views.snapshot().physical();
+    let w = physical_worker(physical_node(&physical, "n1"), "unknown");
+    assert_eq!((w.cpu_percent, w.rss_bytes), (None, Some(10)));
+    assert_eq!(views.stats().applied, 1);
+}
+
+#[test]
+fn sampled_processes_are_evicted_oldest_first_within_the_bound() {
+    let limits = Limits {
+        max_resource_processes: 3,
+        max_samples_per_process: 4,
+        ..Limits::default()
+    };
+    let mut views = Views::new(limits);
+    for worker in 0..5 {
+        for round in 0..6 {
+            views.apply(&process_sample(worker * 10 + round, 1, worker, 1.0, 1));
+        }
+    }
+    let stats = views.stats();
+    assert_eq!(stats.evicted_resource_processes, 2);
+    assert_eq!(stats.dropped, 0);
+    let empty = Views::default().state_entries();
+    assert_eq!(stats.state_entries - empty, 3 * (1 + 4), "{stats:?}");
+    assert!(stats.state_entries <= views.limits().max_entries());
+    let physical = views.snapshot().physical();
+    let n1 = physical_node(&physical, "node-1");
+    assert_eq!(n1.totals.processes, 3);
+    let kept: Vec<(&str, usize)> = n1
+        .workers
+        .iter()
+        .map(|w| (w.worker_id.as_str(), w.samples.len()))
+        .collect();
+    assert_eq!(
+        kept,
+        vec![("worker-2", 4), ("worker-3", 4), ("worker-4", 4)]
+    );
+}
+
+#[test]
+fn no_sample_ring_is_kept_at_a_zero_cap() {
+    let mut views = Views::new(Limits {
+        max_samples_per_process: 0,
+        ..Limits::default()
+    });
+    views.apply(&process_sample(0, 1, 1, 25.0, 100));
+    views.apply(&process_sample(1, 1, 1, 35.0, 100));
+    let physical = views.snapshot().physical();
+    let w = physical_worker(physical_node(&physical, "node-1"), "worker-1");
+    assert!(w.samples.is_empty());
+    assert_eq!(
+        w.cpu_percent,
+        Some(35.0),
+        "the latest values are still kept"
+    );
+    let empty = Views::default().state_entries();
+    assert_eq!(views.stats().state_entries - empty, 1);
+}
+
+#[test]
+fn advance_to_draws_live_tasks_up_to_it_and_never_moves_back() {
+    let mut s = Script::default();
+    let span = s.open(
+        "task.run",
+        1_000,
+        &[("task_id", "t1"), ("function", "shapes::step")],
+    );
+    let mut views = s.views();
+    let running = |views: &Views| {
+        let gantt = views.snapshot().gantt();
+        let slice = gantt
+            .slices
+            .iter()
+            .find(|s| s.task_id == "t1" && s.state == SliceState::Running)
+            .expect("t1's running slice")
+            .clone();
+        (slice.start_nanos, slice.dur_nanos, slice.finished)
+    };
+    // Without a later record, the clock stops at the task's start.
+    assert_eq!(views.now_nanos(), 1_000_000);
+    assert_eq!(running(&views), (1_000_000, 0, false));
+
+    views.advance_to(5_000_000);
+    assert_eq!(views.now_nanos(), 5_000_000);
+    assert_eq!(running(&views), (1_000_000, 4_000_000, false));
+    let stacks = views.snapshot().stacks();
+    assert_eq!(stacks.now_nanos, 5_000_000);
+    assert!(
+        stacks.to_text().contains("for 4.000 ms"),
+        "{}",
+        stacks.to_text()
+    );
+
+    // An earlier time changes nothing.
+    let before = views.snapshot().gantt();
+    let stats = views.stats();
+    views.advance_to(2_000_000);
+    assert_eq!(views.now_nanos(), 5_000_000);
+    assert_eq!(views.snapshot().gantt(), before);
+    assert_eq!(views.stats(), stats);
+
+    // A record after it still moves the clock, and closes the task there.
+    s.records.clear();
+    s.close(span, 10_000);
+    views.accept(&s.records);
+    assert_eq!(views.now_nanos(), 10_000_000);
+    assert_eq!(running(&views), (1_000_000, 9_000_000, true));
+}
+
+#[test]
+fn a_task_return_read_without_a_put_is_a_data_edge_from_its_task() {
+    let mut s = Script::default();
+    let run = s.open(
+        "task.run",
+        0,
+        &[
+            ("task_id", "task-1.5"),
+            ("function", "m::make"),
+            ("node_id", "node-1"),
+        ],
+    );
+    s.close(run, 100);
+    // The driver reads the result on another node; nobody recorded a put.
+    s.event(
+        "object.get",
+        200,
+        &[
+            ("object_id", "obj-1.5"),
+            ("bytes", "4096"),
+            ("node_id", "node-2"),
+        ],
+    );
+    // An object id that is no task's return stays unknown.
+    s.event("object.get", 300, &[("object_id", "x-9"), ("bytes", "1")]);
+    let logical = s.views().snapshot().logical();
+    let edge = logical
+        .data_edges
+        .iter()
+        .find(|e| e.from == LogicalNode::Function("m::make".into()))
+        .expect("a data edge from the producing function");
+    assert_eq!(edge.to, LogicalNode::Driver);
+    assert_eq!((edge.count, edge.total_bytes), (1, 4096));
+    assert_eq!((edge.same_node, edge.cross_node), (0, 1));
+    assert!(logical
+        .data_edges
+        .iter()
+        .any(|e| e.from == LogicalNode::Unknown && e.unknown_locality == 1));
+}
+
+#[test]
+fn a_scheduled_task_shows_submitted_then_scheduled_then_running() {
+    let mut s = Script::default();
+    s.event(
+        "task.submit",
+        10,
+        &[("task_id", "t1"), ("function", "m::f")],
+    );
+    s.event(
+        "task.scheduled",
+        30,
+        &[("task_id", "t1"), ("node_id", "node-2")],
+    );
+    // A second placement (the worker's own queue) does not move it.
+    s.event("task.scheduled", 35, &[("task_id", "t1")]);
+    let run = s.open("task.run", 50, &[("task_id", "t1"), ("function", "m::f")]);
+    s.close(run, 90);
+    // A placement that arrives before its task's submit (another thread
+    // recorded it) waits for the task.
+    s.event("task.scheduled", 120, &[("task_id", "t2")]);
+    s.event(
+        "task.submit",
+        110,
+        &[("task_id", "t2"), ("function", "m::g")],
+    );
+    let run2 = s.open("task.run", 130, &[("task_id", "t2"), ("function", "m::g")]);
+    s.close(run2, 140);
+    let views = s.views();
+    assert_eq!(views.stats().ignored, 0);
+    let gantt = views.snapshot().gantt();
+    let t2: Vec<SliceState> = gantt
+        .slices
+        .iter()
+        .filter(|s| s.task_id == "t2")
+        .map(|s| s.state)
+        .collect();
+    assert_eq!(
+        t2,
+        [
+            SliceState::Submitted,
+            SliceState::Scheduled,
+            SliceState::Running
+        ]
+    );
+    let states: Vec<(SliceState, u64, u64)> = gantt
+        .slices
+        .iter()
+        .filter(|s| s.task_id == "t1")
+        .map(|s| (s.state, s.start_nanos / 1_000, s.dur_nanos / 1_000))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            (SliceState::Submitted, 10, 20),
+            (SliceState::Scheduled, 30, 20),
+            (SliceState::Running, 50, 40)
+        ]
+    );
+    let trace = gantt.to_chrome_trace().to_string();
+    assert!(trace.contains("scheduled m::f"), "{trace}");
+}
+
+#[test]
+fn records_lost_before_the_views_show_in_every_export_that_has_room() {
+    let mut s = Script::default();
+    let run = s.open("task.run", 0, &[("task_id", "t1"), ("function", "m::f")]);
+    s.close(run, 10);
+    s.event("insight.dropped", 20, &[("count", "5")]);
+    s.event("insight.dropped", 30, &[("count", "2")]);
+    let views = s.views();
+    assert_eq!(views.stats().lost, 7);
+    let snap = views.snapshot();
+    use crate::export::{export, ExportFormat, ViewKind};
+    let json: Value = serde_json::from_str(
+        &export(&snap, ViewKind::Logical, ExportFormat::Json).expect("logical json"),
+    )
+    .expect("valid JSON");
+    assert_eq!(json["records"]["lost"], 7);
+    assert_eq!(json["records"]["applied"], 4);
+    let trace: Value = serde_json::from_str(
+        &export(&snap, ViewKind::Gantt, ExportFormat::Chrome).expect("chrome trace"),
+    )
+    .expect("valid JSON");
+    assert_eq!(trace["otherData"]["lost"], 7);
+    let text = export(&snap, ViewKind::Stack, ExportFormat::Text).expect("stack text");
+    assert!(
+        text.starts_with("records: 4 applied, 0 dropped at caps, 7 lost"),
+        "{text}"
+    );
+    let dot = export(&snap, ViewKind::Logical, ExportFormat::Dot).expect("dot");
+    assert!(dot.starts_with("// records:"), "{dot}");
 }

@@ -74,6 +74,8 @@ pub enum WorkItem {
         max_concurrency: u32,
         /// It outlives its job: its worker and lease stay when the job ends.
         detached: bool,
+        /// The task that created it (`None`: the driver), for insight.
+        creator: Option<TaskId>,
     },
     /// Call a method of an actor living in this worker.
     ActorCall {
@@ -81,6 +83,8 @@ pub enum WorkItem {
         actor: ActorId,
         method: FunctionId,
         args: Vec<WireArg>,
+        /// The task that made the call (`None`: the driver), for insight.
+        parent: Option<TaskId>,
     },
     /// Stop an actor; its pending calls fail.
     KillActor { actor: ActorId },

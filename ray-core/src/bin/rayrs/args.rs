@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use ray_core::{Quantity, ResourceSet};
 
+use ray_insight::export::{parse_metric, ExportFormat, ViewKind};
+
+use crate::insight;
 use crate::CliError;
 
 /// The usage text `rayrs --help` prints.
@@ -14,19 +17,44 @@ pub const USAGE: &str = "\
 usage:
   rayrs start --head [--host IP] [--port P] [--num-cpus N] [--resources JSON]
                      [--labels JSON] [--dir D] [--health-timeout-ms MS] [--block]
+                     [--dashboard-host IP] [--dashboard-port P]
   rayrs start --address HOST:PORT [--credentials DIR] [--num-cpus N]
                      [--resources JSON] [--labels JSON] [--dir D] [--block]
   rayrs status [--address HOST:PORT] [--credentials DIR] [--dir D]
   rayrs list nodes|jobs|actors|tasks|objects [--format table|json]
                      [--address HOST:PORT] [--credentials DIR] [--dir D]
   rayrs stop [--dir D]
+  rayrs insight export --view logical|physical|stack|flame|gantt
+                     (--log FILE | [--job N] [--address HOST:PORT]
+                      [--credentials DIR] [--dir D])
+                     [--format F] [--at SECONDS] [--filter KEY=VALUE]
+                     [--metric self|running|waiting] [--out FILE]
+  rayrs insight diff --before A --after B [--format folded|svg]
+                     [--metric self|running|waiting] [--out FILE]
 
+The head serves the insight dashboard on 127.0.0.1 (a free port unless
+--dashboard-port says) and prints its URL, access token included; another
+interface only with --dashboard-host.
 D defaults to $RAYRS_DIR, else /tmp/rayrs. The head writes the cluster CA to
 D/ca, the credentials to copy to other hosts to D/credentials, and its address
 to D/gcs_address; status and list read those unless told otherwise.
 --timeout-ms MS bounds connecting and each request (default 5000).
 list tasks and list objects ask every worker and driver (up to 2 s each);
-one that does not answer is named on stderr and the others are listed.";
+one that does not answer is named on stderr and the others are listed.
+
+insight export replays an event log (whole, or as it stood --at SECONDS after
+the log's epoch), or without --log asks the running cluster's head for job N
+(default: the latest job that recorded; --at SECONDS after the job started
+replays the head's log of it), and writes one view to --out FILE or stdout, as: logical
+json|dot, physical json, stack text|json, flame folded|svg, gantt chrome|json
+(the first is the default; chrome and json are the same Chrome trace).
+--filter keeps the tasks with that context label; --metric picks the flame
+graph's time (default self). insight diff compares two flame graphs; A and B
+are folded files or event logs (folded by --metric).
+
+Exit status: 0 done, 1 failed, 2 bad command line, 3 the log is truncated or
+corrupt: the output covers the records before the damage, and one
+`rayrs: warning:` line on stderr says where it is.";
 
 /// A parsed command line.
 #[derive(Debug)]
@@ -41,6 +69,10 @@ pub enum Command {
     List(QueryArgs, Table, Format),
     /// `rayrs stop`.
     Stop { dir: PathBuf },
+    /// `rayrs insight export`.
+    InsightExport(insight::ExportArgs),
+    /// `rayrs insight diff`.
+    InsightDiff(insight::DiffArgs),
     /// `rayrs --help`.
     Help,
 }
@@ -56,6 +88,8 @@ pub struct StartArgs {
     pub credentials: Option<PathBuf>,
     pub health_timeout: Duration,
     pub timeout: Duration,
+    /// Where the head serves the insight dashboard (default 127.0.0.1:0).
+    pub dashboard: SocketAddr,
 }
 
 /// How `status` and `list` reach the GCS.
@@ -212,7 +246,14 @@ const JOIN_FLAGS: &[&str] = &[
     "--timeout-ms",
 ];
 
-const HEAD_ONLY_FLAGS: &[&str] = &["--head", "--host", "--port", "--health-timeout-ms"];
+const HEAD_ONLY_FLAGS: &[&str] = &[
+    "--head",
+    "--host",
+    "--port",
+    "--health-timeout-ms",
+    "--dashboard-host",
+    "--dashboard-port",
+];
 
 /// Parses `args` (without the program name).
 pub fn parse(args: &[String]) -> Result<Command, CliError> {
@@ -263,9 +304,139 @@ pub fn parse(args: &[String]) -> Result<Command, CliError> {
             let flags = Flags::parse("stop", rest, &["--dir"])?;
             Ok(Command::Stop { dir: flags.dir() })
         }
+        "insight" => parse_insight(rest),
         other => Err(CliError::usage(format!(
             "unknown command `{other}` (see rayrs --help)"
         ))),
+    }
+}
+
+const INSIGHT_EXPORT_FLAGS: &[&str] = &[
+    "--log",
+    "--view",
+    "--format",
+    "--at",
+    "--filter",
+    "--metric",
+    "--out",
+    "--job",
+    "--address",
+    "--credentials",
+    "--dir",
+    "--timeout-ms",
+];
+
+const INSIGHT_DIFF_FLAGS: &[&str] = &["--before", "--after", "--format", "--metric", "--out"];
+
+/// `rayrs insight export|diff …`.
+fn parse_insight(args: &[String]) -> Result<Command, CliError> {
+    let usage = |e: ray_insight::export::ExportError| CliError::usage(e.to_string());
+    let required = |flags: &Flags, name: &str| {
+        flags
+            .get(name)
+            .map(str::to_owned)
+            .ok_or_else(|| CliError::usage(format!("`rayrs {}` needs {name}", flags.command)))
+    };
+    let metric = |flags: &Flags| match flags.get("--metric") {
+        Some(name) => parse_metric(name).map_err(usage),
+        None => Ok(ray_insight::views::FlameMetric::SelfTime),
+    };
+    let out = |flags: &Flags| flags.get("--out").map(PathBuf::from);
+    match args.first().map(String::as_str) {
+        Some("export") => {
+            let flags = Flags::parse("insight export", &args[1..], INSIGHT_EXPORT_FLAGS)?;
+            let view: ViewKind = required(&flags, "--view")?.parse().map_err(usage)?;
+            let format = match flags.get("--format") {
+                Some(name) => view.check(name.parse().map_err(usage)?).map_err(usage)?,
+                None => view.default_format(),
+            };
+            if flags.has("--metric") && view != ViewKind::Flame {
+                return Err(CliError::usage(
+                    "--metric applies to --view flame only".into(),
+                ));
+            }
+            let at_nanos = flags
+                .parsed::<f64>("--at", "a number of seconds")?
+                .map(|secs| {
+                    if secs.is_finite() && secs >= 0.0 {
+                        // Saturates at u64::MAX nanoseconds (585 years).
+                        Ok((secs * 1e9).round() as u64)
+                    } else {
+                        Err(CliError::usage(format!(
+                            "--at must be a number of seconds >= 0, got {secs}"
+                        )))
+                    }
+                })
+                .transpose()?;
+            let filter = flags
+                .get("--filter")
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+                    _ => Err(CliError::usage(format!(
+                        "--filter must be KEY=VALUE, got `{kv}`"
+                    ))),
+                })
+                .transpose()?;
+            let source = match flags.get("--log") {
+                Some(log) => {
+                    if let Some(f) = [
+                        "--job",
+                        "--address",
+                        "--credentials",
+                        "--dir",
+                        "--timeout-ms",
+                    ]
+                    .into_iter()
+                    .find(|f| flags.has(f))
+                    {
+                        return Err(CliError::usage(format!(
+                            "{f} asks a live cluster; --log reads a file: give one or the other"
+                        )));
+                    }
+                    insight::Source::Log(PathBuf::from(log))
+                }
+                None => insight::Source::Cluster {
+                    query: query(&flags)?,
+                    job: flags.parsed::<u32>("--job", "a job number")?,
+                },
+            };
+            Ok(Command::InsightExport(insight::ExportArgs {
+                source,
+                view,
+                format,
+                at_nanos,
+                filter,
+                metric: metric(&flags)?,
+                out: out(&flags),
+            }))
+        }
+        Some("diff") => {
+            let flags = Flags::parse("insight diff", &args[1..], INSIGHT_DIFF_FLAGS)?;
+            let format = match flags.get("--format") {
+                None => ExportFormat::Folded,
+                Some(name) => match name.parse().map_err(usage)? {
+                    f @ (ExportFormat::Folded | ExportFormat::Svg) => f,
+                    other => {
+                        return Err(CliError::usage(format!(
+                            "`rayrs insight diff` cannot write {other}: choose folded or svg"
+                        )))
+                    }
+                },
+            };
+            Ok(Command::InsightDiff(insight::DiffArgs {
+                before: PathBuf::from(required(&flags, "--before")?),
+                after: PathBuf::from(required(&flags, "--after")?),
+                format,
+                metric: metric(&flags)?,
+                out: out(&flags),
+            }))
+        }
+        Some(other) => Err(CliError::usage(format!(
+            "unknown insight command `{other}`: choose export or diff"
+        ))),
+        None => Err(CliError::usage(
+            "insight what? export or diff (see rayrs --help)".into(),
+        )),
     }
 }
 
@@ -323,6 +494,18 @@ fn parse_start(flags: &Flags) -> Result<Command, CliError> {
         credentials: flags.get("--credentials").map(PathBuf::from),
         health_timeout: Duration::from_millis(health_ms.max(1)),
         timeout: flags.timeout()?,
+        dashboard: {
+            let host = flags.get("--dashboard-host").unwrap_or("127.0.0.1");
+            let port = flags
+                .parsed::<u16>("--dashboard-port", "a port number")?
+                .unwrap_or(0);
+            let ip: std::net::IpAddr = host.parse().map_err(|_| {
+                CliError::usage(format!(
+                    "--dashboard-host must be an IP address, got `{host}`"
+                ))
+            })?;
+            SocketAddr::new(ip, port)
+        },
     };
     if head {
         return Ok(Command::Head(args));

@@ -22,6 +22,12 @@ pub fn address_file(dir: &Path) -> PathBuf {
     dir.join("gcs_address")
 }
 
+/// Where the head writes its dashboard URL (token included; the file is
+/// only readable where the credentials are).
+pub fn dashboard_file(dir: &Path) -> PathBuf {
+    dir.join("dashboard_url")
+}
+
 /// One file per process `rayrs start` runs on this host, named by pid.
 pub fn pid_dir(dir: &Path) -> PathBuf {
     dir.join("pids")

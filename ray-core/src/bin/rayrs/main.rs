@@ -3,9 +3,11 @@
 //! `rayrs start --head` runs the GCS and the head's node daemon in the
 //! foreground; `rayrs start --address` joins a node; `rayrs status` and
 //! `rayrs list` read the GCS tables (and, for tasks and objects, ask every
-//! owner); `rayrs stop` ends what this host started. Every failure is one line on stderr and a non-zero exit.
+//! owner); `rayrs stop` ends what this host started; `rayrs insight` exports
+//! the insight views of a recorded job. Every failure is one line on stderr and a non-zero exit.
 
 mod args;
+mod insight;
 mod layout;
 mod owners;
 mod query;
@@ -58,6 +60,8 @@ fn run(command: Command) -> Result<(), CliError> {
             Ok(())
         }
         Command::Stop { dir } => stop::stop(&dir),
+        Command::InsightExport(args) => insight::export(args),
+        Command::InsightDiff(args) => insight::diff(args),
         command => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -70,7 +74,10 @@ fn run(command: Command) -> Result<(), CliError> {
                     Command::Join(args, addr) => start::join(args, addr).await,
                     Command::Status(args) => query::status(args).await,
                     Command::List(args, table, format) => query::list(args, table, format).await,
-                    Command::Help | Command::Stop { .. } => unreachable!("handled above"),
+                    Command::Help
+                    | Command::Stop { .. }
+                    | Command::InsightExport(_)
+                    | Command::InsightDiff(_) => unreachable!("handled above"),
                 }
             })
         }

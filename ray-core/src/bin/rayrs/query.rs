@@ -40,7 +40,7 @@ pub fn describe(e: ClusterError, credentials: Option<&Path>, dir: &Path) -> CliE
 
 /// Binds a CLI endpoint and connects it to the GCS; the endpoint can then
 /// reach other cluster processes too.
-async fn connect(args: &QueryArgs) -> Result<(Endpoint, GcsClient), CliError> {
+pub(crate) async fn connect(args: &QueryArgs) -> Result<(Endpoint, GcsClient), CliError> {
     let addr = layout::gcs_address(args.address, &args.dir)?;
     let creds = layout::load_credentials(args.credentials.as_deref(), &args.dir)?;
     let mut config = EndpointConfig::new(Role::Cli, control_plane_fingerprint());

@@ -28,6 +28,7 @@ pub async fn head(args: StartArgs) -> Result<(), CliError> {
         endpoint,
         GcsServerConfig {
             health_timeout: args.health_timeout,
+            insight_dir: Some(args.dir.join("insight")),
         },
     );
     // The head's own node reaches the GCS over loopback when it listens everywhere.
@@ -42,8 +43,25 @@ pub async fn head(args: StartArgs) -> Result<(), CliError> {
     std::fs::write(&address_file, format!("{gcs_addr}\n"))
         .map_err(|e| CliError::failed(format!("cannot write {}: {e}", address_file.display())))?;
     let _pid = PidFile::create(&args.dir)?;
+    let dashboard = ray_insight::dashboard::Dashboard::start(
+        ray_insight::dashboard::DashboardConfig {
+            bind: args.dashboard,
+            ..Default::default()
+        },
+        server.insight_source(),
+    )
+    .map_err(|e| {
+        CliError::failed(format!(
+            "cannot serve the insight dashboard on {}: {e}",
+            args.dashboard
+        ))
+    })?;
+    let dashboard_file = layout::dashboard_file(&args.dir);
+    write_private(&dashboard_file, &format!("{}\n", dashboard.url()))
+        .map_err(|e| CliError::failed(format!("cannot write {}: {e}", dashboard_file.display())))?;
     println!("rayrs: head started");
     println!("  cluster address: {gcs_addr}");
+    println!("  dashboard:       {}", dashboard.url());
     println!("  credentials:     {}", creds_dir.display());
     println!("  head node:       {}", daemon.node_id());
     println!(
@@ -53,6 +71,8 @@ pub async fn head(args: StartArgs) -> Result<(), CliError> {
     println!("stop:         rayrs stop --dir {}", args.dir.display());
     flush();
     let result = until_stopped(&daemon).await;
+    drop(dashboard);
+    let _ = std::fs::remove_file(&dashboard_file);
     drop(server);
     // Only remove the address if a newer head did not replace it.
     if std::fs::read_to_string(&address_file).is_ok_and(|a| a.trim() == gcs_addr.to_string()) {
@@ -70,6 +90,18 @@ pub async fn join(args: StartArgs, gcs: SocketAddr) -> Result<(), CliError> {
     println!("rayrs: {} joined the cluster at {gcs}", daemon.node_id());
     flush();
     until_stopped(&daemon).await
+}
+
+/// Writes `text` to a file only its owner can read (it holds a token).
+fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(text.as_bytes())
 }
 
 fn flush() {

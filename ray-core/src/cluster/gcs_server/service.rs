@@ -55,6 +55,8 @@ pub(super) struct State {
     started: Instant,
     /// The binary of every job registered, by job.
     job_binaries: HashMap<JobId, JobBinary>,
+    /// Jobs whose driver asked for insight recording (their workers record).
+    insight_jobs: hashbrown::HashSet<JobId>,
     /// Uploaded job binaries by SHA-256; kept for the life of the service
     /// (a detached actor may outlive its job and need its binary again).
     binaries: HashMap<[u8; 32], Arc<AlignedVec<16>>>,
@@ -79,6 +81,7 @@ impl State {
             heartbeat_interval,
             started: Instant::now(),
             job_binaries: HashMap::new(),
+            insight_jobs: hashbrown::HashSet::new(),
             binaries: HashMap::new(),
             loads: HashMap::new(),
             actor_homes: HashMap::new(),
@@ -223,7 +226,14 @@ pub(super) fn handle(state: &mut State, request: Message, now: Duration) -> Acti
             driver_address,
             binary_hash,
             fingerprint,
-        } => register_job(state, driver, driver_address, binary_hash, fingerprint, now),
+            insight,
+        } => {
+            let reply = register_job(state, driver, driver_address, binary_hash, fingerprint, now);
+            if let (Message::JobRegistered { job, .. }, true) = (&reply, insight) {
+                state.insight_jobs.insert(*job);
+            }
+            reply
+        }
         Message::FinishJob { job } => match finish_job(state, job, now) {
             Ok(()) => Message::Ok,
             Err(e) => error(e),
@@ -237,7 +247,10 @@ pub(super) fn handle(state: &mut State, request: Message, now: Duration) -> Acti
             match state.gcs.register_worker(info) {
                 Ok(worker) => {
                     tracing::debug!(target: "ray::gcs", job = %job, node = %node, worker = %worker, "worker.registered");
-                    Message::WorkerRegistered { worker }
+                    Message::WorkerRegistered {
+                        worker,
+                        insight: state.insight_jobs.contains(&job),
+                    }
                 }
                 Err(e) => error(e),
             }

@@ -16,6 +16,7 @@ fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 fn state(timeout: Duration) -> State {
     let config = GcsServerConfig {
         health_timeout: timeout,
+        ..GcsServerConfig::default()
     };
     let gcs = Gcs::with_config(
         ray_gcs::MemoryStorage::new(),
@@ -83,6 +84,7 @@ fn register_job(state: &mut State, hash: [u8; 32]) -> (JobId, WorkerId, bool) {
         driver_address: "127.0.0.1:4000".into(),
         binary_hash: hash,
         fingerprint: BuildFingerprint([9; 32]),
+        insight: false,
     };
     match reply(state, request, Duration::ZERO) {
         Message::JobRegistered {
@@ -324,7 +326,7 @@ fn finished_job_is_not_running_and_registers_no_workers() {
         },
         Duration::ZERO,
     ) {
-        Message::WorkerRegistered { worker } => worker,
+        Message::WorkerRegistered { worker, .. } => worker,
         other => panic!("{other:?}"),
     };
     assert_ne!(worker, driver);
@@ -453,7 +455,7 @@ fn get_workers_lists_workers_and_drivers_of_running_jobs_on_live_nodes() {
         },
         Duration::ZERO,
     ) {
-        Message::WorkerRegistered { worker } => worker,
+        Message::WorkerRegistered { worker, .. } => worker,
         other => panic!("{other:?}"),
     };
     let (finished, _, _) = register_job(&mut s, [6; 32]);

@@ -1,0 +1,650 @@
+//! Recording for insight, installed by the runtime itself when asked
+//! ([`Config::insight`](crate::Config::insight), `RAYRS_INSIGHT`).
+//!
+//! One process records into one [`InsightLayer`], installed as the global
+//! `tracing` subscriber, and one drain thread (`rayrs-insight`) moves its
+//! batches every [`PUMP_EVERY`]:
+//!
+//! - **embedded**: into the process's [`Views`] and, if asked, an event log
+//!   file (`ray_insight::log`) that `rayrs insight export --log` reads;
+//! - **cluster** (drivers and workers of a job that asked for insight):
+//!   encoded, into a bounded queue that a tokio task ships to the head's
+//!   collector ([`Message::InsightBatch`](ray_proto::wire::Message)), which
+//!   builds the job's views and log there.
+//!
+//! Nothing here runs on an instrumented thread except the layer itself (no
+//! lock, no I/O). Pool threads hand over their partial batch when they go
+//! idle ([`flush_if_recording`]), so a quiet job's last records are not left
+//! sitting in a thread's buffer.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use ray_insight::dashboard::{self, Dashboard, DashboardConfig, JobEntry, Source, ViewQuery};
+use ray_insight::export::{self, ExportFormat, ViewKind};
+use ray_insight::log::{encode_records, LogWriter};
+use ray_insight::{
+    Collector, FieldValue, InsightConfig, InsightLayer, Record, RecordKind, Sink, Views,
+};
+use ray_proto::{JobId, WorkerId};
+use tracing_subscriber::layer::SubscriberExt;
+
+use crate::error::{Error, Result};
+
+/// How often the drain thread moves recorded batches on.
+pub const PUMP_EVERY: Duration = Duration::from_millis(50);
+
+/// How often a recording runtime samples its resource use.
+pub(crate) const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+
+/// Encoded batches waiting to be shipped to the head, at most; beyond it the
+/// oldest are dropped (and counted).
+const MAX_UNSHIPPED_BATCHES: usize = 256;
+
+/// Records per shipped batch, at most: keeps each message far below the
+/// head's cap on a shipped batch (1 MiB; records encode to tens of bytes).
+const SHIP_CHUNK_RECORDS: usize = 4096;
+
+/// How long [`Insight::flush`] waits for shipped batches to be acknowledged.
+const SHIP_WAIT: Duration = Duration::from_secs(10);
+
+/// Environment variable that turns recording on (`1`, `true`, `on`).
+pub const ENV_INSIGHT: &str = "RAYRS_INSIGHT";
+
+/// Environment variable naming an event log file to record into (turns
+/// recording on).
+pub const ENV_INSIGHT_LOG: &str = "RAYRS_INSIGHT_LOG";
+
+/// Environment variable that serves the dashboard (turns recording on):
+/// `1` for a free loopback port, or an address (`127.0.0.1:8265`).
+pub const ENV_DASHBOARD: &str = "RAYRS_DASHBOARD";
+
+/// Whether this process records: pool threads then hand over their partial
+/// batch when they go idle.
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+
+/// The process's recording, once installed.
+static RECORDING: OnceLock<Insight> = OnceLock::new();
+
+/// How the runtime records for insight ([`Config::insight`](crate::Config::insight)).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InsightOptions {
+    /// Embedded: also append every record to this event log file (created,
+    /// or truncated), for `rayrs insight export --log FILE`. On a cluster
+    /// the head keeps the job's log.
+    pub log: Option<PathBuf>,
+    /// Embedded: serve the insight dashboard on this address (`127.0.0.1:0`
+    /// picks a free loopback port); its URL, with the access token, is
+    /// printed on stderr and given by [`Insight::dashboard_url`]. On a
+    /// cluster the head serves it (`rayrs start --head` prints the URL).
+    pub dashboard: Option<std::net::SocketAddr>,
+}
+
+impl InsightOptions {
+    /// What the environment asks for: `RAYRS_INSIGHT_LOG=FILE` (recording
+    /// into that log) or `RAYRS_INSIGHT=1`; `None` when neither is set.
+    pub fn from_env() -> Option<Self> {
+        let log = std::env::var_os(ENV_INSIGHT_LOG)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from);
+        let on = std::env::var(ENV_INSIGHT)
+            .is_ok_and(|v| matches!(v.trim(), "1" | "true" | "on" | "yes"));
+        let dashboard = std::env::var(ENV_DASHBOARD)
+            .ok()
+            .and_then(|v| match v.trim() {
+                "" | "0" | "false" | "off" => None,
+                "1" | "true" | "on" | "yes" => {
+                    Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
+                }
+                addr => addr.parse().ok(),
+            });
+        (on || log.is_some() || dashboard.is_some()).then_some(Self { log, dashboard })
+    }
+}
+
+/// A handle on this process's insight recording: what [`Ray::insight`](crate::Ray::insight)
+/// returns when the runtime records.
+///
+/// Cloning gives another handle on the same recording.
+#[derive(Clone)]
+pub struct Insight {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Insight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Insight")
+            .field("recorded", &self.inner.collector.recorded())
+            .field("dropped", &self.dropped())
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    collector: Collector,
+    /// Embedded: the views and the optional log. Guarded together, so a
+    /// pump applies a batch to both or neither.
+    local: Mutex<Local>,
+    /// Cluster: where batches go instead.
+    ship: Mutex<Option<Arc<Shipper>>>,
+    /// The layer's drop count already reported in the record stream.
+    reported_dropped: AtomicU64,
+    /// The dashboard this process serves, if asked.
+    dashboard: Mutex<Option<Dashboard>>,
+    /// Held by a pump from drain to delivery: two pumps (the drain thread
+    /// and a reader flushing) never deliver batches out of order.
+    pumping: Mutex<()>,
+}
+
+#[derive(Default)]
+struct Local {
+    views: Views,
+    log: Option<LogWriter<BufWriter<File>>>,
+    log_path: Option<PathBuf>,
+    /// Pumps that brought records: the dashboard's version of the views.
+    version: u64,
+}
+
+/// Ships encoded batches of one job to the head.
+struct Shipper {
+    job: JobId,
+    worker: WorkerId,
+    epoch_unix_nanos: u64,
+    /// Encoded batches and how many records each holds.
+    queue: Mutex<VecDeque<(u64, Vec<u8>)>>,
+    /// Woken when a batch is queued.
+    queued: tokio::sync::Notify,
+    /// Woken when the queue empties (for `flush`).
+    drained: tokio::sync::Notify,
+    /// Records dropped: queue full, or the head refused or was unreachable.
+    lost_records: AtomicU64,
+    in_flight: AtomicBool,
+}
+
+/// Collects a drain's records by value.
+#[derive(Default)]
+struct Take(Vec<Record>);
+
+impl Sink for Take {
+    fn accept(&mut self, batch: &[Record]) {
+        self.0.extend_from_slice(batch);
+    }
+
+    fn accept_owned(&mut self, batch: &mut Vec<Record>) {
+        self.0.append(batch);
+    }
+}
+
+/// Whether this process records.
+pub(crate) fn is_active() -> bool {
+    ACTIVE.load(Ordering::Relaxed)
+}
+
+/// Hands the calling thread's partial batch over, if this process records.
+/// Called by pool threads about to go idle; costs one atomic load otherwise.
+pub(crate) fn flush_if_recording() {
+    if is_active() {
+        InsightLayer::flush_current_thread();
+    }
+}
+
+/// Asks the calling tokio runtime's worker threads to hand over their
+/// partial batches: a few tiny tasks per worker, which the scheduler spreads
+/// over them (not guaranteed to reach every one; runtimes ray-core builds
+/// flush whenever a thread parks anyway).
+async fn flush_tokio_workers() {
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let workers = handle.metrics().num_workers().max(1);
+    let flushes: Vec<_> = (0..workers * 4)
+        .map(|_| {
+            handle.spawn(async {
+                InsightLayer::flush_current_thread();
+                tokio::task::yield_now().await;
+                InsightLayer::flush_current_thread();
+            })
+        })
+        .collect();
+    for f in flushes {
+        let _ = f.await;
+    }
+}
+
+/// The process's recording, if installed.
+pub(crate) fn current() -> Option<Insight> {
+    RECORDING.get().cloned()
+}
+
+/// Installs recording in this process (once; later calls return the same
+/// handle), with `options` for an embedded runtime.
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] when another global `tracing` subscriber is
+/// already set (add `ray_insight::InsightLayer` to it instead), or the log
+/// file cannot be created.
+pub(crate) fn install(options: &InsightOptions) -> Result<Insight> {
+    if let Some(existing) = RECORDING.get() {
+        if let Some(path) = &options.log {
+            existing.open_log(path)?;
+        }
+        if let Some(addr) = options.dashboard {
+            existing.serve_dashboard(addr)?;
+        }
+        return Ok(existing.clone());
+    }
+    let (layer, collector) = InsightLayer::new(InsightConfig::default());
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer)).map_err(
+        |_| {
+            Error::InvalidArgument(
+                "insight: a global tracing subscriber is already set; add \
+                 ray_insight::InsightLayer to it instead of asking the runtime to record"
+                    .into(),
+            )
+        },
+    )?;
+    let insight = Insight {
+        inner: Arc::new(Inner {
+            collector,
+            local: Mutex::new(Local::default()),
+            ship: Mutex::new(None),
+            reported_dropped: AtomicU64::new(0),
+            dashboard: Mutex::new(None),
+            pumping: Mutex::new(()),
+        }),
+    };
+    // Lost only to a racing install, which then failed to set the subscriber.
+    let insight = RECORDING.get_or_init(|| insight).clone();
+    if let Some(path) = &options.log {
+        insight.open_log(path)?;
+    }
+    if let Some(addr) = options.dashboard {
+        insight.serve_dashboard(addr)?;
+    }
+    ACTIVE.store(true, Ordering::Relaxed);
+    let pump = Arc::downgrade(&insight.inner);
+    std::thread::Builder::new()
+        .name("rayrs-insight".into())
+        .spawn(move || loop {
+            std::thread::sleep(PUMP_EVERY);
+            match pump.upgrade() {
+                Some(inner) => inner.pump(),
+                None => return,
+            }
+        })
+        .map_err(|e| Error::InvalidArgument(format!("insight: cannot start its thread: {e}")))?;
+    Ok(insight)
+}
+
+/// Makes this cluster process ship its records of `job` to the head through
+/// `gcs`, on `tokio`.
+pub(crate) fn ship_to_head(
+    insight: &Insight,
+    job: JobId,
+    worker: WorkerId,
+    gcs: crate::cluster::GcsClient,
+    tokio: &tokio::runtime::Handle,
+) {
+    let shipper = Arc::new(Shipper {
+        job,
+        worker,
+        epoch_unix_nanos: insight.inner.collector.epoch_unix_nanos(),
+        queue: Mutex::new(VecDeque::new()),
+        queued: tokio::sync::Notify::new(),
+        drained: tokio::sync::Notify::new(),
+        lost_records: AtomicU64::new(0),
+        in_flight: AtomicBool::new(false),
+    });
+    *insight.inner.ship.lock() = Some(shipper.clone());
+    let weak = Arc::downgrade(&shipper);
+    drop(shipper);
+    tokio.spawn(async move {
+        loop {
+            let Some(shipper) = weak.upgrade() else {
+                return;
+            };
+            // Marked in flight before the queue shows it gone, so `flush`
+            // never sees an empty queue and nothing in flight too early.
+            shipper.in_flight.store(true, Ordering::Release);
+            let next = shipper.queue.lock().pop_front();
+            match next {
+                Some((records, bytes)) => {
+                    let sent = gcs
+                        .insight_batch(shipper.job, shipper.worker, shipper.epoch_unix_nanos, bytes)
+                        .await;
+                    if let Err(e) = sent {
+                        shipper.lost_records.fetch_add(records, Ordering::Relaxed);
+                        tracing::debug!(target: "ray::insight", error = %e, "insight.ship_failed");
+                    }
+                }
+                None => {
+                    shipper.in_flight.store(false, Ordering::Release);
+                    shipper.drained.notify_waiters();
+                    // A batch queued meanwhile left a permit: no wake-up is
+                    // lost. The timeout lets a dropped shipper end the loop.
+                    let queued = shipper.queued.notified();
+                    let _ = tokio::time::timeout(Duration::from_secs(1), queued).await;
+                }
+            }
+        }
+    });
+}
+
+impl Inner {
+    /// Moves what the layer queued on: into the views and log, or to the
+    /// shipping queue.
+    fn pump(&self) {
+        let _order = self.pumping.lock();
+        let mut take = Take::default();
+        self.collector.drain_into(&mut take);
+        // Records the layer had to drop are reported in the stream itself,
+        // so the views (here or on the head) count them.
+        let dropped = self.collector.dropped();
+        let reported = self.reported_dropped.swap(dropped, Ordering::Relaxed);
+        if dropped > reported {
+            let at_nanos = take.0.last().map_or(0, |r| r.at_nanos);
+            take.0.push(Record {
+                kind: RecordKind::Event,
+                span: 0,
+                parent: 0,
+                name: "insight.dropped",
+                target: "ray::insight",
+                at_nanos,
+                thread: 0,
+                fields: [("count", FieldValue::U64(dropped - reported))]
+                    .into_iter()
+                    .collect(),
+            });
+        }
+        if take.0.is_empty() {
+            return;
+        }
+        let shipper = self.ship.lock().clone();
+        match shipper {
+            Some(shipper) => {
+                for chunk in take.0.chunks(SHIP_CHUNK_RECORDS) {
+                    let mut bytes = Vec::new();
+                    encode_records(chunk, &mut bytes);
+                    let mut queue = shipper.queue.lock();
+                    if queue.len() >= MAX_UNSHIPPED_BATCHES {
+                        if let Some((records, _)) = queue.pop_front() {
+                            shipper.lost_records.fetch_add(records, Ordering::Relaxed);
+                        }
+                    }
+                    queue.push_back((chunk.len() as u64, bytes));
+                }
+                shipper.queued.notify_one();
+            }
+            None => {
+                let mut local = self.local.lock();
+                local.version += 1;
+                let Local { views, log, .. } = &mut *local;
+                views.accept(&take.0);
+                if let Some(log) = log {
+                    log.accept(&take.0);
+                    // A flush per pump bounds what a crash loses to one period.
+                    let _ = log.flush();
+                }
+            }
+        }
+    }
+}
+
+impl Insight {
+    fn open_log(&self, path: &Path) -> Result<()> {
+        let writer =
+            LogWriter::create(path, self.inner.collector.epoch_unix_nanos()).map_err(|e| {
+                Error::InvalidArgument(format!(
+                    "insight: cannot create the event log {}: {e}",
+                    path.display()
+                ))
+            })?;
+        let mut local = self.inner.local.lock();
+        if let Some(old) = &mut local.log {
+            let _ = old.flush();
+        }
+        local.log = Some(writer);
+        local.log_path = Some(path.to_owned());
+        Ok(())
+    }
+
+    /// Hands over the calling thread's records and moves everything
+    /// recorded so far on: into the views and log (embedded), or to the
+    /// head (cluster), waiting up to 10 s for the head to acknowledge.
+    ///
+    /// Records still in another busy thread's partial batch are not
+    /// included; pool threads hand theirs over whenever they go idle.
+    pub async fn flush(&self) {
+        InsightLayer::flush_current_thread();
+        flush_tokio_workers().await;
+        self.inner.pump();
+        let shipper = self.inner.ship.lock().clone();
+        if let Some(shipper) = shipper {
+            let deadline = tokio::time::Instant::now() + SHIP_WAIT;
+            loop {
+                let drained = shipper.drained.notified();
+                tokio::pin!(drained);
+                drained.as_mut().enable();
+                if shipper.queue.lock().is_empty() && !shipper.in_flight.load(Ordering::Acquire) {
+                    return;
+                }
+                shipper.queued.notify_one();
+                if tokio::time::timeout_at(deadline, drained).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// [`Insight::flush`] until every task and span the views saw has
+    /// closed, or `timeout` passes: for a complete picture after a run
+    /// (a span closes just after its result is visible). Returns whether it
+    /// settled. On a cluster process it is one flush.
+    pub async fn settle(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            self.flush().await;
+            let open = self.with_views(|views| {
+                let stats = views.stats();
+                stats.live_tasks + stats.live_spans
+            });
+            match open {
+                None | Some(0) => return true,
+                Some(_) if tokio::time::Instant::now() >= deadline => return false,
+                Some(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+    }
+
+    /// Runs `f` on this process's views, after moving what was recorded so
+    /// far into them. `None` on a cluster process: the head builds the
+    /// job's views (`rayrs insight export --address`).
+    pub fn with_views<R>(&self, f: impl FnOnce(&Views) -> R) -> Option<R> {
+        InsightLayer::flush_current_thread();
+        self.inner.pump();
+        if self.inner.ship.lock().is_some() {
+            return None;
+        }
+        let local = self.inner.local.lock();
+        Some(f(&local.views))
+    }
+
+    /// One view as text, as `rayrs insight export` writes it
+    /// (`view`: logical, physical, stack, flame, gantt; `format`: json,
+    /// dot, folded, svg, chrome, text), optionally filtered on a context
+    /// label `(key, value)`. `None` on a cluster process (see [`Insight::with_views`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an unknown view or format, or a
+    /// format the view does not have.
+    pub fn export(
+        &self,
+        view: &str,
+        format: &str,
+        filter: Option<(&str, &str)>,
+    ) -> Result<Option<String>> {
+        let bad = |e: String| Error::InvalidArgument(format!("insight export: {e}"));
+        let view: ViewKind = view.parse().map_err(|e| bad(format!("{e}")))?;
+        let format: ExportFormat = format.parse().map_err(|e| bad(format!("{e}")))?;
+        self.with_views(|views| {
+            let snapshot = match filter {
+                Some((k, v)) => views.filter(k, v),
+                None => views.snapshot(),
+            };
+            export::export(&snapshot, view, format).map_err(|e| bad(e.to_string()))
+        })
+        .transpose()
+    }
+
+    /// Writes the five views to `dir` (created if missing) and returns the
+    /// files written: `logical.json`, `logical.dot`, `flame.folded`,
+    /// `flame.svg`, `gantt.json` (Chrome trace), `stacks.json`,
+    /// `stacks.txt`, `physical.json`. Nothing on a cluster process.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming the file that could not be written.
+    pub fn write_views(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        const FILES: [(&str, &str, &str); 8] = [
+            ("logical", "json", "logical.json"),
+            ("logical", "dot", "logical.dot"),
+            ("flame", "folded", "flame.folded"),
+            ("flame", "svg", "flame.svg"),
+            ("gantt", "chrome", "gantt.json"),
+            ("stack", "json", "stacks.json"),
+            ("stack", "text", "stacks.txt"),
+            ("physical", "json", "physical.json"),
+        ];
+        let io = |path: &Path, e: std::io::Error| {
+            Error::InvalidArgument(format!("insight: cannot write {}: {e}", path.display()))
+        };
+        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+        let mut written = Vec::new();
+        for (view, format, file) in FILES {
+            let Some(text) = self.export(view, format, None)? else {
+                return Ok(written);
+            };
+            let path = dir.join(file);
+            std::fs::write(&path, text).map_err(|e| io(&path, e))?;
+            written.push(path);
+        }
+        Ok(written)
+    }
+
+    /// Records lost so far: by the layer (its queue was full), by the views
+    /// (a cap refused them), and batches the head never acknowledged.
+    pub fn dropped(&self) -> u64 {
+        let views = self.inner.local.lock().views.dropped();
+        let shipped = self
+            .inner
+            .ship
+            .lock()
+            .as_ref()
+            .map_or(0, |s| s.lost_records.load(Ordering::Relaxed));
+        self.inner.collector.dropped() + views + shipped
+    }
+
+    /// The dashboard's URL (access token included), when this process
+    /// serves one ([`InsightOptions::dashboard`]).
+    pub fn dashboard_url(&self) -> Option<String> {
+        self.inner.dashboard.lock().as_ref().map(Dashboard::url)
+    }
+
+    /// Serves the dashboard on `addr` (once per process; later calls keep
+    /// the first) and prints its URL on stderr.
+    fn serve_dashboard(&self, addr: std::net::SocketAddr) -> Result<()> {
+        let mut slot = self.inner.dashboard.lock();
+        if slot.is_some() {
+            return Ok(());
+        }
+        let source = Arc::new(EmbeddedSource(Arc::downgrade(&self.inner)));
+        let dashboard = Dashboard::start(
+            DashboardConfig {
+                bind: addr,
+                ..DashboardConfig::default()
+            },
+            source,
+        )
+        .map_err(|e| {
+            Error::InvalidArgument(format!(
+                "insight: cannot serve the dashboard on {addr}: {e}"
+            ))
+        })?;
+        eprintln!("ray-rs insight dashboard: {}", dashboard.url());
+        *slot = Some(dashboard);
+        Ok(())
+    }
+
+    /// Records that reached the layer's queue so far.
+    pub fn recorded(&self) -> u64 {
+        self.inner.collector.recorded()
+    }
+}
+
+/// This process's recording as the dashboard's [`Source`]: one job, the
+/// embedded runtime's. Holds the recording weakly: the dashboard thread
+/// never keeps it alive.
+struct EmbeddedSource(std::sync::Weak<Inner>);
+
+/// The job name the embedded dashboard shows.
+const EMBEDDED_JOB: &str = "embedded";
+
+impl EmbeddedSource {
+    fn insight(&self) -> Result<Insight, String> {
+        self.0
+            .upgrade()
+            .map(|inner| Insight { inner })
+            .ok_or_else(|| "the recording has ended".to_owned())
+    }
+
+    fn check_job(job: Option<&str>) -> Result<(), String> {
+        match job {
+            None | Some(EMBEDDED_JOB) => Ok(()),
+            Some(other) => Err(format!(
+                "no job {other:?} here: an embedded runtime has one job, {EMBEDDED_JOB:?}"
+            )),
+        }
+    }
+}
+
+impl Source for EmbeddedSource {
+    fn jobs(&self) -> Vec<JobEntry> {
+        vec![JobEntry {
+            job: EMBEDDED_JOB.into(),
+            label: "this process".into(),
+            latest: true,
+        }]
+    }
+
+    fn stats(&self, job: Option<&str>) -> std::result::Result<serde_json::Value, String> {
+        Self::check_job(job)?;
+        let insight = self.insight()?;
+        insight.inner.pump();
+        let local = insight.inner.local.lock();
+        Ok(dashboard::stats_json(
+            &local.views,
+            EMBEDDED_JOB,
+            local.version,
+        ))
+    }
+
+    fn view(&self, query: &ViewQuery) -> std::result::Result<String, String> {
+        Self::check_job(query.job.as_deref())?;
+        let insight = self.insight()?;
+        insight.inner.pump();
+        let mut local = insight.inner.local.lock();
+        if let Some(log) = &mut local.log {
+            // A replay reads what was written so far.
+            let _ = log.flush();
+        }
+        dashboard::render(&local.views, local.log_path.as_deref(), query)
+    }
+}

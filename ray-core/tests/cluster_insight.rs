@@ -1,0 +1,235 @@
+//! Insight on a real cluster: the driver and the worker processes of a job
+//! that records ship their records to the head, which builds one set of
+//! views for the job (call edges across processes, actors on both nodes,
+//! resource samples of the workers) and an event log that replays to the
+//! same views.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use ray_core::insight::InsightOptions;
+use ray_core::prelude::*;
+use ray_core::{Cluster, Config};
+use serde_json::Value;
+
+#[remote]
+fn leaf(x: u64) -> u64 {
+    std::thread::sleep(Duration::from_millis(5));
+    x + 1
+}
+
+/// Submits `n` leaves from inside a task (another process than the driver).
+#[remote]
+fn parent(n: u64) -> u64 {
+    let ray = Ray::current().expect("in a task");
+    let refs: Vec<_> = (0..n)
+        .map(|i| leaf::remote(&ray, i).expect("submit"))
+        .collect();
+    refs.iter()
+        .map(|r| r.get_blocking().expect("leaf result"))
+        .sum()
+}
+
+#[remote]
+struct Tally {
+    n: u64,
+}
+
+#[remote]
+impl Tally {
+    fn new() -> Self {
+        Tally { n: 0 }
+    }
+    fn add(&mut self, by: u64) -> u64 {
+        self.n += by;
+        self.n
+    }
+}
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text).expect("the head exports valid JSON")
+}
+
+/// The count of the call edge whose callee name ends with `to`, from a
+/// logical view whose caller key contains `from`.
+fn edge(logical: &Value, from: &str, to: &str) -> u64 {
+    logical["call_edges"]
+        .as_array()
+        .expect("call_edges")
+        .iter()
+        .filter(|e| {
+            e["from"].as_str().is_some_and(|f| f.contains(from))
+                && e["name"].as_str().is_some_and(|n| n.ends_with(to))
+        })
+        .map(|e| e["count"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_head_builds_one_jobs_views_from_every_process_and_replays_its_log() {
+    let cluster = Cluster::local(2).await.expect("cluster starts");
+    let ray = ray_core::init_with(Config {
+        insight: Some(InsightOptions::default()),
+        ..cluster.config()
+    })
+    .await
+    .expect("driver joins, recording");
+    let insight = ray.insight().expect("the driver records");
+
+    // 3 parents spread over the nodes, each submitting 4 leaves from its
+    // worker process; 2 actors spread over the nodes, called 5 times each.
+    let parents: Vec<_> = (0..3)
+        .map(|_| parent::options().spread().remote(&ray, 4).unwrap())
+        .collect();
+    for p in &parents {
+        assert_eq!(p.get().await.unwrap(), 1 + 2 + 3 + 4);
+    }
+    let tallies: Vec<_> = (0..2)
+        .map(|_| Tally::options().spread().remote(&ray).unwrap())
+        .collect();
+    for t in &tallies {
+        for _ in 0..5 {
+            t.add(1).unwrap().get().await.unwrap();
+        }
+    }
+    insight.flush().await;
+    assert!(
+        insight.with_views(|_| ()).is_none(),
+        "a cluster driver's views live on the head"
+    );
+
+    // Workers ship every 50 ms and sample every second: poll the head.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (logical, physical) = loop {
+        let logical = json(
+            &cluster
+                .insight_export(None, "logical", "json", None, None)
+                .await
+                .expect("the head exports the logical view"),
+        );
+        let physical = json(
+            &cluster
+                .insight_export(None, "physical", "json", None, None)
+                .await
+                .expect("the head exports the physical view"),
+        );
+        let sampled = physical["nodes"].as_array().is_some_and(|nodes| {
+            nodes.iter().any(|n| {
+                n["workers"].as_array().is_some_and(|w| {
+                    w.iter()
+                        .any(|w| !w["samples"].as_array().is_none_or(Vec::is_empty))
+                })
+            })
+        });
+        let done = edge(&logical, "driver", "::parent") == 3
+            && edge(&logical, "parent", "::leaf") == 12
+            && edge(&logical, "driver", "::add") == 10
+            && sampled;
+        if done || Instant::now() > deadline {
+            break (logical, physical);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // Call edges cross processes: the driver's submits meet the workers' runs
+    // under one task id, and the leaves' parent is the task in the worker.
+    let edges = &logical["call_edges"];
+    assert_eq!(edge(&logical, "driver", "::parent"), 3, "{edges:#}");
+    assert_eq!(edge(&logical, "parent", "::leaf"), 12, "{edges:#}");
+    assert_eq!(edge(&logical, "driver", "::add"), 10, "{edges:#}");
+    // Both actors, on two different nodes, each in a worker process.
+    let nodes = physical["nodes"].as_array().expect("nodes");
+    let actor_nodes: BTreeSet<&str> = nodes
+        .iter()
+        .filter(|n| {
+            n["workers"].as_array().is_some_and(|w| {
+                w.iter()
+                    .any(|w| !w["actors"].as_array().is_none_or(Vec::is_empty))
+            })
+        })
+        .filter_map(|n| n["node_id"].as_str())
+        .collect();
+    assert_eq!(actor_nodes.len(), 2, "{physical:#}");
+    assert!(actor_nodes.iter().all(|n| n.starts_with("node-")));
+    // Workers' resource samples reach the head.
+    let samples: usize = nodes
+        .iter()
+        .flat_map(|n| n["workers"].as_array().into_iter().flatten())
+        .map(|w| w["samples"].as_array().map_or(0, Vec::len))
+        .sum();
+    assert!(samples > 0, "{physical:#}");
+
+    // The head's log replays to the live views.
+    let live = cluster
+        .insight_export(None, "logical", "json", None, None)
+        .await
+        .unwrap();
+    let replayed = cluster
+        .insight_export(None, "logical", "json", Some(u64::MAX), None)
+        .await
+        .unwrap();
+    assert_eq!(json(&live), json(&replayed));
+    let log = std::fs::read_dir(cluster.insight_dir())
+        .expect("the head keeps an insight directory")
+        .filter_map(|e| e.ok())
+        .find(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        .expect("the job's event log");
+    assert!(log.metadata().unwrap().len() > 0);
+    // At time 0 of the job nothing had run yet.
+    let at_start = json(
+        &cluster
+            .insight_export(None, "logical", "json", Some(0), None)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(edge(&at_start, "parent", "::leaf"), 0);
+    // `rayrs insight export` asks the same head: the flame graph's paths
+    // run from the driver through a parent (in one worker) to its leaves.
+    let rayrs = |args: &[&str]| {
+        let creds = cluster.credentials();
+        let address = cluster.address();
+        let mut all = vec!["insight", "export", "--address", &address];
+        all.extend(["--credentials", creds.to_str().expect("utf-8 path")]);
+        all.extend(args);
+        std::process::Command::new(env!("CARGO_BIN_EXE_rayrs"))
+            .args(&all)
+            .output()
+            .expect("rayrs runs")
+    };
+    let flame = rayrs(&["--view", "flame", "--format", "folded"]);
+    let folded = String::from_utf8_lossy(&flame.stdout);
+    assert!(
+        flame.status.success(),
+        "{}",
+        String::from_utf8_lossy(&flame.stderr)
+    );
+    assert!(
+        folded
+            .lines()
+            .any(|l| l.starts_with("driver;") && l.contains("::parent;") && l.contains("::leaf ")),
+        "{folded}"
+    );
+    // Pushed tasks show their placement: submitted, scheduled (pushed to a
+    // worker), then running.
+    let gantt = rayrs(&["--view", "gantt"]);
+    let trace = String::from_utf8_lossy(&gantt.stdout);
+    assert!(gantt.status.success());
+    assert!(
+        trace.contains("\"scheduled "),
+        "no scheduled slice in {trace}"
+    );
+    let missing = rayrs(&["--view", "logical", "--job", "999"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("no insight records"),
+        "{}",
+        String::from_utf8_lossy(&missing.stderr)
+    );
+    // Bad requests get the head's reason, not a hang.
+    let err = cluster
+        .insight_export(None, "logical", "svg", None, None)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("svg"), "{err}");
+    drop(tallies);
+    ray.shutdown();
+}

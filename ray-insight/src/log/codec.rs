@@ -1,0 +1,512 @@
+//! The binary encoding of one batch of records: a log frame's payload, and
+//! what processes ship to each other.
+//!
+//! ```text
+//! payload   = varint(record count) record*
+//! record    = u8 kind                       0 span new, 1 span close, 2 event
+//!             varint span, varint parent
+//!             name: strref, target: strref
+//!             zigzag varint(at_nanos − previous record's at_nanos, wrapping)
+//!             varint thread
+//!             varint(field count) (key: strref, value)*
+//! strref    = varint 0, varint len, UTF-8 bytes    a string new to this batch
+//!           | varint n (n ≥ 1)                      the batch's n-th new string
+//! value     = u8 0, varint                          U64
+//!           | u8 1, zigzag varint                   I64
+//!           | u8 2, 8 bytes (IEEE 754 bits, LE)     F64
+//!           | u8 3 | u8 4                           Bool false | true
+//!           | u8 5, varint hi, varint lo            U128
+//!           | u8 6, varint len, UTF-8 bytes         Str
+//! ```
+//!
+//! Varints are LEB128 (7 bits a byte, least significant first, at most 10
+//! bytes). Names, targets and field keys repeat from record to record, so each
+//! distinct one is written once per batch and referred to by number after
+//! that; times are deltas, since records of a batch are close in time. A
+//! batch stands alone: it can be decoded without any other.
+
+use std::collections::HashMap;
+
+use super::intern::intern;
+use super::LogError;
+use crate::record::{FieldStr, FieldValue, Fields, Record, RecordKind};
+
+/// The fewest bytes a record takes (kind, span, parent, name, target, time,
+/// thread, field count: one byte each).
+const MIN_RECORD_BYTES: usize = 8;
+/// The fewest bytes a field takes (key reference, value tag).
+const MIN_FIELD_BYTES: usize = 2;
+/// The most records (or fields) reserved for ahead of decoding them.
+const MAX_RESERVED: usize = 1024;
+
+const TAG_U64: u8 = 0;
+const TAG_I64: u8 = 1;
+const TAG_F64: u8 = 2;
+const TAG_FALSE: u8 = 3;
+const TAG_TRUE: u8 = 4;
+const TAG_U128: u8 = 5;
+const TAG_STR: u8 = 6;
+
+/// Appends the encoding of `records` (one batch, see the module docs) to `out`.
+///
+/// [`decode_records`] gives the records back, equal field for field.
+pub fn encode_records(records: &[Record], out: &mut Vec<u8>) {
+    let mut table: HashMap<&str, u64> = HashMap::new();
+    put_varint(out, records.len() as u64);
+    let mut previous_at = 0u64;
+    for record in records {
+        out.push(match record.kind {
+            RecordKind::SpanNew => 0,
+            RecordKind::SpanClose => 1,
+            RecordKind::Event => 2,
+        });
+        put_varint(out, record.span);
+        put_varint(out, record.parent);
+        put_strref(out, &mut table, record.name);
+        put_strref(out, &mut table, record.target);
+        put_varint(
+            out,
+            zigzag(record.at_nanos.wrapping_sub(previous_at) as i64),
+        );
+        previous_at = record.at_nanos;
+        put_varint(out, u64::from(record.thread));
+        put_varint(out, record.fields.len() as u64);
+        for (key, value) in record.fields.iter() {
+            put_strref(out, &mut table, key);
+            put_value(out, value);
+        }
+    }
+}
+
+/// Decodes one batch that [`encode_records`] wrote.
+///
+/// Never panics, whatever the bytes, and allocates only for what it
+/// decodes, never for what the bytes merely announce (a lying count is an
+/// error, not a reservation): input that is not a whole batch is a [`LogError::Corrupt`]
+/// whose `offset` is the byte of `bytes` where decoding failed (and
+/// `records_read` 0: a batch decodes whole or not at all). Names, targets and
+/// field keys go through [`intern`](super::intern).
+pub fn decode_records(bytes: &[u8]) -> Result<Vec<Record>, LogError> {
+    let mut reader = Reader {
+        bytes,
+        at: 0,
+        table: Vec::new(),
+    };
+    reader.batch().map_err(|reason| LogError::Corrupt {
+        offset: reader.at as u64,
+        reason,
+        records_read: 0,
+    })
+}
+
+fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+fn zigzag(value: i64) -> u64 {
+    ((value << 1) ^ (value >> 63)) as u64
+}
+
+fn unzigzag(value: u64) -> i64 {
+    ((value >> 1) as i64) ^ -((value & 1) as i64)
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_varint(out, s.len() as u64);
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn put_strref<'a>(out: &mut Vec<u8>, table: &mut HashMap<&'a str, u64>, s: &'a str) {
+    if let Some(&n) = table.get(s) {
+        put_varint(out, n);
+    } else {
+        put_varint(out, 0);
+        put_str(out, s);
+        let n = table.len() as u64 + 1;
+        table.insert(s, n);
+    }
+}
+
+fn put_value(out: &mut Vec<u8>, value: &FieldValue) {
+    match value {
+        FieldValue::U64(v) => {
+            out.push(TAG_U64);
+            put_varint(out, *v);
+        }
+        FieldValue::I64(v) => {
+            out.push(TAG_I64);
+            put_varint(out, zigzag(*v));
+        }
+        FieldValue::F64(v) => {
+            out.push(TAG_F64);
+            out.extend_from_slice(&v.to_bits().to_le_bytes());
+        }
+        FieldValue::Bool(false) => out.push(TAG_FALSE),
+        FieldValue::Bool(true) => out.push(TAG_TRUE),
+        FieldValue::U128 { hi, lo } => {
+            out.push(TAG_U128);
+            put_varint(out, *hi);
+            put_varint(out, *lo);
+        }
+        FieldValue::Str(s) => {
+            out.push(TAG_STR);
+            put_str(out, s);
+        }
+    }
+}
+
+/// A cursor over one batch; failures are a reason, the position is `at`.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    table: Vec<&'static str>,
+}
+
+type Decoded<T> = Result<T, String>;
+
+impl Reader<'_> {
+    fn remaining(&self) -> usize {
+        self.bytes.len() - self.at
+    }
+
+    fn batch(&mut self) -> Decoded<Vec<Record>> {
+        let count = self.varint()?;
+        // Every record takes at least MIN_RECORD_BYTES: a larger count is a
+        // lie, refused before it sizes an allocation.
+        if count > (self.remaining() / MIN_RECORD_BYTES) as u64 {
+            return Err(format!(
+                "{count} records announced, {} bytes left",
+                self.remaining()
+            ));
+        }
+        // A record takes a few hundred bytes in memory against at least 8
+        // in a batch: reserve for what is decoded, not what is announced.
+        let mut records = Vec::with_capacity((count as usize).min(MAX_RESERVED));
+        let mut previous_at = 0u64;
+        for _ in 0..count {
+            let record = self.record(previous_at)?;
+            previous_at = record.at_nanos;
+            records.push(record);
+        }
+        if self.remaining() != 0 {
+            return Err(format!("{} bytes after the last record", self.remaining()));
+        }
+        Ok(records)
+    }
+
+    fn record(&mut self, previous_at: u64) -> Decoded<Record> {
+        let kind = match self.byte()? {
+            0 => RecordKind::SpanNew,
+            1 => RecordKind::SpanClose,
+            2 => RecordKind::Event,
+            other => return Err(format!("unknown record kind {other}")),
+        };
+        let span = self.varint()?;
+        let parent = self.varint()?;
+        let name = self.strref()?;
+        let target = self.strref()?;
+        let at_nanos = previous_at.wrapping_add(unzigzag(self.varint()?) as u64);
+        let thread =
+            u32::try_from(self.varint()?).map_err(|_| "thread index beyond 32 bits".to_owned())?;
+        let count = self.varint()?;
+        if count > (self.remaining() / MIN_FIELD_BYTES) as u64 {
+            return Err(format!(
+                "{count} fields announced, {} bytes left",
+                self.remaining()
+            ));
+        }
+        let mut fields = Fields::with_capacity((count as usize).min(MAX_RESERVED));
+        for _ in 0..count {
+            let key = self.strref()?;
+            let value = self.value()?;
+            fields.push(key, value);
+        }
+        Ok(Record {
+            kind,
+            span,
+            parent,
+            name,
+            target,
+            at_nanos,
+            thread,
+            fields,
+        })
+    }
+
+    fn value(&mut self) -> Decoded<FieldValue> {
+        Ok(match self.byte()? {
+            TAG_U64 => FieldValue::U64(self.varint()?),
+            TAG_I64 => FieldValue::I64(unzigzag(self.varint()?)),
+            TAG_F64 => {
+                let bits = self.take(8)?;
+                let mut le = [0u8; 8];
+                le.copy_from_slice(bits);
+                FieldValue::F64(f64::from_bits(u64::from_le_bytes(le)))
+            }
+            TAG_FALSE => FieldValue::Bool(false),
+            TAG_TRUE => FieldValue::Bool(true),
+            TAG_U128 => FieldValue::U128 {
+                hi: self.varint()?,
+                lo: self.varint()?,
+            },
+            TAG_STR => FieldValue::Str(FieldStr::from(self.str()?)),
+            other => return Err(format!("unknown field value tag {other}")),
+        })
+    }
+
+    fn byte(&mut self) -> Decoded<u8> {
+        let byte = *self
+            .bytes
+            .get(self.at)
+            .ok_or_else(|| "the batch ends inside a record".to_owned())?;
+        self.at += 1;
+        Ok(byte)
+    }
+
+    fn take(&mut self, len: usize) -> Decoded<&[u8]> {
+        if len > self.remaining() {
+            return Err(format!("{len} bytes announced, {} left", self.remaining()));
+        }
+        let bytes = &self.bytes[self.at..self.at + len];
+        self.at += len;
+        Ok(bytes)
+    }
+
+    fn varint(&mut self) -> Decoded<u64> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = self.byte()?;
+            let bits = u64::from(byte & 0x7f);
+            // The tenth byte holds bit 63 only.
+            if shift == 63 && bits > 1 {
+                return Err("varint overflows 64 bits".to_owned());
+            }
+            value |= bits << shift;
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err("varint longer than 10 bytes".to_owned())
+    }
+
+    fn str(&mut self) -> Decoded<&str> {
+        let len = self.varint()?;
+        let len = usize::try_from(len).map_err(|_| format!("string of {len} bytes"))?;
+        let bytes = self.take(len)?;
+        std::str::from_utf8(bytes).map_err(|e| format!("string not UTF-8: {e}"))
+    }
+
+    fn strref(&mut self) -> Decoded<&'static str> {
+        match self.varint()? {
+            0 => {
+                let s = intern(self.str()?);
+                self.table.push(s);
+                Ok(s)
+            }
+            n => usize::try_from(n - 1)
+                .ok()
+                .and_then(|i| self.table.get(i).copied())
+                .ok_or_else(|| {
+                    format!(
+                        "reference to name {n}, only {} in this batch",
+                        self.table.len()
+                    )
+                }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn record(kind: RecordKind, at_nanos: u64, fields: Fields) -> Record {
+        Record {
+            kind,
+            span: (1 << 45) | 3,
+            parent: 7,
+            name: "task.run",
+            target: "ray_core::task",
+            at_nanos,
+            thread: 2,
+            fields,
+        }
+    }
+
+    fn round_trip(records: &[Record]) -> Vec<Record> {
+        let mut bytes = Vec::new();
+        encode_records(records, &mut bytes);
+        decode_records(&bytes).expect("an encoded batch decodes")
+    }
+
+    #[test]
+    fn every_field_value_variant_and_many_fields_round_trip() {
+        let long = "ü".repeat(FieldStr::INLINE);
+        let fields: Fields = [
+            ("u", FieldValue::U64(u64::MAX)),
+            ("i", FieldValue::I64(i64::MIN)),
+            ("f", FieldValue::F64(-1.5e300)),
+            ("t", FieldValue::Bool(true)),
+            ("b", FieldValue::Bool(false)),
+            (
+                "w",
+                FieldValue::U128 {
+                    hi: 1,
+                    lo: u64::MAX,
+                },
+            ),
+            ("s", FieldValue::Str("short".into())),
+            ("l", FieldValue::Str(long.as_str().into())),
+            ("e", FieldValue::Str("".into())),
+            ("u", FieldValue::U64(0)),
+        ]
+        .into_iter()
+        .collect();
+        assert!(fields.len() > Fields::INLINE);
+        let records = vec![
+            record(RecordKind::SpanNew, 5_000_000_000, fields),
+            record(RecordKind::Event, 17, Fields::new()),
+            record(RecordKind::SpanClose, u64::MAX, Fields::new()),
+        ];
+        assert_eq!(round_trip(&records), records);
+    }
+
+    #[test]
+    fn repeated_names_are_written_once_per_batch() {
+        let one = vec![record(RecordKind::Event, 0, Fields::new())];
+        let many: Vec<Record> = (0..100)
+            .map(|i| record(RecordKind::Event, i, Fields::new()))
+            .collect();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        encode_records(&one, &mut a);
+        encode_records(&many, &mut b);
+        // Each later record costs 14 bytes (a 7-byte span id, one byte for
+        // each other part), not its names again.
+        assert_eq!(b.len() - a.len(), 99 * 14, "{} vs {}", b.len(), a.len());
+        assert_eq!(decode_records(&b).expect("decodes"), many);
+    }
+
+    #[test]
+    fn a_lying_record_count_is_corrupt_not_an_allocation() {
+        let mut bytes = Vec::new();
+        put_varint(&mut bytes, u64::MAX);
+        let err = decode_records(&bytes).expect_err("no records follow");
+        assert!(
+            matches!(err, LogError::Corrupt { ref reason, .. } if reason.contains("announced")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn trailing_bytes_and_bad_references_are_corrupt() {
+        let mut bytes = Vec::new();
+        encode_records(&[record(RecordKind::Event, 1, Fields::new())], &mut bytes);
+        let mut trailing = bytes.clone();
+        trailing.push(0);
+        assert!(decode_records(&trailing).is_err());
+        // count 1, kind 2, span 0, parent 0, name: reference 5 of none.
+        let bad_ref = [1, 2, 0, 0, 5, 0, 0, 0, 0];
+        let err = decode_records(&bad_ref).expect_err("no name 5");
+        assert!(matches!(err, LogError::Corrupt { offset: 5, .. }), "{err}");
+    }
+
+    fn value() -> impl Strategy<Value = FieldValue> {
+        prop_oneof![
+            any::<u64>().prop_map(FieldValue::U64),
+            any::<i64>().prop_map(FieldValue::I64),
+            any::<u64>().prop_map(|bits| FieldValue::F64(f64::from_bits(bits))),
+            any::<bool>().prop_map(FieldValue::Bool),
+            (any::<u64>(), any::<u64>()).prop_map(|(hi, lo)| FieldValue::U128 { hi, lo }),
+            ".{0,40}".prop_map(|s| FieldValue::Str(s.into())),
+        ]
+    }
+
+    const KEYS: [&str; 5] = ["task_id", "object_id", "bytes", "message", "ключ"];
+
+    fn any_record() -> impl Strategy<Value = Record> {
+        (
+            0u8..3,
+            any::<u64>(),
+            any::<u64>(),
+            "[a-z.]{0,12}",
+            any::<u64>(),
+            any::<u32>(),
+            proptest::collection::vec((0usize..KEYS.len(), value()), 0..12),
+        )
+            .prop_map(
+                |(kind, span, parent, name, at_nanos, thread, fields)| Record {
+                    kind: [
+                        RecordKind::SpanNew,
+                        RecordKind::SpanClose,
+                        RecordKind::Event,
+                    ][usize::from(kind)],
+                    span,
+                    parent,
+                    name: intern(&name),
+                    target: "ray_core::prop",
+                    at_nanos,
+                    thread,
+                    fields: fields.into_iter().map(|(k, v)| (KEYS[k], v)).collect(),
+                },
+            )
+    }
+
+    /// Equality that treats NaNs with the same bits as equal.
+    fn same(a: &[Record], b: &[Record]) -> bool {
+        let bits = |r: &Record| -> Vec<(&str, String)> {
+            r.fields
+                .iter()
+                .map(|(k, v)| match v {
+                    FieldValue::F64(f) => (k, format!("f64:{:x}", f.to_bits())),
+                    other => (k, format!("{other:?}")),
+                })
+                .collect()
+        };
+        a.len() == b.len()
+            && a.iter().zip(b).all(|(x, y)| {
+                (
+                    x.kind, x.span, x.parent, x.name, x.target, x.at_nanos, x.thread,
+                ) == (
+                    y.kind, y.span, y.parent, y.name, y.target, y.at_nanos, y.thread,
+                ) && bits(x) == bits(y)
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn any_batch_round_trips(records in proptest::collection::vec(any_record(), 0..20)) {
+            let decoded = round_trip(&records);
+            prop_assert!(same(&decoded, &records), "{decoded:?} != {records:?}");
+        }
+
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let _ = decode_records(&bytes);
+        }
+
+        #[test]
+        fn a_damaged_batch_never_panics(
+            records in proptest::collection::vec(any_record(), 1..6),
+            at in any::<proptest::sample::Index>(),
+            byte in any::<u8>(),
+            cut in any::<bool>(),
+        ) {
+            let mut bytes = Vec::new();
+            encode_records(&records, &mut bytes);
+            let i = at.index(bytes.len());
+            if cut {
+                bytes.truncate(i);
+                prop_assert!(decode_records(&bytes).is_err());
+            } else {
+                bytes[i] = byte;
+                let _ = decode_records(&bytes);
+            }
+        }
+    }
+}

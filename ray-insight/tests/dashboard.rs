@@ -1,0 +1,252 @@
+//! The dashboard's HTTP server against a fixed source: the token is
+//! required everywhere, the API answers as documented, bad requests get
+//! clear statuses, and events are pushed.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ray_insight::dashboard::{Dashboard, DashboardConfig, JobEntry, Source, ViewQuery};
+use ray_insight::{FieldValue, Record, RecordKind, Sink, Views};
+use serde_json::Value;
+
+/// One finished task `m::work` called by the driver.
+struct Fixed {
+    views: Views,
+}
+
+impl Fixed {
+    fn new() -> Self {
+        let record = |kind, at_nanos, fields: &[(&'static str, &str)]| Record {
+            kind,
+            span: 1,
+            parent: 0,
+            name: "task.run",
+            target: "ray::task",
+            at_nanos,
+            thread: 0,
+            fields: fields
+                .iter()
+                .map(|(k, v)| (*k, FieldValue::Str((*v).into())))
+                .collect(),
+        };
+        let mut views = Views::default();
+        views.accept(&[
+            record(
+                RecordKind::SpanNew,
+                1_000,
+                &[("task_id", "task-1.1"), ("function", "m::work")],
+            ),
+            record(RecordKind::SpanClose, 5_000, &[]),
+        ]);
+        Self { views }
+    }
+}
+
+impl Source for Fixed {
+    fn jobs(&self) -> Vec<JobEntry> {
+        vec![JobEntry {
+            job: "job-1".into(),
+            label: "job-1".into(),
+            latest: true,
+        }]
+    }
+
+    fn stats(&self, job: Option<&str>) -> Result<Value, String> {
+        match job {
+            None | Some("job-1") => Ok(ray_insight::dashboard::stats_json(&self.views, "job-1", 3)),
+            Some(other) => Err(format!("no job {other}")),
+        }
+    }
+
+    fn view(&self, query: &ViewQuery) -> Result<String, String> {
+        match query.job.as_deref() {
+            None | Some("job-1") => ray_insight::dashboard::render(&self.views, None, query),
+            Some(other) => Err(format!("no job {other}")),
+        }
+    }
+}
+
+fn start() -> Dashboard {
+    Dashboard::start(
+        DashboardConfig {
+            token: Some("sesame".into()),
+            ..DashboardConfig::default()
+        },
+        Arc::new(Fixed::new()),
+    )
+    .expect("the dashboard starts")
+}
+
+/// One raw HTTP exchange: the status code and the body.
+fn request(dash: &Dashboard, raw: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(dash.local_addr()).expect("connects");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(raw.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status line");
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or(String::new(), |(_, b)| b.to_owned());
+    (status, body)
+}
+
+fn get(dash: &Dashboard, target: &str) -> (u16, String) {
+    request(
+        dash,
+        &format!("GET {target} HTTP/1.1\r\nHost: localhost\r\n\r\n"),
+    )
+}
+
+#[test]
+fn requests_without_the_token_are_refused_everywhere() {
+    let dash = start();
+    for target in [
+        "/",
+        "/app.js",
+        "/api/jobs",
+        "/api/view?view=logical",
+        "/api/stats",
+        "/api/events",
+        "/nothing",
+    ] {
+        assert_eq!(get(&dash, target).0, 401, "{target} without a token");
+        let wrong = if target.contains('?') { "&" } else { "?" };
+        assert_eq!(
+            get(&dash, &format!("{target}{wrong}token=sesamf")).0,
+            401,
+            "{target} with a wrong token"
+        );
+    }
+    // The bearer header works as well as the query parameter.
+    let (status, _) = request(
+        &dash,
+        "GET /api/jobs HTTP/1.1\r\nAuthorization: Bearer sesame\r\n\r\n",
+    );
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn the_page_carries_the_token_and_loads_only_its_own_assets() {
+    let dash = start();
+    assert!(dash.url().starts_with("http://127.0.0.1:"));
+    assert!(dash.url().ends_with("/?token=sesame"));
+    let (status, page) = get(&dash, "/?token=sesame");
+    assert_eq!(status, 200);
+    assert!(!page.contains("__RAYRS_TOKEN__"));
+    // Nothing is fetched from elsewhere (an xmlns URI is a name, not a load).
+    let external = |text: &str| {
+        [
+            "src=\"http",
+            "href=\"http",
+            "src='http",
+            "href='http",
+            "url(http",
+            "import(\"http",
+            "fetch(\"http",
+        ]
+        .iter()
+        .any(|p| text.contains(p))
+    };
+    assert!(!external(&page), "{page}");
+    for asset in ["/app.js?token=sesame", "/app.css?token=sesame"] {
+        let (status, text) = get(&dash, asset);
+        assert_eq!(status, 200, "{asset}");
+        assert!(!external(&text), "{asset} loads something from elsewhere");
+    }
+}
+
+#[test]
+fn the_api_answers_views_stats_and_jobs_and_says_what_is_wrong() {
+    let dash = start();
+    let (status, jobs) = get(&dash, "/api/jobs?token=sesame");
+    assert_eq!(status, 200);
+    let jobs: Value = serde_json::from_str(&jobs).unwrap();
+    assert_eq!(jobs[0]["job"], "job-1");
+    assert_eq!(jobs[0]["latest"], true);
+
+    let (status, stats) = get(&dash, "/api/stats?token=sesame&job=job-1");
+    assert_eq!(status, 200);
+    let stats: Value = serde_json::from_str(&stats).unwrap();
+    assert_eq!(stats["version"], 3);
+    assert_eq!(stats["applied"], 2);
+
+    let (status, logical) = get(&dash, "/api/view?token=sesame&view=logical&format=json");
+    assert_eq!(status, 200);
+    let logical: Value = serde_json::from_str(&logical).unwrap();
+    assert_eq!(logical["call_edges"][0]["name"], "m::work");
+    assert_eq!(logical["call_edges"][0]["count"], 1);
+    let (status, folded) = get(&dash, "/api/view?token=sesame&view=flame&format=folded");
+    // Folded stacks count microseconds: 4 µs.
+    assert_eq!((status, folded.as_str()), (200, "driver;m::work 4\n"));
+    let (status, svg) = get(&dash, "/api/view?token=sesame&view=flame&format=svg");
+    assert_eq!(status, 200);
+    assert!(svg.contains("<svg"));
+    // A filter with an encoded `=` keeps nothing unlabelled.
+    let (status, filtered) = get(
+        &dash,
+        "/api/view?token=sesame&view=flame&format=folded&filter=rank%3D0",
+    );
+    assert_eq!((status, filtered.as_str()), (200, ""));
+    // The diff of the graph against itself is drawn.
+    let (status, diff) = get(
+        &dash,
+        "/api/flamediff?token=sesame&before=driver%3Bm%3A%3Awork+2",
+    );
+    assert_eq!(status, 200, "{diff}");
+    assert!(diff.contains("<svg"));
+
+    for (target, want) in [
+        ("/api/view?token=sesame&view=nope", 400),
+        ("/api/view?token=sesame&view=logical&format=svg", 400),
+        ("/api/view?token=sesame&view=logical&at=soon", 400),
+        ("/api/view?token=sesame&view=logical&filter=nokey", 400),
+        ("/api/view?token=sesame&view=logical&job=job-9", 404),
+        ("/api/view?token=sesame&view=logical&at=5", 404),
+        ("/api/stats?token=sesame&job=job-9", 404),
+        ("/api/nothing?token=sesame", 404),
+    ] {
+        let (status, body) = get(&dash, target);
+        assert_eq!(status, want, "{target}: {body}");
+        assert!(!body.trim().is_empty(), "{target} says why");
+    }
+    let (status, _) = request(&dash, "POST /api/jobs?token=sesame HTTP/1.1\r\n\r\n");
+    assert_eq!(status, 405);
+    let (status, _) = request(&dash, "garbage\r\n\r\n");
+    assert_eq!(status, 400);
+}
+
+#[test]
+fn events_push_the_counters() {
+    let dash = start();
+    let mut stream = TcpStream::connect(dash.local_addr()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+        .write_all(b"GET /api/events?token=sesame HTTP/1.1\r\n\r\n")
+        .unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 1024];
+    while seen.matches("data: ").count() < 2 {
+        let n = stream.read(&mut buf).expect("events keep coming");
+        assert!(n > 0, "the stream ended: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert!(seen.contains("text/event-stream"), "{seen}");
+    let first = seen.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
+    let event: Value = serde_json::from_str(first).unwrap();
+    assert_eq!(event["version"], 3);
+    // Dropping the dashboard ends the stream.
+    drop(dash);
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest);
+}

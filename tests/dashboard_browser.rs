@@ -1,0 +1,177 @@
+//! The dashboard in a real browser: an embedded runtime runs W7 and then a
+//! program that deadlocks (two actors calling each other synchronously),
+//! serving its dashboard; headless Chromium opens each of the five tabs,
+//! the test checks what the page shows (node names, edge counts, the
+//! deadlock marked) and saves a screenshot of each tab under
+//! `target/tmp/dashboard-screenshots/`. A page asked for without the token
+//! is refused.
+//!
+//! Needs Chromium (`chromium`, `chromium-browser` or `google-chrome`, or the
+//! path in `CHROMIUM`); `.ci/run` installs it. Without one the test says so
+//! and passes, except in CI (`CI=true`), where it fails.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use ray_core::insight::InsightOptions;
+use ray_core::Config;
+
+#[path = "../examples/shapes/tree.rs"]
+mod tree;
+
+#[allow(dead_code)]
+#[path = "../examples/shapes/deadlock.rs"]
+mod deadlock;
+use deadlock::{Left, Right};
+
+/// The Chromium to drive, if this machine has one.
+fn chromium() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("CHROMIUM") {
+        return Some(PathBuf::from(path));
+    }
+    [
+        "chromium",
+        "chromium-browser",
+        "google-chrome",
+        "google-chrome-stable",
+    ]
+    .iter()
+    .find_map(|name| {
+        std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join(name))
+                .find(|candidate| candidate.is_file())
+        })
+    })
+}
+
+/// Runs headless Chromium on `url` with `extra` arguments; its stdout.
+fn headless(chromium: &Path, url: &str, extra: &[&str]) -> String {
+    let profile = std::env::temp_dir().join(format!("rayrs-chromium-{}", std::process::id()));
+    let output = Command::new(chromium)
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--hide-scrollbars",
+            "--no-first-run",
+            "--virtual-time-budget=8000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(extra)
+        .arg(url)
+        .output()
+        .expect("chromium runs");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_w7_and_a_deadlock_in_a_real_browser() {
+    let Some(chromium) = chromium() else {
+        assert!(
+            std::env::var("CI").is_err(),
+            "CI must have Chromium (.ci/run installs it)"
+        );
+        eprintln!("no Chromium on this machine: the browser test is skipped");
+        return;
+    };
+    let ray = ray_core::init_with(Config {
+        num_cpus: Some(2.0),
+        insight: Some(InsightOptions {
+            dashboard: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
+            ..InsightOptions::default()
+        }),
+        ..Config::default()
+    })
+    .await
+    .expect("runtime starts, recording and serving");
+    let insight = ray.insight().expect("recording");
+    let url = insight.dashboard_url().expect("a dashboard URL");
+
+    let run = tree::run(&ray, tree::DEFAULT_SEED).await.expect("W7 runs");
+    assert_eq!((run.actors, run.calls), (12, 6321));
+    eprintln!("W7 ran in {:.3} s", run.seconds);
+    assert!(insight.settle(Duration::from_secs(5)).await);
+    // Then the program that deadlocks, left hanging while the browser looks.
+    let left = Left::remote(&ray).unwrap();
+    let right = Right::remote(&ray).unwrap();
+    let hung = left.ping(right.clone(), left.clone()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let stacks = insight
+            .export("stack", "text", None)
+            .expect("stack view")
+            .expect("embedded views");
+        if stacks.contains("DEADLOCK") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no deadlock within 20 s: {stacks}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let mut report = Vec::new();
+    for tab in ["logical", "physical", "stack", "flame", "gantt"] {
+        let page = format!("{url}#{tab}");
+        let dom = tokio::task::block_in_place(|| headless(&chromium, &page, &["--dump-dom"]));
+        let shot = shots.join(format!("{tab}.png"));
+        let _ = std::fs::remove_file(&shot);
+        tokio::task::block_in_place(|| {
+            headless(
+                &chromium,
+                &page,
+                &[
+                    &format!("--screenshot={}", shot.display()),
+                    "--window-size=1400,1000",
+                ],
+            )
+        });
+        assert!(
+            std::fs::metadata(&shot).is_ok_and(|m| m.len() > 10_000),
+            "no screenshot of the {tab} tab at {}",
+            shot.display()
+        );
+        assert!(
+            dom.contains(&format!("id=\"panel-{tab}\"")),
+            "the {tab} panel is missing"
+        );
+        match tab {
+            // The 12 actor instances of the tree's class, and the driver's
+            // one call into the root; process() edges carry counts.
+            "logical" => {
+                assert!(dom.contains("TreeNode"), "no TreeNode node in {tab}");
+                assert!(dom.contains("class=\"node"), "no graph nodes in {tab}");
+                assert!(dom.contains("×10"), "no ×10 edge label in {tab}");
+            }
+            "physical" => {
+                assert!(dom.contains("phys-node"), "no node box in {tab}");
+                assert!(dom.contains("node-1"), "the node is not named in {tab}");
+            }
+            "stack" => {
+                assert!(dom.contains("DEADLOCK"), "the deadlock is not shown");
+                assert!(dom.contains("in-deadlock"), "no task marked in-deadlock");
+                assert!(dom.contains("ping") && dom.contains("pong"), "{tab}");
+            }
+            "flame" => assert!(dom.contains("flame-frame"), "no flame graph frame"),
+            "gantt" => assert!(dom.contains("panel-gantt"), "{tab}"),
+            _ => unreachable!(),
+        }
+        report.push(format!("{tab}: {}", shot.display()));
+    }
+    // The page without its token is refused.
+    let bare = url.split('?').next().expect("a URL");
+    let refused = tokio::task::block_in_place(|| headless(&chromium, bare, &["--dump-dom"]));
+    assert!(
+        refused.contains("a valid token is required"),
+        "the page was served without a token: {refused}"
+    );
+    eprintln!("screenshots:\n  {}", report.join("\n  "));
+    ray.shutdown();
+    drop(hung);
+}
