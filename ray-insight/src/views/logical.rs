@@ -14,6 +14,9 @@ use serde_json::{json, Value};
 
 use super::model::{Id, LabelSetId, LogicalNode};
 
+/// The class an actor is shown under while no record has named it.
+pub(crate) const UNKNOWN_CLASS: &str = "?";
+
 /// What kind of call an edge (or a task) is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum CallKind {
@@ -200,11 +203,52 @@ impl LogicalAgg {
         keep: &dyn Fn(LabelSetId) -> bool,
         actors: impl Iterator<Item = LogicalNode>,
     ) -> LogicalView {
+        // An actor can be named before its class is known (a caller's records
+        // may reach the collector before the callee's `actor.create`), so
+        // one instance can sit under class `?` in some aggregates and under
+        // its real class in others: every node is resolved to the class it
+        // is known by anywhere, and aggregates merge under that node.
+        let actors: Vec<LogicalNode> = actors.collect();
+        let mut known: HashMap<Id, Id> = HashMap::new();
+        let mut learn = |node: &LogicalNode| {
+            if let LogicalNode::Actor { class, actor_id } = node {
+                if &**class != UNKNOWN_CLASS {
+                    known.insert(actor_id.clone(), class.clone());
+                }
+            }
+        };
+        self.calls.keys().for_each(|k| {
+            learn(&k.from);
+            learn(&k.to);
+        });
+        self.data.keys().for_each(|k| {
+            learn(&k.from);
+            learn(&k.to);
+        });
+        self.puts.keys().for_each(|(node, _)| learn(node));
+        actors.iter().for_each(&mut learn);
+        let resolve = |node: &LogicalNode| match node {
+            LogicalNode::Actor { class, actor_id } if &**class == UNKNOWN_CLASS => {
+                match known.get(actor_id) {
+                    Some(class) => LogicalNode::Actor {
+                        class: class.clone(),
+                        actor_id: actor_id.clone(),
+                    },
+                    None => node.clone(),
+                }
+            }
+            other => other.clone(),
+        };
         let mut calls: BTreeMap<(LogicalNode, LogicalNode, Id, CallKind), CallStats> =
             BTreeMap::new();
         for (key, stats) in self.calls.iter().filter(|(k, _)| keep(k.labels)) {
             let merged = calls
-                .entry((key.from.clone(), key.to.clone(), key.name.clone(), key.kind))
+                .entry((
+                    resolve(&key.from),
+                    resolve(&key.to),
+                    key.name.clone(),
+                    key.kind,
+                ))
                 .or_default();
             merged.count += stats.count;
             merged.total_nanos = merged.total_nanos.saturating_add(stats.total_nanos);
@@ -212,7 +256,9 @@ impl LogicalAgg {
         }
         let mut data: BTreeMap<(LogicalNode, LogicalNode), DataStats> = BTreeMap::new();
         for (key, stats) in self.data.iter().filter(|(k, _)| keep(k.labels)) {
-            let merged = data.entry((key.from.clone(), key.to.clone())).or_default();
+            let merged = data
+                .entry((resolve(&key.from), resolve(&key.to)))
+                .or_default();
             merged.count += stats.count;
             merged.total_bytes = merged.total_bytes.saturating_add(stats.total_bytes);
             merged.same_node += stats.same_node;
@@ -247,12 +293,12 @@ impl LogicalAgg {
             touch(&mut nodes, from);
             touch(&mut nodes, to);
         }
-        for actor in actors {
-            touch(&mut nodes, &actor);
+        for actor in &actors {
+            touch(&mut nodes, &resolve(actor));
         }
         for ((node, labels), stats) in &self.puts {
             if keep(*labels) {
-                let info = touch(&mut nodes, node);
+                let info = touch(&mut nodes, &resolve(node));
                 info.puts += stats.count;
                 info.put_bytes = info.put_bytes.saturating_add(stats.bytes);
             }

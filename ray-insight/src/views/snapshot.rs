@@ -42,7 +42,10 @@ impl Snapshot<'_> {
             .iter()
             .filter(|(_, info)| self.keeps(info.labels))
             .map(|(id, info)| LogicalNode::Actor {
-                class: info.class.clone().unwrap_or_else(|| Arc::from("?")),
+                class: info
+                    .class
+                    .clone()
+                    .unwrap_or_else(|| Arc::from(super::logical::UNKNOWN_CLASS)),
                 actor_id: id.clone(),
             });
         v.logical.build(&|l| self.keeps(l), actors)

@@ -167,7 +167,10 @@ impl LiveTask {
         match self.kind {
             CallKind::Task => LogicalNode::Function(self.edge_name()),
             CallKind::ActorCall | CallKind::ActorCreate => LogicalNode::Actor {
-                class: self.class.clone().unwrap_or_else(|| Arc::from("?")),
+                class: self
+                    .class
+                    .clone()
+                    .unwrap_or_else(|| Arc::from(super::logical::UNKNOWN_CLASS)),
                 actor_id: self.actor_id.clone().unwrap_or_else(|| Arc::from("?")),
             },
         }

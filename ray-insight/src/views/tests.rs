@@ -1474,3 +1474,62 @@ fn records_lost_before_the_views_show_in_every_export_that_has_room() {
     let dot = export(&snap, ViewKind::Logical, ExportFormat::Dot).expect("dot");
     assert!(dot.starts_with("// records:"), "{dot}");
 }
+
+/// On a cluster a callee's records can reach the collector before its
+/// caller's: the child's call edge is counted while its caller actor is
+/// known only from a submit (no class yet). Once the caller's class is
+/// known, the view shows the caller once, under its class.
+#[test]
+fn an_actor_named_before_its_class_is_shown_once_under_its_class() {
+    let mut s = Script::default();
+    s.event(
+        "task.submit",
+        1,
+        &[("task_id", "t0"), ("method", "process"), ("actor_id", "a0")],
+    );
+    let child = s.open(
+        "actor.call",
+        2,
+        &[
+            ("task_id", "t1"),
+            ("actor_id", "a1"),
+            ("class", WORKER),
+            ("method", "process"),
+            ("parent_task", "t0"),
+        ],
+    );
+    s.close(child, 3);
+    // The caller's own records arrive afterwards.
+    let create = s.open(
+        "actor.create",
+        4,
+        &[("actor_id", "a0"), ("class", WORKER), ("node_id", "n1")],
+    );
+    s.close(create, 5);
+    let root = s.open(
+        "actor.call",
+        6,
+        &[
+            ("task_id", "t0"),
+            ("actor_id", "a0"),
+            ("class", WORKER),
+            ("method", "process"),
+        ],
+    );
+    s.close(root, 7);
+    let view = s.views().snapshot().logical();
+    let classes = view.classes();
+    assert_eq!(
+        classes.keys().collect::<Vec<_>>(),
+        vec![WORKER],
+        "no actor left under class ?: {classes:?}"
+    );
+    assert_eq!(classes[WORKER].len(), 2, "a0 and a1 once each: {classes:?}");
+    let edge = view
+        .call_edges
+        .iter()
+        .find(|e| e.to == actor("a1"))
+        .expect("the a0 -> a1 edge");
+    assert_eq!(edge.from, actor("a0"));
+    assert_eq!(edge.count, 1);
+}
