@@ -242,6 +242,7 @@ impl InsightHub {
             at_nanos,
             filter,
             metric,
+            summary: None,
         })
     }
 

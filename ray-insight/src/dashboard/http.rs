@@ -1,5 +1,6 @@
 //! The dashboard's HTTP/1.1: one request per connection (`Connection:
-//! close`), GET only, a bounded request head, a thread per connection up to
+//! close`), GET (and POST for a flame graph diff's baseline), a bounded
+//! request head and body, a thread per connection up to
 //! the configured cap. Small on purpose: it serves one person's browser.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{Shared, ViewQuery, EVENT_EVERY};
+use super::{summary, Shared, SummaryParams, ViewQuery, EVENT_EVERY};
 use crate::export::{parse_metric, ExportFormat, ViewKind};
 use crate::views::{diff_svg, FlameMetric};
 
@@ -21,6 +22,9 @@ const APP_CSS: &str = include_str!("assets/app.css");
 
 /// The longest request head read (request line and headers).
 const MAX_HEAD_BYTES: u64 = 64 * 1024;
+
+/// The largest request body read (a flame graph baseline posted for a diff).
+const MAX_BODY_BYTES: u64 = 16 * 1024 * 1024;
 
 /// How long a client may take to send its request.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -55,6 +59,8 @@ struct Request {
     path: String,
     query: Vec<(String, String)>,
     bearer: Option<String>,
+    /// The body (a POST's; empty for a GET).
+    body: Vec<u8>,
 }
 
 impl Request {
@@ -80,8 +86,14 @@ fn serve(mut stream: TcpStream, shared: &Shared) {
             return;
         }
     };
-    if request.method != "GET" {
-        let _ = respond(&mut stream, 405, "text/plain", b"only GET is served\n");
+    let posted_diff = request.method == "POST" && request.path == "/api/flamediff";
+    if request.method != "GET" && !posted_diff {
+        let _ = respond(
+            &mut stream,
+            405,
+            "text/plain",
+            b"only GET is served (and POST to /api/flamediff)\n",
+        );
         return;
     }
     let token = request.param("token").or(request.bearer.as_deref());
@@ -133,6 +145,13 @@ fn route(request: &Request, shared: &Shared) -> (u16, &'static str, String) {
         "/api/view" => match view_query(request) {
             Ok(query) => match source.view(&query) {
                 Ok(text) => (200, content_type(query.format), text),
+                Err(e) => (404, "text/plain", format!("{e}\n")),
+            },
+            Err(e) => (400, "text/plain", format!("{e}\n")),
+        },
+        "/api/summary" => match summary_query(request) {
+            Ok(query) => match source.view(&query) {
+                Ok(text) => (200, "application/json", text),
                 Err(e) => (404, "text/plain", format!("{e}\n")),
             },
             Err(e) => (400, "text/plain", format!("{e}\n")),
@@ -192,16 +211,62 @@ fn view_query(request: &Request) -> Result<ViewQuery, String> {
         at_nanos,
         filter,
         metric,
+        summary: None,
     })
 }
 
+/// A summary query: a view query (its format is ignored) with the
+/// summary's own parameters.
+fn summary_query(request: &Request) -> Result<ViewQuery, String> {
+    let nanos = |name: &str| -> Result<Option<u64>, String> {
+        match request.param(name).filter(|v| !v.is_empty()) {
+            Some(v) => v
+                .parse::<u64>()
+                .map(Some)
+                .map_err(|_| format!("bad {name}={v}: nanoseconds")),
+            None => Ok(None),
+        }
+    };
+    let params = SummaryParams {
+        expand: request
+            .param("expand")
+            .filter(|c| !c.is_empty())
+            .map(str::to_owned),
+        from_nanos: nanos("from")?,
+        to_nanos: nanos("to")?,
+    };
+    if let (Some(from), Some(to)) = (params.from_nanos, params.to_nanos) {
+        if from >= to {
+            return Err(format!(
+                "bad window from={from} to={to}: from must be before to"
+            ));
+        }
+    }
+    let mut query = view_query(request)?;
+    if query.view == ViewKind::Flame {
+        return Err("the flame graph has no summary: ask /api/view for its svg".into());
+    }
+    query.summary = Some(params);
+    Ok(query)
+}
+
 fn flame_diff(request: &Request, shared: &Shared) -> (u16, &'static str, String) {
-    let Some(before) = request.param("before") else {
-        return (
-            400,
-            "text/plain",
-            "before= (folded stacks) is missing\n".into(),
-        );
+    let before = if request.method == "POST" {
+        match std::str::from_utf8(&request.body) {
+            Ok(body) => body,
+            Err(_) => return (400, "text/plain", "the baseline is not UTF-8\n".into()),
+        }
+    } else {
+        match request.param("before") {
+            Some(before) => before,
+            None => {
+                return (
+                    400,
+                    "text/plain",
+                    "the baseline (folded stacks) is missing: POST it, or pass before=\n".into(),
+                )
+            }
+        }
     };
     let query = match view_query_for_flame(request) {
         Ok(q) => q,
@@ -224,6 +289,7 @@ fn view_query_for_flame(request: &Request) -> Result<ViewQuery, String> {
         path: request.path.clone(),
         query: request.query.clone(),
         bearer: None,
+        body: Vec::new(),
     };
     with_view
         .query
@@ -233,21 +299,63 @@ fn view_query_for_flame(request: &Request) -> Result<ViewQuery, String> {
     view_query(&with_view)
 }
 
-/// Server-sent events: the job's counters every [`EVENT_EVERY`] until the
-/// browser goes away or the dashboard stops.
+/// Server-sent events every [`EVENT_EVERY`] until the browser goes away or
+/// the dashboard stops: `{"stats": COUNTERS}`, and, when a view is asked for
+/// (the parameters of `/api/summary`), its summary once (`"full"`) and
+/// then, whenever records arrived, only what changed (`"delta"`, see
+/// [`summary::diff`]). A view that cannot be summarized is said once
+/// (`"error"`) and the counters go on.
 fn events(mut stream: TcpStream, request: &Request, shared: &Shared) {
     let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\nConnection: close\r\nX-Content-Type-Options: nosniff\r\n\r\n";
+    let job = request.param("job").filter(|j| !j.is_empty());
+    let subscription = match request.param("view").filter(|v| !v.is_empty()) {
+        None => None,
+        Some(_) => match summary_query(request) {
+            Ok(query) => Some(query),
+            Err(e) => {
+                let _ = respond(&mut stream, 400, "text/plain", format!("{e}\n").as_bytes());
+                return;
+            }
+        },
+    };
     if stream.write_all(head.as_bytes()).is_err() {
         return;
     }
-    let job = request.param("job").filter(|j| !j.is_empty());
+    let mut shown: Option<serde_json::Value> = None;
+    let mut shown_version: Option<serde_json::Value> = None;
+    let mut failed = false;
     while !shared.stopped.load(Ordering::Acquire) {
-        let data = match shared.source.stats(job) {
-            Ok(stats) => stats.to_string(),
-            Err(e) => json!({ "error": e }).to_string(),
+        let mut message = match shared.source.stats(job) {
+            Ok(stats) => json!({ "stats": stats }),
+            Err(e) => json!({ "error": e }),
         };
+        let version = message["stats"].get("version").cloned();
+        if let (Some(query), Some(version)) = (&subscription, version) {
+            if shown_version.as_ref() != Some(&version) && !failed {
+                match shared.source.view(query).and_then(|text| {
+                    serde_json::from_str::<serde_json::Value>(&text).map_err(|e| e.to_string())
+                }) {
+                    Ok(now) => {
+                        match &shown {
+                            None => message["full"] = now.clone(),
+                            Some(before) => {
+                                if let Some(delta) = summary::diff(before, &now) {
+                                    message["delta"] = delta;
+                                }
+                            }
+                        }
+                        shown = Some(now);
+                        shown_version = Some(version);
+                    }
+                    Err(e) => {
+                        failed = true;
+                        message["error"] = json!(e);
+                    }
+                }
+            }
+        }
         if stream
-            .write_all(format!("data: {data}\n\n").as_bytes())
+            .write_all(format!("data: {message}\n\n").as_bytes())
             .and_then(|()| stream.flush())
             .is_err()
         {
@@ -276,33 +384,59 @@ fn respond(stream: &mut TcpStream, status: u16, kind: &str, body: &[u8]) -> std:
 }
 
 fn read_request(stream: &TcpStream) -> Result<Request, String> {
-    let mut reader = BufReader::new(stream.take(MAX_HEAD_BYTES));
-    let mut line = String::new();
-    reader
-        .read_line(&mut line)
-        .map_err(|e| format!("cannot read the request: {e}"))?;
+    let mut reader = BufReader::new(stream);
+    let mut head_left = MAX_HEAD_BYTES;
+    // One line of the head, never reading past what the head may still take.
+    let mut next_line = |reader: &mut BufReader<&TcpStream>| -> Result<String, String> {
+        let mut line = String::new();
+        let n = reader
+            .by_ref()
+            .take(head_left)
+            .read_line(&mut line)
+            .map_err(|e| format!("cannot read the request: {e}"))?;
+        head_left -= n as u64;
+        if n == 0 || !line.ends_with('\n') {
+            return Err("the request head is too long or cut short".into());
+        }
+        Ok(line)
+    };
+    let line = next_line(&mut reader)?;
     let mut parts = line.split_whitespace();
     let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
         return Err("bad request line".into());
     };
     let mut bearer = None;
+    let mut length: u64 = 0;
     loop {
-        let mut header = String::new();
-        let n = reader
-            .read_line(&mut header)
-            .map_err(|e| format!("cannot read the headers: {e}"))?;
-        if n == 0 {
-            return Err("the request head is too long or cut short".into());
-        }
+        let header = next_line(&mut reader)?;
         let header = header.trim_end();
         if header.is_empty() {
             break;
         }
         if let Some((name, value)) = header.split_once(':') {
-            if name.trim().eq_ignore_ascii_case("authorization") {
+            let name = name.trim();
+            if name.eq_ignore_ascii_case("authorization") {
                 bearer = value.trim().strip_prefix("Bearer ").map(str::to_owned);
+            } else if name.eq_ignore_ascii_case("content-length") {
+                length = value
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("bad Content-Length {:?}", value.trim()))?;
             }
         }
+    }
+    if length > MAX_BODY_BYTES {
+        return Err(format!(
+            "the request body is {length} bytes; at most {MAX_BODY_BYTES} are read"
+        ));
+    }
+    let mut body = Vec::with_capacity(length as usize);
+    reader
+        .take(length)
+        .read_to_end(&mut body)
+        .map_err(|e| format!("cannot read the request body: {e}"))?;
+    if body.len() as u64 != length {
+        return Err("the request body is cut short".into());
     }
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     Ok(Request {
@@ -317,6 +451,7 @@ fn read_request(stream: &TcpStream) -> Result<Request, String> {
             })
             .collect(),
         bearer,
+        body,
     })
 }
 

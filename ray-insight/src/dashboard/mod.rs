@@ -7,21 +7,24 @@
 //!   offline), with the access token written into it;
 //! - `/api/jobs`, `/api/stats?job=J`, `/api/view?job=J&view=V&format=F[&at=NANOS][&filter=k=v][&metric=M]`
 //!   (the same text `rayrs insight export` writes), `/api/flamediff?job=J&before=FOLDED`
-//!   (a differential flame graph against a baseline), and `/api/events?job=J`
-//!   (server-sent events: counters and a version pushed every second, so the
-//!   page refreshes only what changed, without reloading).
+//!   (a differential flame graph against a baseline), `/api/summary?job=J&view=V[&at=..][&filter=..][&expand=CLASS][&from=NANOS&to=NANOS]`
+//!   (the view summarized for the browser: see [`summary`]), and
+//!   `/api/events?job=J[&view=V&...]` (server-sent events every second: the
+//!   counters; with a view, its summary first and then only keyed deltas of
+//!   what changed, see [`summary::diff`]).
 //!
 //! Every request must carry the token (`?token=T`, or `Authorization: Bearer
 //! T`); anything else is refused with 401 before it is routed. The default
 //! bind address is 127.0.0.1 with a random port; another address must be
-//! asked for. The server aggregates: the browser receives views, never raw
-//! records.
+//! asked for. The server aggregates: the browser receives summaries of
+//! the views (bounded whatever the job's size), never raw records.
 //!
 //! What it shows comes from a [`Source`]: ray-core implements it for its
 //! embedded recording and for the head's collector. This module knows no
 //! runtime types.
 
 mod http;
+pub mod summary;
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -33,6 +36,7 @@ use serde_json::Value;
 
 use crate::export::{ExportFormat, ViewKind};
 use crate::views::FlameMetric;
+pub use summary::{SummaryLimits, SummaryParams};
 
 /// One job the dashboard can show.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +64,9 @@ pub struct ViewQuery {
     pub filter: Option<(String, String)>,
     /// The flame graph's time.
     pub metric: FlameMetric,
+    /// Summarized for the browser (JSON, whatever `format` says), narrowed
+    /// as these say; `None`: the full export.
+    pub summary: Option<SummaryParams>,
 }
 
 /// Where the dashboard's views come from: the process's recording.
@@ -104,8 +111,16 @@ pub fn render(
             Some((k, v)) => views.filter(k, v),
             None => views.snapshot(),
         };
-        crate::export::export_with_metric(&snapshot, query.view, query.format, query.metric)
-            .map_err(|e| e.to_string())
+        match &query.summary {
+            Some(params) => {
+                summary::summarize(&snapshot, query.view, params, &SummaryLimits::default())
+                    .map(|v| v.to_string())
+            }
+            None => {
+                crate::export::export_with_metric(&snapshot, query.view, query.format, query.metric)
+                    .map_err(|e| e.to_string())
+            }
+        }
     };
     match query.at_nanos {
         None => export(views),

@@ -28,6 +28,12 @@ impl Snapshot<'_> {
         self.views.stats()
     }
 
+    /// The latest time the engine has seen, nanoseconds into the recording
+    /// (see [`Views::now_nanos`]).
+    pub fn now_nanos(&self) -> u64 {
+        self.views.now_nanos()
+    }
+
     fn keeps(&self, labels: LabelSetId) -> bool {
         self.mask
             .as_ref()
