@@ -159,7 +159,22 @@ async fn the_dashboard_shows_w7_and_a_deadlock_in_a_real_browser() {
                 assert!(dom.contains("ping") && dom.contains("pong"), "{tab}");
             }
             "flame" => assert!(dom.contains("flame-frame"), "no flame graph frame"),
-            "gantt" => assert!(dom.contains("panel-gantt"), "{tab}"),
+            // One lane per actor and worker thread, the tree's slices drawn.
+            "gantt" => {
+                let count = |attr: &str| -> u64 {
+                    dom.split(&format!("{attr}=\""))
+                        .nth(1)
+                        .and_then(|rest| rest.split('"').next())
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(0)
+                };
+                assert!(
+                    count("data-lanes") >= 12,
+                    "fewer lanes than actors in {tab}"
+                );
+                assert!(count("data-slices") > 100, "few slices drawn in {tab}");
+                assert!(dom.contains("TreeNode"), "no actor lane named in {tab}");
+            }
             _ => unreachable!(),
         }
         report.push(format!("{tab}: {}", shot.display()));

@@ -11,6 +11,10 @@ use ray_insight::dashboard::{Dashboard, DashboardConfig, JobEntry, Source, ViewQ
 use ray_insight::{FieldValue, Record, RecordKind, Sink, Views};
 use serde_json::Value;
 
+#[path = "common/http.rs"]
+mod http;
+use http::{get, post, request};
+
 /// One finished task `m::work` called by the driver.
 struct Fixed {
     views: Views,
@@ -77,33 +81,6 @@ fn start() -> Dashboard {
         Arc::new(Fixed::new()),
     )
     .expect("the dashboard starts")
-}
-
-/// One raw HTTP exchange: the status code and the body.
-fn request(dash: &Dashboard, raw: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(dash.local_addr()).expect("connects");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    stream.write_all(raw.as_bytes()).unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("a status line");
-    let body = response
-        .split_once("\r\n\r\n")
-        .map_or(String::new(), |(_, b)| b.to_owned());
-    (status, body)
-}
-
-fn get(dash: &Dashboard, target: &str) -> (u16, String) {
-    request(
-        dash,
-        &format!("GET {target} HTTP/1.1\r\nHost: localhost\r\n\r\n"),
-    )
 }
 
 #[test]
@@ -218,7 +195,7 @@ fn the_api_answers_views_stats_and_jobs_and_says_what_is_wrong() {
         assert_eq!(status, want, "{target}: {body}");
         assert!(!body.trim().is_empty(), "{target} says why");
     }
-    let (status, _) = request(&dash, "POST /api/jobs?token=sesame HTTP/1.1\r\n\r\n");
+    let (status, _) = post(&dash, "/api/jobs?token=sesame", b"");
     assert_eq!(status, 405);
     let (status, _) = request(&dash, "garbage\r\n\r\n");
     assert_eq!(status, 400);

@@ -42,6 +42,30 @@ async function fetchJson(path, params) {
   try { return JSON.parse(text); } catch (e) { throw new Error(`${path}: bad JSON (${e.message})`); }
 }
 
+/** The key of an item of a summary's array: its `key`, else its `id` (as the server's `item_key`). */
+function itemKey(item) {
+  const k = item && typeof item === 'object' ? (item.key ?? item.id) : undefined;
+  return k === undefined || k === null ? null : typeof k === 'string' ? k : JSON.stringify(k);
+}
+
+/** Applies a delta pushed by the server (`summary::diff`) to `data` in place: fields replaced,
+ *  array items removed and upserted by key (kept items stay where they were, new ones go last). */
+function applyDelta(data, delta) {
+  if (delta.replace !== undefined) return delta.replace;
+  for (const [name, v] of Object.entries(delta.fields || {})) { if (v === null) delete data[name]; else data[name] = v; }
+  for (const [name, change] of Object.entries(delta.arrays || {})) {
+    const removed = new Set(change.remove || []);
+    const items = (Array.isArray(data[name]) ? data[name] : []).filter((i) => !removed.has(itemKey(i)));
+    const at = new Map(items.map((i, n) => [itemKey(i), n]));
+    for (const item of change.upsert || []) {
+      const k = itemKey(item);
+      if (k !== null && at.has(k)) items[at.get(k)] = item; else { at.set(k, items.length); items.push(item); }
+    }
+    data[name] = items;
+  }
+  return data;
+}
+
 const ESC = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
 const esc = (s) => String(s === undefined || s === null ? '' : s).replace(/[&<>"']/g, (c) => ESC[c]);
 
@@ -91,6 +115,10 @@ function svgEl(tag, attrs, text) {
 function errorHtml(e) { return `<div class="error">${esc(e && e.message ? e.message : e)}</div>`; }
 function setPanelMsg(name, html) { $(name + '-msg').innerHTML = html || ''; }
 
+// The tabs the server summarizes (`/api/summary`); while live, their data is pushed over the
+// event stream: the summary once, then only deltas.
+const SUMMARY_TABS = ['logical', 'physical', 'stack', 'gantt'];
+
 // `at` (nanoseconds) is used when not live; `now` is the job's latest time.
 const state = { job: null, filter: '', live: true, at: null, now: 0, version: null, tab: 'logical' };
 
@@ -106,6 +134,8 @@ const tabs = {};
 function defineTab(name, load, opts) {
   tabs[name] = Object.assign({
     name, load, extraKey: () => '', clear: () => {}, onShow: () => {}, canLiveRefresh: () => true,
+    // Summary tabs: the extra request parameters, the data shown now, and what shows new data.
+    summaryExtra: () => ({}), current: () => null, receive: () => {},
     minGap: 1000, loadedKey: null, okBase: null, loadedAt: 0, busy: false, again: false, timer: 0,
   }, opts || {});
 }
@@ -130,6 +160,7 @@ async function runTab(name, force) {
   }
   Object.assign(tab, { busy: true, loadedKey: key, loadedAt: Date.now() });
   try {
+    subscribe();
     await tab.load();
     tab.okBase = base;
     setPanelMsg(name, '');
@@ -188,7 +219,43 @@ function onStats(d) {
   updateTimeUi();
   if (d.version !== undefined && d.version !== state.version) {
     state.version = d.version;
-    if (state.live) refreshActive(false);
+    // Summary tabs get their deltas pushed; the flame graph is fetched again.
+    if (state.live && !SUMMARY_TABS.includes(state.tab)) refreshActive(false);
+  }
+}
+
+/** What the event stream should carry now: the counters, and while live the active summary tab. */
+function subscriptionParams() {
+  const p = { job: state.job };
+  if (state.live && SUMMARY_TABS.includes(state.tab)) {
+    Object.assign(p, { view: state.tab, filter: state.filter || null }, tabs[state.tab].summaryExtra());
+  }
+  return p;
+}
+
+/** Reopens the event stream when what it should carry changed. */
+function subscribe() {
+  if (state.job === null) return;
+  if (!events || events.key !== JSON.stringify(subscriptionParams())) connectEvents(true);
+}
+
+/** Loads a summary tab: while live it arrives over the event stream, else it is fetched at the time. */
+async function loadSummary(name) {
+  if (state.live) return;
+  const tab = tabs[name];
+  tab.receive(await fetchJson('api/summary', viewParams(name, null, tab.summaryExtra())));
+}
+
+/** A message of the event stream: counters; a summary tab's full summary or its delta; an error. */
+function onEvent(es, d) {
+  if (d.stats) onStats(d.stats);
+  const tab = es.view ? tabs[es.view] : null;
+  if (d.error) {
+    if (tab) setPanelMsg(tab.name, errorHtml(d.error)); else setGlobalMsg(errorHtml(d.error));
+  }
+  if (!tab || es.view !== state.tab || !state.live) return;
+  if (d.full) { setPanelMsg(tab.name, ''); tab.receive(d.full); } else if (d.delta && tab.current()) {
+    tab.receive(applyDelta(tab.current(), d.delta));
   }
 }
 
@@ -197,16 +264,19 @@ function connectEvents(quiet) {
   clearTimeout(eventsRetry);
   if (typeof EventSource === 'undefined') { setBadge('disconnected', 'no live events'); return; }
   if (!quiet) setBadge('connecting');
-  const es = new EventSource(apiUrl('api/events', { job: state.job }));
+  const params = subscriptionParams();
+  const es = new EventSource(apiUrl('api/events', params));
+  Object.assign(es, { key: JSON.stringify(params), view: params.view || null });
   events = es;
   es.onopen = () => { if (events === es) setBadge('connected'); };
   es.onmessage = (ev) => {
     if (events !== es) return;
     setBadge('connected');
     let d;
-    if (HEADLESS) { es.close(); events = null; eventsRetry = setTimeout(() => connectEvents(true), 1000); }
+    // (Kept as `events` while closed, so that `subscribe` sees what it carries.)
+    if (HEADLESS) { es.close(); eventsRetry = setTimeout(() => { if (events === es) connectEvents(true); }, 1000); }
     try { d = JSON.parse(ev.data); } catch (e) { return; }
-    onStats(d);
+    onEvent(es, d);
   };
   es.onerror = () => {
     if (events !== es) return;
@@ -314,30 +384,19 @@ function initHeader() {
 }
 
 // ===== Tab 1: Logical — call graph of functions, actor classes and instances =====
-const logical = { data: null, nodes: new Map(), vb: null, content: null, fitted: false, selected: null };
+// `expand`: the actor class shown instance by instance when the server collapses classes.
+const logical = { data: null, nodes: new Map(), vb: null, content: null, fitted: false, selected: null, expand: null };
 const NODE_H = 28, ROW_H = 50, COL_GAP = 170, BAND_GAP = 48;
 
-async function loadLogical() {
-  const d = await fetchJson('api/view', viewParams('logical', 'json'));
-  logical.data = Object.assign(d, { nodes: uniqueNodes(d.nodes || []) });
+/** Shows a logical summary: nodes (actor classes collapsed to one node each in large jobs), edges. */
+function receiveLogical(d) {
+  logical.data = d;
   renderLogical();
 }
 
-/** One node per key: an actor can be listed twice, under class `?` and under its class once known. */
-function uniqueNodes(list) {
-  const byKey = new Map();
-  const known = (n) => n.class && n.class !== '?';
-  for (const n of list) {
-    const k = nodeKey(n), old = byKey.get(k);
-    const keep = !old || (!known(old) && known(n)) ? Object.assign({}, n) : old;
-    if (old) Object.assign(keep, { puts: (old.puts || 0) + (n.puts || 0), put_bytes: (old.put_bytes || 0) + (n.put_bytes || 0) });
-    byKey.set(k, keep);
-  }
-  return [...byKey.values()];
-}
-
 const nodeKey = (n) => String(n.key ?? n.id ?? n.name);
-const nodeLabel = (n) => (n.kind === 'actor' ? n.actor_id || n.name : n.kind === 'function' ? shortName(n.name) : n.name || nodeKey(n));
+const nodeLabel = (n) => (n.kind === 'actor' ? n.actor_id || n.name : n.kind === 'function' ? shortName(n.name)
+  : n.kind === 'class' ? `${fmtCount(n.instances)} instances` : n.name || nodeKey(n));
 
 /** Columns by longest path from the roots (driver first) over call edges; cycles broken by DFS. */
 function layerNodes(keys, edges) {
@@ -374,7 +433,7 @@ function layoutLogical(nodes, callEdges) {
   const depth = layerNodes(keys, callEdges);
   const preds = new Map(keys.map((k) => [k, []]));
   for (const e of callEdges) if (preds.has(e.to) && e.from !== e.to) preds.get(e.to).push(e.from);
-  const groupOf = (n) => (n.kind === 'actor' ? String(n.class || '?') : '');
+  const groupOf = (n) => (n.kind === 'actor' || n.kind === 'class' ? String(n.class || '?') : '');
   const groups = [...new Set(nodes.map(groupOf))].sort();
   const ncols = Math.max(0, ...depth.values()) + 1;
   // cells[group][col] = nodes
@@ -433,7 +492,13 @@ function renderLogical() {
   const datas = showData ? (d.data_edges || []).filter((e) => keys.has(e.from) && keys.has(e.to)) : [];
   logical.nodes = new Map(nodes.map((n) => [nodeKey(n), n]));
   svg.textContent = '';
-  $('logical-info').textContent = `${nodes.length} nodes, ${calls.length} call edges, ${datas.length} data edges`;
+  const sum = d.summary || {}, om = sum.omitted || {};
+  const left = [['call edges', om.call_edges], ['data edges', om.data_edges], ['nodes', om.nodes]].filter(([, n]) => n > 0)
+    .map(([what, n]) => `${fmtCount(n)} ${what}`);
+  $('logical-info').textContent = `${nodes.length} nodes, ${calls.length} call edges, ${datas.length} data edges`
+    + (sum.collapsed_classes ? ` · ${fmtCount(sum.actors)} actors: classes drawn as one node each (click one to expand it)` : '')
+    + (logical.expand ? ` · expanded: ${shortName(logical.expand)}` : '')
+    + (left.length ? ` · left out (the busiest kept): ${left.join(', ')}` : '');
   if (!nodes.length) {
     svg.appendChild(svgEl('text', { x: 20, y: 30, class: 'note' }, 'Nothing recorded for this job and time.'));
     logical.content = { x: 0, y: 0, w: 400, h: 100 };
@@ -570,11 +635,13 @@ function showLogicalSide(key) {
     return `<div class="mono">consumers: ${esc(all.slice(0, 40).join(', '))}${all.length > 40 ? ' …' : more}</div>`;
   };
   const dataIn = datas.filter((e) => e.to === key), dataOut = datas.filter((e) => e.from === key);
-  const rows = [['kind', n.kind], ['class', n.class], ['actor', n.actor_id], ['key', key],
+  const rows = [['kind', n.kind], ['class', n.class], ['actor', n.actor_id], ['instances', n.instances], ['key', key],
     ['puts', n.puts !== undefined ? `${fmtCount(n.puts)} (${fmtBytes(n.put_bytes)})` : null]]
     .filter(([, v]) => v !== null && v !== undefined && v !== '');
   side.innerHTML = `<button class="close" type="button" data-close="1" title="Close">✕</button>
     <h2>${esc(n.name)}</h2>
+    ${n.kind === 'class' ? `<button type="button" data-expand="${esc(n.class)}">Show its busiest instances</button>` : ''}
+    ${n.kind === 'actor' && logical.expand === n.class ? '<button type="button" data-expand="">Collapse the class again</button>' : ''}
     <table>${rows.map(([k, v]) => `<tr><th>${esc(k)}</th><td>${esc(v)}</td></tr>`).join('')}</table>
     ${n.labels ? `<h3>Context labels</h3>${labelsHtml(n.labels) || '<div class="note">none</div>'}` : ''}
     <h3>Callers</h3>${edgeTable(calls.filter((e) => e.to === key), callCols('from'))}
@@ -627,18 +694,29 @@ function initLogical() {
   $('logical-show-data').addEventListener('change', () => { if (logical.data) renderLogical(); });
   $('logical-show-unknown').addEventListener('change', () => { if (logical.data) { logical.fitted = false; renderLogical(); } });
   $('logical-side').addEventListener('click', (e) => {
+    const expand = e.target.closest('[data-expand]');
+    if (expand) {
+      Object.assign(logical, { expand: expand.getAttribute('data-expand') || null, selected: null, fitted: false });
+      closeLogicalSide();
+      refreshActive(false);
+      return;
+    }
     const go = e.target.closest('[data-goto]');
     if (go || e.target.closest('[data-close]')) selectLogicalNode(go ? go.getAttribute('data-goto') : null);
   });
 }
 
-defineTab('logical', loadLogical, {
+defineTab('logical', () => loadSummary('logical'), {
+  extraKey: () => logical.expand || '',
+  summaryExtra: () => ({ expand: logical.expand }),
+  current: () => logical.data,
+  receive: receiveLogical,
   clear: () => { logical.data = null; $('logical-svg').textContent = ''; closeLogicalSide(); $('logical-info').textContent = ''; } });
 
 // ===== Tab 2: Physical — nodes → workers → actors and running tasks =====
 const phys = { data: null };
 
-async function loadPhysical() { phys.data = await fetchJson('api/view', viewParams('physical', 'json')); renderPhysical(); }
+
 
 /** A worker's context labels, from wherever the view puts them. */
 function workerLabels(w) {
@@ -708,10 +786,15 @@ function renderPhysical() {
       + `${b.strategy ? ' · ' + esc(b.strategy) : ''}</span>`).join('');
     const ws = (n.workers || []).map((w) => {
       const labels = workerLabels(w);
+      const listed = (w.actors || []).length, total = w.actors_total ?? listed;
+      const classes = Object.entries(w.actor_classes || {}).map(([c, k]) => `${shortName(c)} ×${fmtCount(k)}`).join(', ');
       const actors = (w.actors || []).map((a) => `<span class="phys-actor" title="${esc(a.class)} ${esc(a.actor_id)}">`
-        + `${esc(shortName(a.class))} ${esc(a.actor_id)}</span>`).join('');
+        + `${esc(shortName(a.class))} ${esc(a.actor_id)}</span>`).join('')
+        + (total > listed ? `<span class="note more">+${fmtCount(total - listed)} more actors (${esc(classes)})</span>` : '');
+      const moreRunning = (w.running_total ?? 0) - (w.running || []).length;
       const running = (w.running || []).map((r) => `<span class="phys-task" title="${esc(r.task_id)} ${esc(r.name)}">`
-        + `${esc(truncate(shortName(r.name), 40))}</span>`).join('');
+        + `${esc(truncate(shortName(r.name), 40))}</span>`).join('')
+        + (moreRunning > 0 ? `<span class="note more">+${fmtCount(moreRunning)} more running</span>` : '');
       return `<div class="phys-worker" data-worker="${esc(w.worker_id)}" style="background:${colour(w)}">
         <h3><span>${esc(w.worker_id)}</span><span class="mono">${w.pid != null ? 'pid ' + esc(w.pid) : ''}</span></h3>
         <div class="wstats">CPU ${esc(fmtPct(workerCpu(w)))} · RSS ${esc(fmtBytes(workerRss(w)))}${w.cpu_used != null ? ' · CPU used ' + esc(w.cpu_used) : ''}</div>
@@ -736,12 +819,16 @@ function initPhysical() {
   $('phys-ctx-key').addEventListener('input', renderPhysical);
 }
 
-defineTab('physical', loadPhysical, { clear: () => { phys.data = null; $('phys-body').innerHTML = ''; } });
+defineTab('physical', () => loadSummary('physical'), {
+  current: () => phys.data,
+  receive: (d) => { phys.data = d; renderPhysical(); },
+  clear: () => { phys.data = null; $('phys-body').innerHTML = ''; },
+});
 
 // ===== Tab 3: Stack — each running/blocked task, what it waits on, deadlocks =====
 const stack = { data: null };
 
-async function loadStack() { stack.data = await fetchJson('api/view', viewParams('stack', 'json')); renderStack(); }
+
 
 const taskRef = (r) => (r ? `${esc(r.name)} <span class="mono">(${esc(r.task_id)})</span>` : '?');
 
@@ -766,7 +853,9 @@ function renderStack() {
   const counts = {};
   for (const t of tasks) counts[t.state] = (counts[t.state] || 0) + 1;
   $('stack-info').textContent = `${tasks.length} tasks (${Object.entries(counts).map(([k, v]) => `${v} ${k}`).join(', ') || 'none'}), `
-    + `${deadlocks.length} deadlock${deadlocks.length === 1 ? '' : 's'}, at ${fmtSecs(now)}`;
+    + `${deadlocks.length} deadlock${deadlocks.length === 1 ? '' : 's'}, at ${fmtSecs(now)}`
+    + ((d.summary && d.summary.omitted && d.summary.omitted.tasks) > 0
+      ? ` · ${fmtCount(d.summary.omitted.tasks)} more tasks not listed (deadlocked and blocked first)` : '');
   if (!tasks.length) html += '<div class="note">No running or blocked task at this time. Move the time slider back to see the stacks as they were.</div>';
   for (const t of shown) {
     const waits = (t.waits_on || []).map((w) => {
@@ -798,19 +887,30 @@ function initStack() {
   for (const [id, ev] of [['stack-search', 'input'], ['stack-state', 'change']]) $(id).addEventListener(ev, () => { if (stack.data) renderStack(); });
 }
 
-defineTab('stack', loadStack, { clear: () => { stack.data = null; $('stack-body').innerHTML = ''; $('stack-info').textContent = ''; } });
+defineTab('stack', () => loadSummary('stack'), {
+  current: () => stack.data,
+  receive: (d) => { stack.data = d; renderStack(); },
+  clear: () => { stack.data = null; $('stack-body').innerHTML = ''; $('stack-info').textContent = ''; },
+});
 
 // ===== Tab 4: Flame — inferno SVG in an iframe; baseline and diff mode =====
-const flame = { mode: 'normal', baseline: null, baselineAt: '' };
+const flame = { mode: 'normal', baseline: null, baselineAt: '', blobUrl: null };
 
-function flameFrameUrl() {
+/** The flame graph's URL; in diff mode the server's SVG (the baseline posted in the body) as a blob URL. */
+async function flameFrameUrl() {
   const metric = $('flame-metric').value;
-  if (flame.mode === 'diff') {
-    const p = viewParams(null, null, { metric, before: flame.baseline });
-    delete p.view; delete p.format;
-    return apiUrl('api/flamediff', p);
-  }
-  return apiUrl('api/view', viewParams('flame', 'svg', { metric }));
+  if (flame.mode !== 'diff') return apiUrl('api/view', viewParams('flame', 'svg', { metric }));
+  const p = viewParams(null, null, { metric });
+  delete p.view; delete p.format;
+  let resp, text = '';
+  try {
+    resp = await fetch(apiUrl('api/flamediff', p), { method: 'POST', body: flame.baseline, cache: 'no-store' });
+    text = await resp.text();
+  } catch (e) { throw new Error(`cannot reach the dashboard server (api/flamediff): ${e.message}`); }
+  if (!resp.ok) throw new Error(`api/flamediff: HTTP ${resp.status}: ${text.trim().split('\n')[0] || resp.statusText}`);
+  if (flame.blobUrl) URL.revokeObjectURL(flame.blobUrl);
+  flame.blobUrl = URL.createObjectURL(new Blob([text], { type: 'image/svg+xml' }));
+  return flame.blobUrl;
 }
 
 /** Navigates the frame to `url`; rejects with the server's message when it did not get an SVG. */
@@ -833,10 +933,7 @@ function loadFrame(frame, url) {
 }
 
 async function loadFlame() {
-  const url = flameFrameUrl();
-  if (url.length > MAX_URL) throw new Error(`the baseline is too large to send (${Math.round(url.length / 1024)} KiB in the URL, the server `
-    + 'reads at most 64 KiB): take a baseline with a filter or at an earlier time');
-  await loadFrame($('flame-frame'), url);
+  await loadFrame($('flame-frame'), await flameFrameUrl());
   updateFlameUi();
 }
 
@@ -884,7 +981,7 @@ defineTab('flame', loadFlame, {
 });
 
 // ===== Tab 5: Gantt — lanes of slices on a canvas, flow arrows, zoom and pan =====
-const gantt = { rows: [], flows: [], slices: 0, minTs: 0, maxTs: 1, height: 0, view: null, vy: 0, fitted: true, drawPending: 0, drag: null, note: '' };
+const gantt = { data: null, windowTimer: 0, rows: [], flows: [], slices: 0, minTs: 0, maxTs: 1, height: 0, view: null, vy: 0, fitted: true, drawPending: 0, drag: null, note: '' };
 const LANE_H = 20, PROC_H = 18, AXIS_H = 24, LABEL_W = 230, MAX_FLOWS = 800;
 // Drawn in this order: queued states (thinner bars) over running/blocked.
 const STATE_COLOURS = { running: '#5cb85c', blocked: '#e0604f', other: '#8aa2c8', submitted: '#9fb0c6', scheduled: '#f0b54d' };
@@ -940,14 +1037,35 @@ function parseTrace(d) {
   return { rows, flows, slices: count, minTs, maxTs: Math.max(maxTs, minTs + 1), height: y };
 }
 
-async function loadGantt() {
-  const d = await fetchJson('api/view', viewParams('gantt', 'json'));
+/** Shows a Gantt summary (a Chrome trace: the busiest lanes, sub-pixel slices merged by the server). */
+function receiveGantt(d) {
+  gantt.data = d;
   Object.assign(gantt, parseTrace(d));
   if (gantt.fitted || !gantt.view) fitGantt(); else requestGanttDraw();
   const lanes = gantt.rows.filter((r) => r.lane).length, c = $('gantt-canvas');
-  $('gantt-info').textContent = `${lanes} lanes, ${fmtCount(gantt.slices)} slices, ${fmtCount(gantt.flows.length)} flows`;
+  const sum = d.summary || {}, om = sum.omitted || {};
+  const notes = [];
+  if (om.slices_merged > 0) notes.push(`${fmtCount(sum.slices_in_window)} slices in the window, those under ${fmtNanos(sum.column_nanos)} merged`);
+  if (om.lanes > 0) notes.push(`${fmtCount(om.lanes)} quieter lanes left out`);
+  if (om.slices > 0) notes.push(`${fmtCount(om.slices)} short slices left out`);
+  if (om.flows > 0) notes.push(`${fmtCount(om.flows)} flows left out`);
+  $('gantt-info').textContent = `${lanes} lanes, ${fmtCount(gantt.slices)} slices, ${fmtCount(gantt.flows.length)} flows`
+    + (notes.length ? ' · ' + notes.join(' · ') : '');
   Object.assign(c.dataset, { lanes, slices: gantt.slices, flows: gantt.flows.length });   // for tests and tools
   c.setAttribute('aria-label', 'Gantt lanes: ' + gantt.rows.filter((r) => r.lane).map((r) => r.lane.name || r.lane.tid).join(', '));
+}
+
+/** The window asked of the server once zoomed in (nanoseconds), so that it sends that part in detail. */
+function ganttWindow() {
+  if (gantt.fitted || !gantt.view) return {};
+  const from = Math.max(0, Math.floor(gantt.view.s * 1e3)), to = Math.ceil(gantt.view.e * 1e3);
+  return to > from ? { from, to } : {};
+}
+
+/** After zooming or panning settles, fetch the window in detail. */
+function ganttWindowChanged() {
+  clearTimeout(gantt.windowTimer);
+  gantt.windowTimer = setTimeout(() => refreshActive(false), 500);
 }
 
 function fitGantt() {
@@ -1137,6 +1255,7 @@ function initGantt() {
     gantt.fitted = false;
     $('gantt-tip').hidden = true;
     requestGanttDraw();
+    ganttWindowChanged();
   }, { passive: false });
   canvas.addEventListener('pointerdown', (e) => {
     if (e.button !== 0 || !gantt.view) return;
@@ -1153,20 +1272,28 @@ function initGantt() {
     if (e.clientX !== d.x) gantt.fitted = false;
     requestGanttDraw();
   });
-  const end = () => { gantt.drag = null; canvas.classList.remove('dragging'); };
+  const end = () => {
+    if (gantt.drag && !gantt.fitted) ganttWindowChanged();
+    gantt.drag = null;
+    canvas.classList.remove('dragging');
+  };
   canvas.addEventListener('pointerup', end);
   canvas.addEventListener('pointercancel', end);
   canvas.addEventListener('pointerleave', () => { $('gantt-tip').hidden = true; });
-  $('gantt-fit').addEventListener('click', fitGantt);
+  $('gantt-fit').addEventListener('click', () => { fitGantt(); ganttWindowChanged(); });
   $('gantt-flows').addEventListener('change', requestGanttDraw);
   if (typeof ResizeObserver !== 'undefined') new ResizeObserver(requestGanttDraw).observe(wrap);
   else window.addEventListener('resize', requestGanttDraw);
 }
 
-defineTab('gantt', loadGantt, {
+defineTab('gantt', () => loadSummary('gantt'), {
+  extraKey: () => JSON.stringify(ganttWindow()),
+  summaryExtra: ganttWindow,
+  current: () => gantt.data,
+  receive: receiveGantt,
   minGap: 3000,
   onShow: requestGanttDraw,
-  clear: () => { Object.assign(gantt, { rows: [], flows: [], slices: 0, height: 0 }); $('gantt-info').textContent = ''; requestGanttDraw(); },
+  clear: () => { Object.assign(gantt, { data: null, rows: [], flows: [], slices: 0, height: 0 }); $('gantt-info').textContent = ''; requestGanttDraw(); },
 });
 
 // ===== Start =====
