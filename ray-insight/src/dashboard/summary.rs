@@ -227,6 +227,7 @@ fn logical(view: &LogicalView, params: &SummaryParams, limits: &SummaryLimits) -
         instances: usize,
         puts: u64,
         put_bytes: u64,
+        labels: std::collections::BTreeSet<(String, String)>,
     }
     let mut nodes: BTreeMap<String, Node> = BTreeMap::new();
     for info in &view.nodes {
@@ -234,6 +235,7 @@ fn logical(view: &LogicalView, params: &SummaryParams, limits: &SummaryLimits) -
         let node = nodes.entry(id.clone()).or_default();
         node.puts += info.puts;
         node.put_bytes = node.put_bytes.saturating_add(info.put_bytes);
+        node.labels.extend(info.labels.iter().cloned());
         if id.starts_with("class:") {
             node.instances += 1;
             if let LogicalNode::Actor { class, .. } = &info.node {
@@ -269,6 +271,7 @@ fn logical(view: &LogicalView, params: &SummaryParams, limits: &SummaryLimits) -
             let mut json = n.json?;
             json["puts"] = json!(n.puts);
             json["put_bytes"] = json!(n.put_bytes);
+            json["labels"] = json!(n.labels.into_iter().take(32).collect::<Vec<_>>());
             if json["kind"] == "class" {
                 json["instances"] = json!(n.instances);
                 json["name"] = json!(format!(

@@ -12,7 +12,10 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
-use super::model::{Id, LabelSetId, LogicalNode};
+use super::model::{Id, LabelSetId, LabelSets, LogicalNode};
+
+/// The most distinct label pairs a logical node lists.
+const MAX_NODE_LABELS: usize = 32;
 
 /// The class an actor is shown under while no record has named it.
 pub(crate) const UNKNOWN_CLASS: &str = "?";
@@ -202,6 +205,7 @@ impl LogicalAgg {
         &self,
         keep: &dyn Fn(LabelSetId) -> bool,
         actors: impl Iterator<Item = LogicalNode>,
+        label_sets: &LabelSets,
     ) -> LogicalView {
         // An actor can be named before its class is known (a caller's records
         // may reach the collector before the callee's `actor.create`), so
@@ -239,9 +243,17 @@ impl LogicalAgg {
             }
             other => other.clone(),
         };
+        // The label sets each node ran under (as a callee, or putting data).
+        let mut ran_under: HashMap<LogicalNode, BTreeSet<LabelSetId>> = HashMap::new();
         let mut calls: BTreeMap<(LogicalNode, LogicalNode, Id, CallKind), CallStats> =
             BTreeMap::new();
         for (key, stats) in self.calls.iter().filter(|(k, _)| keep(k.labels)) {
+            if key.labels != 0 {
+                ran_under
+                    .entry(resolve(&key.to))
+                    .or_default()
+                    .insert(key.labels);
+            }
             let merged = calls
                 .entry((
                     resolve(&key.from),
@@ -282,6 +294,7 @@ impl LogicalAgg {
                     node: node.clone(),
                     puts: 0,
                     put_bytes: 0,
+                    labels: Vec::new(),
                 })
         }
         touch(&mut nodes, &LogicalNode::Driver);
@@ -298,9 +311,20 @@ impl LogicalAgg {
         }
         for ((node, labels), stats) in &self.puts {
             if keep(*labels) {
-                let info = touch(&mut nodes, &resolve(node));
+                let node = resolve(node);
+                if *labels != 0 {
+                    ran_under.entry(node.clone()).or_default().insert(*labels);
+                }
+                let info = touch(&mut nodes, &node);
                 info.puts += stats.count;
                 info.put_bytes = info.put_bytes.saturating_add(stats.bytes);
+            }
+        }
+        for (node, sets) in ran_under {
+            if let Some(info) = nodes.get_mut(&node) {
+                let pairs: BTreeSet<(String, String)> =
+                    sets.into_iter().flat_map(|s| label_sets.pairs(s)).collect();
+                info.labels = pairs.into_iter().take(MAX_NODE_LABELS).collect();
             }
         }
         LogicalView {
@@ -349,6 +373,9 @@ pub struct LogicalNodeInfo {
     pub puts: u64,
     /// How many bytes it put.
     pub put_bytes: u64,
+    /// The context labels its calls ran under (and its puts), distinct and
+    /// sorted, at most 32 pairs.
+    pub labels: Vec<(String, String)>,
 }
 
 /// Finished calls from one caller to one callee (function, or actor method).
@@ -433,6 +460,7 @@ fn node_json(info: &LogicalNodeInfo) -> Value {
         "actor_id": actor_id,
         "puts": info.puts,
         "put_bytes": info.put_bytes,
+        "labels": info.labels,
     })
 }
 

@@ -113,6 +113,14 @@ impl LabelSets {
         self.sets.get(id as usize).map_or(&[], |s| &s[..])
     }
 
+    /// The set `id` as owned `(key, value)` pairs, for a view.
+    pub(crate) fn pairs(&self, id: LabelSetId) -> Vec<(String, String)> {
+        self.get(id)
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
     /// The set `base` with `add` merged over it (later values win), or `None`
     /// when a new set is needed and the table is full.
     pub(crate) fn merge(&mut self, base: LabelSetId, add: &[(Id, Id)]) -> Option<LabelSetId> {

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use super::model::{FifoMap, Id, LabelSetId};
+use super::model::{FifoMap, Id, LabelSetId, LabelSets};
 use super::stack::TaskRef;
 use super::task::{LiveTask, TaskState};
 use super::Limits;
@@ -66,6 +66,8 @@ pub struct PhysicalActor {
     pub actor_id: String,
     /// Its class (`?` when unknown).
     pub class: String,
+    /// The context labels it was created under.
+    pub labels: Vec<(String, String)>,
 }
 
 /// A worker process on a node.
@@ -77,6 +79,9 @@ pub struct PhysicalWorker {
     pub actors: Vec<PhysicalActor>,
     /// Tasks running or blocked on it now.
     pub running: Vec<TaskRef>,
+    /// The context labels of its actors and running tasks, distinct and
+    /// sorted (what the page colours a worker by).
+    pub labels: Vec<(String, String)>,
     /// Its operating-system process id, when its samples carried one.
     pub pid: Option<u64>,
     /// Its latest CPU use in percent of one core (200: two cores busy).
@@ -360,12 +365,27 @@ impl ResourceTable {
     }
 }
 
+/// The most distinct label pairs a worker lists.
+const MAX_WORKER_LABELS: usize = 64;
+
+/// Adds `pairs` to a worker's sorted, distinct labels, up to the cap.
+fn add_labels(labels: &mut Vec<(String, String)>, pairs: &[(String, String)]) {
+    for pair in pairs {
+        if let Err(at) = labels.binary_search(pair) {
+            if labels.len() < MAX_WORKER_LABELS {
+                labels.insert(at, pair.clone());
+            }
+        }
+    }
+}
+
 pub(crate) fn build(
     tasks: &HashMap<Id, LiveTask>,
     actors: &FifoMap<Id, ActorInfo>,
     resources: &ResourceTable,
     groups: &FifoMap<Id, GroupInfo>,
     keep: &dyn Fn(LabelSetId) -> bool,
+    label_sets: &LabelSets,
 ) -> PhysicalView {
     type Workers = BTreeMap<String, PhysicalWorker>;
     let mut nodes: BTreeMap<String, (usize, Workers)> = BTreeMap::new();
@@ -383,6 +403,7 @@ pub(crate) fn build(
                 worker_id,
                 actors: Vec::new(),
                 running: Vec::new(),
+                labels: Vec::new(),
                 pid: None,
                 cpu_percent: None,
                 rss_bytes: None,
@@ -396,9 +417,12 @@ pub(crate) fn build(
             continue;
         }
         let (_, w) = worker(&mut nodes, info.node_id.as_ref(), info.worker_id.as_ref());
+        let labels = label_sets.pairs(info.labels);
+        add_labels(&mut w.labels, &labels);
         w.actors.push(PhysicalActor {
             actor_id: actor_id.to_string(),
             class: info.class.as_deref().unwrap_or("?").to_owned(),
+            labels,
         });
     }
     for (id, task) in tasks {
@@ -407,6 +431,7 @@ pub(crate) fn build(
         }
         let (count, w) = worker(&mut nodes, task.node_id.as_ref(), task.worker_id.as_ref());
         *count += 1;
+        add_labels(&mut w.labels, &label_sets.pairs(task.labels));
         w.running.push(TaskRef {
             task_id: id.to_string(),
             name: task.display_name().to_string(),
@@ -521,8 +546,9 @@ impl PhysicalView {
                 "workers": n.workers.iter().map(|w| json!({
                     "worker_id": w.worker_id,
                     "actors": w.actors.iter().map(|a| json!({
-                        "actor_id": a.actor_id, "class": a.class,
+                        "actor_id": a.actor_id, "class": a.class, "labels": a.labels,
                     })).collect::<Vec<_>>(),
+                    "labels": w.labels,
                     "running": w.running.iter().map(|t| json!({
                         "task_id": t.task_id, "name": t.name,
                     })).collect::<Vec<_>>(),

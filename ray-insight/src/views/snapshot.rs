@@ -54,7 +54,7 @@ impl Snapshot<'_> {
                     .unwrap_or_else(|| Arc::from(super::logical::UNKNOWN_CLASS)),
                 actor_id: id.clone(),
             });
-        v.logical.build(&|l| self.keeps(l), actors)
+        v.logical.build(&|l| self.keeps(l), actors, &v.labels)
     }
 
     /// The flame graph by call path.
@@ -97,14 +97,19 @@ impl Snapshot<'_> {
     /// The distributed stack of every running or blocked task, and deadlocks.
     pub fn stacks(&self) -> StackView {
         let v = self.views;
-        stack::build(&v.tasks, &v.recent, &|l| self.keeps(l), v.now)
+        stack::build(&v.tasks, &v.recent, &|l| self.keeps(l), &v.labels, v.now)
     }
 
     /// Nodes, workers, actors and running tasks.
     pub fn physical(&self) -> PhysicalView {
         let v = self.views;
-        physical::build(&v.tasks, &v.actors, &v.resources, &v.groups, &|l| {
-            self.keeps(l)
-        })
+        physical::build(
+            &v.tasks,
+            &v.actors,
+            &v.resources,
+            &v.groups,
+            &|l| self.keeps(l),
+            &v.labels,
+        )
     }
 }

@@ -22,7 +22,7 @@ use std::fmt::Write as _;
 use serde_json::{json, Value};
 
 use super::logical::CallKind;
-use super::model::{FifoMap, Id, LabelSetId};
+use super::model::{FifoMap, Id, LabelSetId, LabelSets};
 use super::task::{LiveTask, RecentTask, TaskState};
 
 /// How far ancestor and wait chains are followed.
@@ -61,6 +61,8 @@ pub struct TaskStack {
     pub node_id: Option<String>,
     /// Its worker, if known.
     pub worker_id: Option<String>,
+    /// Its context labels.
+    pub labels: Vec<(String, String)>,
     /// Its callers, nearest first, ending at `driver` (or at the first
     /// ancestor the engine no longer knows, named `?`).
     pub ancestors: Vec<TaskRef>,
@@ -261,6 +263,7 @@ pub(crate) fn build(
     tasks: &HashMap<Id, LiveTask>,
     recent: &FifoMap<Id, RecentTask>,
     keep: &dyn Fn(LabelSetId) -> bool,
+    label_sets: &LabelSets,
     now: u64,
 ) -> StackView {
     let graph = wait_for_graph(tasks);
@@ -349,6 +352,7 @@ pub(crate) fn build(
             started_nanos: task.started_at.unwrap_or(0),
             node_id: task.node_id.as_ref().map(|n| n.to_string()),
             worker_id: task.worker_id.as_ref().map(|w| w.to_string()),
+            labels: label_sets.pairs(task.labels),
             ancestors,
             waits_on,
             wait_chain,
@@ -383,6 +387,7 @@ impl StackView {
                 "started_nanos": t.started_nanos,
                 "node_id": t.node_id,
                 "worker_id": t.worker_id,
+                "labels": t.labels,
                 "ancestors": t.ancestors.iter().map(ref_json).collect::<Vec<_>>(),
                 "waits_on": t.waits_on.iter().map(|w| json!({
                     "object_id": w.object_id,

@@ -1533,3 +1533,45 @@ fn an_actor_named_before_its_class_is_shown_once_under_its_class() {
     assert_eq!(edge.from, actor("a0"));
     assert_eq!(edge.count, 1);
 }
+
+/// The page shows context labels where a person looks for them: on a
+/// logical node (the labels its calls ran under), on each stack, and on the
+/// physical view's workers (what it colours them by).
+#[test]
+fn context_labels_are_shown_on_nodes_stacks_and_workers() {
+    let views = ranks().views();
+    let snap = views.snapshot();
+    let rank = |r: &str| vec![("dp_rank".to_owned(), r.to_owned())];
+    let both = vec![
+        ("dp_rank".to_owned(), "0".to_owned()),
+        ("dp_rank".to_owned(), "1".to_owned()),
+    ];
+    let logical = snap.logical();
+    let step = logical
+        .nodes
+        .iter()
+        .find(|n| n.node == LogicalNode::Function("step".into()))
+        .expect("the step node");
+    assert_eq!(step.labels, both, "step ran under both ranks");
+    let stacks = snap.stacks();
+    for t in &stacks.tasks {
+        let want = if t.task.task_id.starts_with("r0") {
+            "0"
+        } else {
+            "1"
+        };
+        assert_eq!(t.labels, rank(want), "{}", t.task.task_id);
+    }
+    let physical = snap.physical();
+    for (node, want) in [("n0", "0"), ("n1", "1")] {
+        let n = physical
+            .nodes
+            .iter()
+            .find(|n| n.node_id == node)
+            .expect(node);
+        let labels: Vec<_> = n.workers.iter().flat_map(|w| w.labels.clone()).collect();
+        assert_eq!(labels, rank(want), "the worker on {node}");
+    }
+    let json = physical.to_json().to_string();
+    assert!(json.contains(r#""labels":[["dp_rank","0"]]"#), "{json}");
+}
