@@ -6,8 +6,8 @@
 Each file holds the JSON lines of one harness (benches/ray/workloads.py, or
 `workloads --mode embedded|cluster`); lines that are not JSON objects with a
 `workload` key are skipped, and a missing or empty file leaves its columns
-blank. One row per figure of each workload, in the order Ray's line (or
-else ray-rs's) lists them; a value is `median [min–max]` over the runs.
+blank. One row per figure of each workload, in the order the lines list
+them, Ray's first; a value is `median [min–max]` over the runs.
 The ratios say how many times better ray-rs is than Ray: for rates
 (units ending in `/s`) ray-rs / Ray, for times and sizes Ray / ray-rs;
 >1 means ray-rs is better.
@@ -59,7 +59,7 @@ def ratio(unit, ray_fig, rs_fig):
     ray_v, rs_v = ray_fig["median"], rs_fig["median"]
     higher_is_better = unit.endswith("/s")
     num, den = (rs_v, ray_v) if higher_is_better else (ray_v, rs_v)
-    return f"{num / den:.2f}×" if den else MISSING
+    return f"{number(num / den)}×" if den else MISSING
 
 
 def main():
