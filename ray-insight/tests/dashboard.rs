@@ -221,7 +221,7 @@ fn events_push_the_counters() {
     assert!(seen.contains("text/event-stream"), "{seen}");
     let first = seen.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
     let event: Value = serde_json::from_str(first).unwrap();
-    assert_eq!(event["version"], 3);
+    assert_eq!(event["stats"]["version"], 3);
     // Dropping the dashboard ends the stream.
     drop(dash);
     let mut rest = Vec::new();

@@ -71,13 +71,17 @@ impl Default for SummaryLimits {
             call_edges: 600,
             data_edges: 600,
             loose_nodes: 200,
-            actors_per_worker: 64,
-            samples: 120,
+            // An actor is ~90 bytes and a sample ~70: 64 workers with 32
+            // actors, 60 samples and their running tasks each come to ~600 KB.
+            actors_per_worker: 32,
+            samples: 60,
             stacks: 500,
             gantt_lanes: 200,
             gantt_columns: 2_000,
-            gantt_slices: 20_000,
-            gantt_flows: 2_000,
+            // An X event is ~270 bytes and a flow ~240 (its two events), so
+            // the chart stays well under 1 MiB.
+            gantt_slices: 2_000,
+            gantt_flows: 400,
         }
     }
 }
