@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
@@ -25,6 +25,13 @@ const MAX_HEAD_BYTES: u64 = 64 * 1024;
 
 /// The largest request body read (a flame graph baseline posted for a diff).
 const MAX_BODY_BYTES: u64 = 16 * 1024 * 1024;
+
+/// A live summary is rebuilt no sooner than this many times its last build
+/// time (and at most every [`EVENT_EVERY`]).
+const VIEW_COST_SHARE: u32 = 4;
+
+/// The most of a refused request's body read (and dropped) before answering.
+const DISCARD_BYTES: u64 = 256 * 1024;
 
 /// How long a client may take to send its request.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -74,7 +81,16 @@ impl Request {
 
 fn serve(mut stream: TcpStream, shared: &Shared) {
     let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
-    let request = match read_request(&stream) {
+    // A body is read only for a request that may have one and carries the
+    // token: nobody else can make the server buffer it.
+    let wants_body = |r: &Request| {
+        r.method == "POST"
+            && r.path == "/api/flamediff"
+            && r.param("token")
+                .or(r.bearer.as_deref())
+                .is_some_and(|t| same(t.as_bytes(), shared.token.as_bytes()))
+    };
+    let request = match read_request(&stream, &wants_body) {
         Ok(request) => request,
         Err(why) => {
             let _ = respond(
@@ -324,6 +340,10 @@ fn events(mut stream: TcpStream, request: &Request, shared: &Shared) {
     let mut shown: Option<serde_json::Value> = None;
     let mut shown_version: Option<serde_json::Value> = None;
     let mut failed = false;
+    // A summary that is slow to build (a large job's logical graph takes
+    // about a second) is rebuilt at most every fourth of the time, so an
+    // open tab keeps at most a quarter of a core busy.
+    let mut next_view = Instant::now();
     while !shared.stopped.load(Ordering::Acquire) {
         let mut message = match shared.source.stats(job) {
             Ok(stats) => json!({ "stats": stats }),
@@ -331,10 +351,13 @@ fn events(mut stream: TcpStream, request: &Request, shared: &Shared) {
         };
         let version = message["stats"].get("version").cloned();
         if let (Some(query), Some(version)) = (&subscription, version) {
-            if shown_version.as_ref() != Some(&version) && !failed {
-                match shared.source.view(query).and_then(|text| {
+            if shown_version.as_ref() != Some(&version) && !failed && Instant::now() >= next_view {
+                let began = Instant::now();
+                let summary = shared.source.view(query).and_then(|text| {
                     serde_json::from_str::<serde_json::Value>(&text).map_err(|e| e.to_string())
-                }) {
+                });
+                next_view = Instant::now() + (began.elapsed() * VIEW_COST_SHARE).max(EVENT_EVERY);
+                match summary {
                     Ok(now) => {
                         match &shown {
                             None => message["full"] = now.clone(),
@@ -383,7 +406,10 @@ fn respond(stream: &mut TcpStream, status: u16, kind: &str, body: &[u8]) -> std:
     stream.flush()
 }
 
-fn read_request(stream: &TcpStream) -> Result<Request, String> {
+fn read_request(
+    stream: &TcpStream,
+    wants_body: &dyn Fn(&Request) -> bool,
+) -> Result<Request, String> {
     let mut reader = BufReader::new(stream);
     let mut head_left = MAX_HEAD_BYTES;
     // One line of the head, never reading past what the head may still take.
@@ -425,6 +451,33 @@ fn read_request(stream: &TcpStream) -> Result<Request, String> {
             }
         }
     }
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let mut request = Request {
+        method: method.to_owned(),
+        path: decode(path),
+        query: query
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                (decode(k), decode(v))
+            })
+            .collect(),
+        bearer,
+        body: Vec::new(),
+    };
+    if length == 0 {
+        return Ok(request);
+    }
+    if !wants_body(&request) {
+        // Refused: a small body is read and dropped, so that the answer
+        // reaches the client rather than a reset for unread data.
+        let _ = std::io::copy(
+            &mut reader.take(length.min(DISCARD_BYTES)),
+            &mut std::io::sink(),
+        );
+        return Ok(request);
+    }
     if length > MAX_BODY_BYTES {
         return Err(format!(
             "the request body is {length} bytes; at most {MAX_BODY_BYTES} are read"
@@ -438,21 +491,8 @@ fn read_request(stream: &TcpStream) -> Result<Request, String> {
     if body.len() as u64 != length {
         return Err("the request body is cut short".into());
     }
-    let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    Ok(Request {
-        method: method.to_owned(),
-        path: decode(path),
-        query: query
-            .split('&')
-            .filter(|p| !p.is_empty())
-            .map(|p| {
-                let (k, v) = p.split_once('=').unwrap_or((p, ""));
-                (decode(k), decode(v))
-            })
-            .collect(),
-        bearer,
-        body,
-    })
+    request.body = body;
+    Ok(request)
 }
 
 /// Percent-decoding, with `+` as a space; invalid escapes are kept as they are.

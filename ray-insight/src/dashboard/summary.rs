@@ -48,6 +48,9 @@ pub struct SummaryLimits {
     pub data_edges: usize,
     /// Nodes in the logical graph besides those the kept edges touch.
     pub loose_nodes: usize,
+    /// Workers listed in the physical view, over all nodes (the busiest:
+    /// most actors and running tasks).
+    pub workers: usize,
     /// Actors, and running tasks, listed per worker in the physical view.
     pub actors_per_worker: usize,
     /// Resource samples kept per process in the physical view (the last).
@@ -73,6 +76,7 @@ impl Default for SummaryLimits {
             loose_nodes: 200,
             // An actor is ~90 bytes and a sample ~70: 64 workers with 32
             // actors, 60 samples and their running tasks each come to ~600 KB.
+            workers: 64,
             actors_per_worker: 32,
             samples: 60,
             stacks: 500,
@@ -394,7 +398,41 @@ fn physical(mut view: Value, limits: &SummaryLimits) -> Value {
             ));
         }
     }
-    view["summary"] = json!({"omitted": {"actors": omitted_actors, "running": omitted_running}});
+    // The busiest workers over all nodes; each node says how many it has.
+    let mut weights: Vec<(usize, usize, u64)> = Vec::new();
+    for (n, node) in view["nodes"].as_array().into_iter().flatten().enumerate() {
+        for (w, worker) in node["workers"].as_array().into_iter().flatten().enumerate() {
+            let weight = worker["actors_total"].as_u64().unwrap_or(0)
+                + worker["running_total"].as_u64().unwrap_or(0);
+            weights.push((n, w, weight));
+        }
+    }
+    weights.sort_by_key(|&(n, w, weight)| (std::cmp::Reverse(weight), n, w));
+    let omitted_workers = weights.len().saturating_sub(limits.workers);
+    let listed: HashSet<(usize, usize)> = weights
+        .into_iter()
+        .take(limits.workers)
+        .map(|(n, w, _)| (n, w))
+        .collect();
+    for (n, node) in view["nodes"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        if let Some(workers) = node["workers"].as_array_mut() {
+            let total = workers.len();
+            let mut w = 0;
+            workers.retain(|_| {
+                w += 1;
+                listed.contains(&(n, w - 1))
+            });
+            node["workers_total"] = json!(total);
+        }
+    }
+    view["summary"] = json!({"omitted": {
+        "actors": omitted_actors, "running": omitted_running, "workers": omitted_workers,
+    }});
     view
 }
 
@@ -468,47 +506,19 @@ fn gantt(view: &GanttView, now: u64, params: &SummaryParams, limits: &SummaryLim
     lanes.truncate(limits.gantt_lanes);
     let kept: HashSet<u32> = lanes.iter().map(|&(lane, _)| lane).collect();
 
-    // Slices narrower than a column are merged per lane, column and state.
-    let column = ((to - from) / limits.gantt_columns.max(1)).max(1);
-    let mut slices: Vec<GanttSlice> = Vec::new();
-    // By (lane, column, state): the merged slice, how many it stands for,
-    // and the first one's task id (kept when it stands for itself alone).
-    type Merged = (GanttSlice, u64, String);
-    let mut merged: BTreeMap<(u32, u64, &'static str), Merged> = BTreeMap::new();
-    let mut in_window = 0usize;
-    for s in view
+    // Slices narrower than a column are merged per lane, column and state;
+    // while that leaves more than the cap, the columns are widened.
+    let visible: Vec<&GanttSlice> = view
         .slices
         .iter()
         .filter(|s| kept.contains(&s.lane) && overlaps(s))
-    {
-        in_window += 1;
-        if s.dur_nanos >= column {
-            slices.push(s.clone());
-            continue;
-        }
-        let col = (s.start_nanos.saturating_sub(from)) / column;
-        let entry = merged
-            .entry((s.lane, col, s.state.as_str()))
-            .or_insert_with(|| {
-                let mut first = s.clone();
-                let task_id = std::mem::take(&mut first.task_id);
-                (first, 0, task_id)
-            });
-        let (m, n, _) = entry;
-        let end = (m.start_nanos + m.dur_nanos).max(s.start_nanos + s.dur_nanos);
-        m.start_nanos = m.start_nanos.min(s.start_nanos);
-        m.dur_nanos = end - m.start_nanos;
-        m.finished &= s.finished;
-        *n += 1;
-    }
-    for ((..), (mut m, n, task_id)) in merged {
-        if n > 1 {
-            m.detail = Some(format!("{n} slices merged"));
-            m.name = format!("{n} × {}", m.name);
-        } else {
-            m.task_id = task_id;
-        }
-        slices.push(m);
+        .collect();
+    let in_window = visible.len();
+    let mut column = ((to - from) / limits.gantt_columns.max(1)).max(1);
+    let mut slices = merge_slices(&visible, from, column);
+    while slices.len() > limits.gantt_slices && column < to - from {
+        column = column.saturating_mul(2);
+        slices = merge_slices(&visible, from, column);
     }
     let slice_count = slices.len();
     if slices.len() > limits.gantt_slices {
@@ -580,6 +590,47 @@ fn gantt(view: &GanttView, now: u64, params: &SummaryParams, limits: &SummaryLim
             "flows": flows_in_window - shown_flows,
         },
     });
+    out
+}
+
+/// `slices` with those shorter than `column` merged per lane, column (from
+/// `from`) and state into one slice that says how many it stands for (a
+/// slice alone in its cell keeps its task id).
+fn merge_slices(slices: &[&GanttSlice], from: u64, column: u64) -> Vec<GanttSlice> {
+    // By (lane, column, state): the merged slice, how many it stands for,
+    // and the first one's task id.
+    type Merged = (GanttSlice, u64, String);
+    let mut out = Vec::new();
+    let mut merged: BTreeMap<(u32, u64, &'static str), Merged> = BTreeMap::new();
+    for &s in slices {
+        if s.dur_nanos >= column {
+            out.push(s.clone());
+            continue;
+        }
+        let col = s.start_nanos.saturating_sub(from) / column;
+        let (m, n, _) = merged
+            .entry((s.lane, col, s.state.as_str()))
+            .or_insert_with(|| {
+                let mut first = s.clone();
+                let task_id = std::mem::take(&mut first.task_id);
+                (first, 0, task_id)
+            });
+        let end = (m.start_nanos + m.dur_nanos).max(s.start_nanos + s.dur_nanos);
+        m.start_nanos = m.start_nanos.min(s.start_nanos);
+        m.dur_nanos = end - m.start_nanos;
+        m.finished &= s.finished;
+        *n += 1;
+    }
+    for (m, n, task_id) in merged.into_values() {
+        let mut m = m;
+        if n > 1 {
+            m.detail = Some(format!("{n} slices merged"));
+            m.name = format!("{n} × {}", m.name);
+        } else {
+            m.task_id = task_id;
+        }
+        out.push(m);
+    }
     out
 }
 

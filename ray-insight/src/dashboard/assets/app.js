@@ -805,7 +805,8 @@ function renderPhysical() {
       <h2>${esc(n.node_id)}</h2>
       <div class="phys-totals">${parts.join(' · ')}${res ? ` · resources <b>${res}</b>` : ''}</div>
       ${bundles ? `<div class="phys-bundles">placement groups: ${bundles}</div>` : ''}
-      <div class="phys-workers">${ws || '<span class="note">no workers</span>'}</div></div>`;
+      <div class="phys-workers">${ws || '<span class="note">no workers</span>'}${(n.workers_total ?? 0) > (n.workers || []).length
+        ? `<span class="note more">+${fmtCount(n.workers_total - n.workers.length)} quieter workers not listed</span>` : ''}</div></div>`;
   }).join('');
   const max = mode === 'rss' ? fmtBytes(maxRss) : fmtPct(maxCpu);
   $('phys-legend').innerHTML = mode !== 'ctx'
