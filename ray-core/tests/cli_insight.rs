@@ -5,6 +5,8 @@
 //! binary.
 
 mod common;
+#[path = "common/http.rs"]
+mod http;
 #[path = "common/recording.rs"]
 mod recording;
 
@@ -368,4 +370,70 @@ async fn rayrs_insight_exports_filters_replays_and_diffs_a_recorded_run() {
     let out = rayrs(&["insight", "diff", "--before", before, "--after", cut]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(stdout(&out).contains("::square"));
+
+    serve_the_log(log, &records);
+}
+
+/// `rayrs insight serve`: the log's dashboard, behind a token, with the
+/// summaries of the whole run and the stack replayed halfway; SIGTERM
+/// stops it cleanly.
+fn serve_the_log(log: &str, records: &[Record]) {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(RAYRS)
+        .args(["insight", "serve", "--log", log])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("rayrs starts");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let url = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| l.trim().strip_prefix("dashboard: ").map(str::to_owned))
+        .expect("the dashboard URL printed");
+    let token = url.split("token=").nth(1).expect("a token in the URL");
+    let job = Path::new(log)
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .expect("a file name");
+
+    let (status, _) = http::get(&url, "/api/summary?view=logical");
+    assert_eq!(status, 401, "no token, no views");
+    let (status, body) = http::get(&url, &format!("/api/summary?token={token}&view=logical"));
+    assert_eq!(status, 200, "{body}");
+    let logical: Value = serde_json::from_str(&body).expect("JSON");
+    let names = logical["nodes"].to_string();
+    assert!(
+        names.contains("sum_squares") && names.contains("Tally"),
+        "{names}"
+    );
+    let (status, jobs) = http::get(&url, &format!("/api/jobs?token={token}"));
+    assert_eq!(status, 200);
+    assert!(jobs.contains(job), "{jobs}");
+    // The time slider: halfway, sum_squares is still on the stack.
+    let at = while_summing(records);
+    let (status, body) = http::get(
+        &url,
+        &format!("/api/summary?token={token}&view=stack&at={at}"),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("sum_squares"), "{body}");
+
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(term.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waits") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "rayrs insight serve did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
 }

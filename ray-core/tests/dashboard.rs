@@ -2,14 +2,16 @@
 //! serves its live views over HTTP on loopback, behind its token (one test
 //! per file: recording installs the process's global subscriber).
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use ray_core::insight::InsightOptions;
 use ray_core::prelude::*;
 use ray_core::Config;
 use serde_json::Value;
+
+#[path = "common/http.rs"]
+mod http;
+use http::get;
 
 #[remote]
 fn leaf(x: u64) -> u64 {
@@ -21,30 +23,6 @@ fn fan(n: u64) -> u64 {
     let ray = Ray::current().expect("in a task");
     let refs: Vec<_> = (0..n).map(|i| leaf::remote(&ray, i).unwrap()).collect();
     refs.iter().map(|r| r.get_blocking().unwrap()).sum()
-}
-
-/// `GET target` on `url`'s host: the status and the body.
-fn get(url: &str, target: &str) -> (u16, String) {
-    let host = url
-        .strip_prefix("http://")
-        .and_then(|rest| rest.split('/').next())
-        .expect("an http URL");
-    let mut stream = TcpStream::connect(host).expect("the dashboard listens");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(stream, "GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("a status line");
-    let body = response
-        .split_once("\r\n\r\n")
-        .map_or(String::new(), |(_, b)| b.to_owned());
-    (status, body)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

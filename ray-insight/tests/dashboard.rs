@@ -7,7 +7,7 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ray_insight::dashboard::{Dashboard, DashboardConfig, JobEntry, Source, ViewQuery};
+use ray_insight::dashboard::{Dashboard, DashboardConfig, ViewsSource};
 use ray_insight::{FieldValue, Record, RecordKind, Sink, Views};
 use serde_json::Value;
 
@@ -15,61 +15,31 @@ use serde_json::Value;
 mod http;
 use http::{get, post, request};
 
-/// One finished task `m::work` called by the driver.
-struct Fixed {
-    views: Views,
-}
-
-impl Fixed {
-    fn new() -> Self {
-        let record = |kind, at_nanos, fields: &[(&'static str, &str)]| Record {
-            kind,
-            span: 1,
-            parent: 0,
-            name: "task.run",
-            target: "ray::task",
-            at_nanos,
-            thread: 0,
-            fields: fields
-                .iter()
-                .map(|(k, v)| (*k, FieldValue::Str((*v).into())))
-                .collect(),
-        };
-        let mut views = Views::default();
-        views.accept(&[
-            record(
-                RecordKind::SpanNew,
-                1_000,
-                &[("task_id", "task-1.1"), ("function", "m::work")],
-            ),
-            record(RecordKind::SpanClose, 5_000, &[]),
-        ]);
-        Self { views }
-    }
-}
-
-impl Source for Fixed {
-    fn jobs(&self) -> Vec<JobEntry> {
-        vec![JobEntry {
-            job: "job-1".into(),
-            label: "job-1".into(),
-            latest: true,
-        }]
-    }
-
-    fn stats(&self, job: Option<&str>) -> Result<Value, String> {
-        match job {
-            None | Some("job-1") => Ok(ray_insight::dashboard::stats_json(&self.views, "job-1", 3)),
-            Some(other) => Err(format!("no job {other}")),
-        }
-    }
-
-    fn view(&self, query: &ViewQuery) -> Result<String, String> {
-        match query.job.as_deref() {
-            None | Some("job-1") => ray_insight::dashboard::render(&self.views, None, query),
-            Some(other) => Err(format!("no job {other}")),
-        }
-    }
+/// One finished task `m::work` called by the driver, as job `job-1`.
+fn fixed() -> Arc<ViewsSource> {
+    let record = |kind, at_nanos, fields: &[(&'static str, &str)]| Record {
+        kind,
+        span: 1,
+        parent: 0,
+        name: "task.run",
+        target: "ray::task",
+        at_nanos,
+        thread: 0,
+        fields: fields
+            .iter()
+            .map(|(k, v)| (*k, FieldValue::Str((*v).into())))
+            .collect(),
+    };
+    let mut views = Views::default();
+    views.accept(&[
+        record(
+            RecordKind::SpanNew,
+            1_000,
+            &[("task_id", "task-1.1"), ("function", "m::work")],
+        ),
+        record(RecordKind::SpanClose, 5_000, &[]),
+    ]);
+    ViewsSource::new("job-1", views, None)
 }
 
 fn start() -> Dashboard {
@@ -78,7 +48,7 @@ fn start() -> Dashboard {
             token: Some("sesame".into()),
             ..DashboardConfig::default()
         },
-        Arc::new(Fixed::new()),
+        fixed(),
     )
     .expect("the dashboard starts")
 }
@@ -153,7 +123,7 @@ fn the_api_answers_views_stats_and_jobs_and_says_what_is_wrong() {
     let (status, stats) = get(&dash, "/api/stats?token=sesame&job=job-1");
     assert_eq!(status, 200);
     let stats: Value = serde_json::from_str(&stats).unwrap();
-    assert_eq!(stats["version"], 3);
+    assert_eq!(stats["version"], 1);
     assert_eq!(stats["applied"], 2);
 
     let (status, logical) = get(&dash, "/api/view?token=sesame&view=logical&format=json");
@@ -221,7 +191,7 @@ fn events_push_the_counters() {
     assert!(seen.contains("text/event-stream"), "{seen}");
     let first = seen.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
     let event: Value = serde_json::from_str(first).unwrap();
-    assert_eq!(event["stats"]["version"], 3);
+    assert_eq!(event["stats"]["version"], 1);
     // Dropping the dashboard ends the stream.
     drop(dash);
     let mut rest = Vec::new();

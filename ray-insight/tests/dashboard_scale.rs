@@ -6,15 +6,12 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ray_insight::dashboard::summary::patch;
-use ray_insight::dashboard::{
-    render, stats_json, Dashboard, DashboardConfig, JobEntry, Source, SummaryLimits, ViewQuery,
-};
-use ray_insight::{FieldValue, Fields, Record, RecordKind, Sink, Views};
+use ray_insight::dashboard::{Dashboard, DashboardConfig, SummaryLimits, ViewsSource};
+use ray_insight::{FieldValue, Fields, Record, RecordKind, Views};
 use serde_json::{Map, Value};
 
 #[path = "common/http.rs"]
@@ -29,75 +26,30 @@ use workload::{feed_all, Shape, CLASSES};
 
 const TOKEN: &str = "sesame";
 
-/// A live recording: views that grow while the dashboard serves them, and
-/// a version bumped whenever records were added.
-struct Live {
-    views: Mutex<Views>,
-    version: AtomicU64,
+/// A live recording of `shape`: views that grow (`accept`) while the
+/// dashboard serves them.
+fn recording(shape: Shape) -> Arc<ViewsSource> {
+    let mut views = Views::default();
+    feed_all(shape, &mut views);
+    ViewsSource::new("job-1", views, None)
 }
 
-impl Live {
-    fn new(shape: Shape) -> Arc<Self> {
-        let mut views = Views::default();
-        feed_all(shape, &mut views);
-        Arc::new(Self {
-            views: Mutex::new(views),
-            version: AtomicU64::new(1),
-        })
-    }
-
-    /// Applies `records` and bumps the version, as a source does when
-    /// records arrive.
-    fn add(&self, records: &[Record]) {
-        self.views.lock().unwrap().accept(records);
-        self.version.fetch_add(1, Ordering::SeqCst);
-    }
-
-    fn serve(self: &Arc<Self>) -> Dashboard {
-        Dashboard::start(
-            DashboardConfig {
-                token: Some(TOKEN.into()),
-                ..DashboardConfig::default()
-            },
-            self.clone(),
-        )
-        .expect("the dashboard starts")
-    }
-}
-
-impl Source for Live {
-    fn jobs(&self) -> Vec<JobEntry> {
-        vec![JobEntry {
-            job: "job-1".into(),
-            label: "job-1".into(),
-            latest: true,
-        }]
-    }
-
-    fn stats(&self, job: Option<&str>) -> Result<Value, String> {
-        match job {
-            None | Some("job-1") => Ok(stats_json(
-                &self.views.lock().unwrap(),
-                "job-1",
-                self.version.load(Ordering::SeqCst),
-            )),
-            Some(other) => Err(format!("no job {other}")),
-        }
-    }
-
-    fn view(&self, query: &ViewQuery) -> Result<String, String> {
-        match query.job.as_deref() {
-            None | Some("job-1") => render(&self.views.lock().unwrap(), None, query),
-            Some(other) => Err(format!("no job {other}")),
-        }
-    }
+fn serve(live: &Arc<ViewsSource>) -> Dashboard {
+    Dashboard::start(
+        DashboardConfig {
+            token: Some(TOKEN.into()),
+            ..DashboardConfig::default()
+        },
+        live.clone(),
+    )
+    .expect("the dashboard starts")
 }
 
 /// 10,000 actors and 200,000 tasks, runtime-shaped (2,000 of them still
 /// submitted or running).
-fn large() -> Arc<Live> {
+fn large() -> Arc<ViewsSource> {
     let started = Instant::now();
-    let live = Live::new(Shape {
+    let live = recording(Shape {
         tasks: 200_000,
         actors: 10_000,
         nodes: 8,
@@ -112,8 +64,8 @@ fn large() -> Arc<Live> {
 
 /// 300 actors and 5,000 tasks, runtime-shaped: a job of its own for a test
 /// that changes it, or needs no scale.
-fn small() -> Arc<Live> {
-    Live::new(Shape {
+fn small() -> Arc<ViewsSource> {
+    recording(Shape {
         tasks: 5_000,
         actors: 300,
         nodes: 2,
@@ -174,7 +126,7 @@ fn array<'a>(value: &'a Value, name: &str) -> &'a Vec<Value> {
 #[test]
 fn every_summary_of_a_large_job_is_bounded_and_right() {
     let live = large();
-    let dash = live.serve();
+    let dash = serve(&live);
     let started = Instant::now();
 
     let logical = summary(&dash, "logical", "");
@@ -264,7 +216,7 @@ fn every_summary_of_a_large_job_is_bounded_and_right() {
     assert!(all_lanes > cap, "{all_lanes} lanes: more than the cap");
     assert_eq!(lanes as u64, cap);
     assert_eq!(info["omitted"]["lanes"], all_lanes - cap);
-    let now = live.views.lock().unwrap().now_nanos();
+    let now = live.views().now_nanos();
     assert_eq!(info["to_nanos"], now);
     // The last but one millisecond (older slices were evicted).
     let (from, to) = (now - 2_000_000, now - 1_000_000);
@@ -428,7 +380,7 @@ fn late_records(at: u64) -> Vec<Record> {
 #[test]
 fn events_carry_the_summary_forward_with_deltas() {
     let live = small();
-    let dash = live.serve();
+    let dash = serve(&live);
     let query = format!("token={TOKEN}&job=job-1&view=logical");
     let mut events = Events::open(&dash, &query);
     let first = events.next();
@@ -443,8 +395,8 @@ fn events_carry_the_summary_forward_with_deltas() {
         "{second}"
     );
 
-    let now = live.views.lock().unwrap().now_nanos();
-    live.add(&late_records(now + 1_000));
+    let now = live.views().now_nanos();
+    live.accept(&late_records(now + 1_000));
     let deadline = Instant::now() + Duration::from_secs(10);
     let delta = loop {
         assert!(Instant::now() < deadline, "no delta within 10 s");
@@ -478,7 +430,7 @@ fn events_carry_the_summary_forward_with_deltas() {
 #[test]
 fn a_large_flame_baseline_is_posted() {
     let live = small();
-    let dash = live.serve();
+    let dash = serve(&live);
     let (status, now) = get(
         &dash,
         &format!("/api/view?token={TOKEN}&view=flame&format=folded"),

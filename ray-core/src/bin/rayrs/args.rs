@@ -31,6 +31,7 @@ usage:
                      [--metric self|running|waiting] [--out FILE]
   rayrs insight diff --before A --after B [--format folded|svg]
                      [--metric self|running|waiting] [--out FILE]
+  rayrs insight serve --log FILE [--dashboard-host IP] [--dashboard-port P]
 
 The head serves the insight dashboard on 127.0.0.1 (a free port unless
 --dashboard-port says) and prints its URL, access token included; another
@@ -50,7 +51,9 @@ json|dot, physical json, stack text|json, flame folded|svg, gantt chrome|json
 (the first is the default; chrome and json are the same Chrome trace).
 --filter keeps the tasks with that context label; --metric picks the flame
 graph's time (default self). insight diff compares two flame graphs; A and B
-are folded files or event logs (folded by --metric).
+are folded files or event logs (folded by --metric). insight serve replays
+an event log and serves its dashboard (the time slider replays any moment of
+it) until Ctrl-C.
 
 Exit status: 0 done, 1 failed, 2 bad command line, 3 the log is truncated or
 corrupt: the output covers the records before the damage, and one
@@ -73,6 +76,13 @@ pub enum Command {
     InsightExport(insight::ExportArgs),
     /// `rayrs insight diff`.
     InsightDiff(insight::DiffArgs),
+    /// `rayrs insight serve`: a log's dashboard.
+    InsightServe {
+        /// The event log.
+        log: PathBuf,
+        /// Where to serve (default 127.0.0.1:0).
+        dashboard: SocketAddr,
+    },
     /// `rayrs --help`.
     Help,
 }
@@ -328,6 +338,23 @@ const INSIGHT_EXPORT_FLAGS: &[&str] = &[
 
 const INSIGHT_DIFF_FLAGS: &[&str] = &["--before", "--after", "--format", "--metric", "--out"];
 
+const INSIGHT_SERVE_FLAGS: &[&str] = &["--log", "--dashboard-host", "--dashboard-port"];
+
+/// `--dashboard-host` and `--dashboard-port`: loopback and a free port
+/// unless told otherwise.
+fn dashboard_addr(flags: &Flags) -> Result<SocketAddr, CliError> {
+    let host = flags.get("--dashboard-host").unwrap_or("127.0.0.1");
+    let port = flags
+        .parsed::<u16>("--dashboard-port", "a port number")?
+        .unwrap_or(0);
+    let ip: std::net::IpAddr = host.parse().map_err(|_| {
+        CliError::usage(format!(
+            "--dashboard-host must be an IP address, got `{host}`"
+        ))
+    })?;
+    Ok(SocketAddr::new(ip, port))
+}
+
 /// `rayrs insight export|diff …`.
 fn parse_insight(args: &[String]) -> Result<Command, CliError> {
     let usage = |e: ray_insight::export::ExportError| CliError::usage(e.to_string());
@@ -431,11 +458,18 @@ fn parse_insight(args: &[String]) -> Result<Command, CliError> {
                 out: out(&flags),
             }))
         }
+        Some("serve") => {
+            let flags = Flags::parse("insight serve", &args[1..], INSIGHT_SERVE_FLAGS)?;
+            Ok(Command::InsightServe {
+                log: PathBuf::from(required(&flags, "--log")?),
+                dashboard: dashboard_addr(&flags)?,
+            })
+        }
         Some(other) => Err(CliError::usage(format!(
-            "unknown insight command `{other}`: choose export or diff"
+            "unknown insight command `{other}`: choose export, diff or serve"
         ))),
         None => Err(CliError::usage(
-            "insight what? export or diff (see rayrs --help)".into(),
+            "insight what? export, diff or serve (see rayrs --help)".into(),
         )),
     }
 }
@@ -494,18 +528,7 @@ fn parse_start(flags: &Flags) -> Result<Command, CliError> {
         credentials: flags.get("--credentials").map(PathBuf::from),
         health_timeout: Duration::from_millis(health_ms.max(1)),
         timeout: flags.timeout()?,
-        dashboard: {
-            let host = flags.get("--dashboard-host").unwrap_or("127.0.0.1");
-            let port = flags
-                .parsed::<u16>("--dashboard-port", "a port number")?
-                .unwrap_or(0);
-            let ip: std::net::IpAddr = host.parse().map_err(|_| {
-                CliError::usage(format!(
-                    "--dashboard-host must be an IP address, got `{host}`"
-                ))
-            })?;
-            SocketAddr::new(ip, port)
-        },
+        dashboard: dashboard_addr(&flags)?,
     };
     if head {
         return Ok(Command::Head(args));

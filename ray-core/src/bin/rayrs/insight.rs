@@ -147,6 +147,53 @@ pub fn diff(args: DiffArgs) -> Result<(), CliError> {
     }
 }
 
+/// `rayrs insight serve`: replays `log` whole and serves its dashboard on
+/// `bind` until SIGTERM or Ctrl-C; times are replayed from the log.
+pub fn serve(log: &Path, bind: std::net::SocketAddr) -> Result<(), CliError> {
+    let mut replay = Replay::new(Limits::default(), None);
+    let damage = records_from_log(log, &mut replay)?;
+    let job = log
+        .file_stem()
+        .map_or_else(|| "log".to_owned(), |s| s.to_string_lossy().into_owned());
+    let source = ray_insight::dashboard::ViewsSource::new(
+        &job,
+        replay.into_views(),
+        Some(log.to_path_buf()),
+    );
+    let dashboard = ray_insight::dashboard::Dashboard::start(
+        ray_insight::dashboard::DashboardConfig {
+            bind,
+            ..Default::default()
+        },
+        source,
+    )
+    .map_err(|e| CliError::failed(format!("cannot serve the dashboard on {bind}: {e}")))?;
+    if let Some(damage) = &damage {
+        eprintln!(
+            "rayrs: warning: {}",
+            damage_text(&log.display().to_string(), damage)
+        );
+    }
+    println!("rayrs: serving {} (Ctrl-C stops)", log.display());
+    println!("  dashboard: {}", dashboard.url());
+    let _ = std::io::stdout().flush();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::failed(format!("cannot start the async runtime: {e}")))?;
+    runtime.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())
+            .map_err(|e| CliError::failed(format!("cannot watch for SIGTERM: {e}")))?;
+        tokio::select! {
+            _ = term.recv() => Ok(()),
+            _ = tokio::signal::ctrl_c() => Ok(()),
+        }
+    })?;
+    drop(dashboard);
+    Ok(())
+}
+
 /// Streams an event log's records into `sink` (a frame at a time: the log is
 /// never held whole in memory).
 fn records_from_log(path: &Path, sink: &mut dyn Sink) -> Result<Option<LogError>, CliError> {

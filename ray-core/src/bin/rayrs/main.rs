@@ -62,6 +62,7 @@ fn run(command: Command) -> Result<(), CliError> {
         Command::Stop { dir } => stop::stop(&dir),
         Command::InsightExport(args) => insight::export(args),
         Command::InsightDiff(args) => insight::diff(args),
+        Command::InsightServe { log, dashboard } => insight::serve(&log, dashboard),
         command => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -77,7 +78,8 @@ fn run(command: Command) -> Result<(), CliError> {
                     Command::Help
                     | Command::Stop { .. }
                     | Command::InsightExport(_)
-                    | Command::InsightDiff(_) => unreachable!("handled above"),
+                    | Command::InsightDiff(_)
+                    | Command::InsightServe { .. } => unreachable!("handled above"),
                 }
             })
         }
