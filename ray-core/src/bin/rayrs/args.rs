@@ -528,7 +528,7 @@ fn parse_start(flags: &Flags) -> Result<Command, CliError> {
         credentials: flags.get("--credentials").map(PathBuf::from),
         health_timeout: Duration::from_millis(health_ms.max(1)),
         timeout: flags.timeout()?,
-        dashboard: dashboard_addr(&flags)?,
+        dashboard: dashboard_addr(flags)?,
     };
     if head {
         return Ok(Command::Head(args));
