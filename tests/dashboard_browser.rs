@@ -25,6 +25,11 @@ mod tree;
 mod deadlock;
 use deadlock::{Left, Right};
 
+// The runtime-shaped record generator of ray-insight's scale tests.
+#[allow(dead_code)]
+#[path = "../ray-insight/tests/common/workload.rs"]
+mod workload;
+
 /// The Chromium to drive, if this machine has one.
 fn chromium() -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("CHROMIUM") {
@@ -44,6 +49,43 @@ fn chromium() -> Option<PathBuf> {
                 .find(|candidate| candidate.is_file())
         })
     })
+}
+
+/// The number in `attr="N"` of `dom` (0 when absent).
+fn data_count(dom: &str, attr: &str) -> u64 {
+    dom.split(&format!("{attr}=\""))
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Opens `url` (a tab's address) twice: its DOM after the page settled,
+/// and a screenshot saved as `shot`, which must exist.
+fn open_tab(chromium: &Path, url: &str, shot: &Path) -> String {
+    let dom = headless(chromium, url, &["--dump-dom"]);
+    let _ = std::fs::remove_file(shot);
+    headless(
+        chromium,
+        url,
+        &[
+            &format!("--screenshot={}", shot.display()),
+            "--window-size=1400,1000",
+        ],
+    );
+    assert!(
+        std::fs::metadata(shot).is_ok_and(|m| m.len() > 10_000),
+        "no screenshot at {}",
+        shot.display()
+    );
+    dom
+}
+
+/// Where the screenshots go.
+fn screenshots() -> PathBuf {
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    shots
 }
 
 /// Runs headless Chromium on `url` with `extra` arguments; its stdout.
@@ -114,29 +156,12 @@ async fn the_dashboard_shows_w7_and_a_deadlock_in_a_real_browser() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard-screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
+    let shots = screenshots();
     let mut report = Vec::new();
     for tab in ["logical", "physical", "stack", "flame", "gantt"] {
         let page = format!("{url}#{tab}");
-        let dom = tokio::task::block_in_place(|| headless(&chromium, &page, &["--dump-dom"]));
         let shot = shots.join(format!("{tab}.png"));
-        let _ = std::fs::remove_file(&shot);
-        tokio::task::block_in_place(|| {
-            headless(
-                &chromium,
-                &page,
-                &[
-                    &format!("--screenshot={}", shot.display()),
-                    "--window-size=1400,1000",
-                ],
-            )
-        });
-        assert!(
-            std::fs::metadata(&shot).is_ok_and(|m| m.len() > 10_000),
-            "no screenshot of the {tab} tab at {}",
-            shot.display()
-        );
+        let dom = tokio::task::block_in_place(|| open_tab(&chromium, &page, &shot));
         assert!(
             dom.contains(&format!("id=\"panel-{tab}\"")),
             "the {tab} panel is missing"
@@ -161,18 +186,11 @@ async fn the_dashboard_shows_w7_and_a_deadlock_in_a_real_browser() {
             "flame" => assert!(dom.contains("flame-frame"), "no flame graph frame"),
             // One lane per actor and worker thread, the tree's slices drawn.
             "gantt" => {
-                let count = |attr: &str| -> u64 {
-                    dom.split(&format!("{attr}=\""))
-                        .nth(1)
-                        .and_then(|rest| rest.split('"').next())
-                        .and_then(|n| n.parse().ok())
-                        .unwrap_or(0)
-                };
                 assert!(
-                    count("data-lanes") >= 12,
-                    "fewer lanes than actors in {tab}"
+                    data_count(&dom, "data-lanes") >= 12,
+                    "fewer lanes than actors"
                 );
-                assert!(count("data-slices") > 100, "few slices drawn in {tab}");
+                assert!(data_count(&dom, "data-slices") > 100, "few slices drawn");
                 assert!(dom.contains("TreeNode"), "no actor lane named in {tab}");
             }
             _ => unreachable!(),
@@ -189,4 +207,79 @@ async fn the_dashboard_shows_w7_and_a_deadlock_in_a_real_browser() {
     eprintln!("screenshots:\n  {}", report.join("\n  "));
     ray.shutdown();
     drop(hung);
+}
+
+/// Scale: 10,000 actors and 200,000 recorded tasks (runtime-shaped, from
+/// ray-insight's generator) served from a `ViewsSource`. The server sends
+/// summaries, so every tab renders: the logical graph shows each actor class
+/// as one node that says how many instances it stands for, the physical
+/// view lists the busiest workers and counts the rest, the stack view lists
+/// the blocked tasks, and the Gantt chart draws its lanes with merged
+/// slices. Screenshots: `scale-<tab>.png`.
+#[test]
+fn the_dashboard_shows_ten_thousand_actors_as_summaries() {
+    let Some(chromium) = chromium() else {
+        assert!(
+            std::env::var("CI").is_err(),
+            "CI must have Chromium (.ci/run installs it)"
+        );
+        eprintln!("no Chromium on this machine: the browser test is skipped");
+        return;
+    };
+    let mut views = ray_insight::Views::default();
+    let fed = Instant::now();
+    let records = workload::feed_all(
+        workload::Shape {
+            tasks: 200_000,
+            actors: 10_000,
+            nodes: 8,
+            workers: 64,
+            queued: 200,
+            running: 1_800,
+            sample_every: 2_000,
+        },
+        &mut views,
+    );
+    eprintln!("{records} records fed in {:.2?}", fed.elapsed());
+    let source = ray_insight::dashboard::ViewsSource::new("job-1", views, None);
+    let dashboard = ray_insight::dashboard::Dashboard::start(Default::default(), source)
+        .expect("the dashboard starts");
+    let shots = screenshots();
+    for tab in ["logical", "physical", "stack", "gantt"] {
+        let page = format!("{}#{tab}", dashboard.url());
+        let shot = shots.join(format!("scale-{tab}.png"));
+        let began = Instant::now();
+        let dom = open_tab(&chromium, &page, &shot);
+        eprintln!(
+            "{tab}: rendered in {:.2?}: {}",
+            began.elapsed(),
+            shot.display()
+        );
+        assert!(!dom.contains("class=\"error\""), "{tab} shows an error");
+        match tab {
+            "logical" => {
+                assert!(dom.contains("10,000 actors"), "the actor count is not said");
+                assert!(dom.contains("kind-class"), "no class node drawn");
+                assert!(
+                    dom.contains("instances"),
+                    "a class node does not count its instances"
+                );
+            }
+            "physical" => {
+                assert!(dom.contains("phys-node"), "no node box");
+                assert!(
+                    dom.contains("more actors"),
+                    "the actors not listed are not counted"
+                );
+            }
+            "stack" => assert!(dom.contains("stack-task"), "no stack shown"),
+            "gantt" => {
+                let lanes = data_count(&dom, "data-lanes");
+                let slices = data_count(&dom, "data-slices");
+                assert!(lanes > 50, "{lanes} lanes");
+                assert!(slices > 0 && slices <= 2_000, "{slices} slices");
+            }
+            _ => unreachable!(),
+        }
+    }
 }
