@@ -201,6 +201,10 @@ impl LogicalAgg {
 
     /// The view over the label sets `keep` accepts; `actors` adds actor
     /// instances known to exist even if no edge touches them yet.
+    ///
+    /// Nodes are interned once and sorted once; aggregates merge under
+    /// their nodes' ranks (hashing integers, not comparing strings), which
+    /// keeps a 65,536-edge graph fast to build.
     pub(crate) fn build(
         &self,
         keep: &dyn Fn(LabelSetId) -> bool,
@@ -213,28 +217,32 @@ impl LogicalAgg {
         // its real class in others: every node is resolved to the class it
         // is known by anywhere, and aggregates merge under that node.
         let actors: Vec<LogicalNode> = actors.collect();
-        let mut known: HashMap<Id, Id> = HashMap::new();
-        let mut learn = |node: &LogicalNode| {
+        fn learn<'a>(known: &mut hashbrown::HashMap<&'a Id, &'a Id>, node: &'a LogicalNode) {
             if let LogicalNode::Actor { class, actor_id } = node {
                 if &**class != UNKNOWN_CLASS {
-                    known.insert(actor_id.clone(), class.clone());
+                    known.insert(actor_id, class);
                 }
             }
-        };
-        self.calls.keys().for_each(|k| {
-            learn(&k.from);
-            learn(&k.to);
-        });
-        self.data.keys().for_each(|k| {
-            learn(&k.from);
-            learn(&k.to);
-        });
-        self.puts.keys().for_each(|(node, _)| learn(node));
-        actors.iter().for_each(&mut learn);
+        }
+        let mut known: hashbrown::HashMap<&Id, &Id> = hashbrown::HashMap::new();
+        for k in self.calls.keys() {
+            learn(&mut known, &k.from);
+            learn(&mut known, &k.to);
+        }
+        for k in self.data.keys() {
+            learn(&mut known, &k.from);
+            learn(&mut known, &k.to);
+        }
+        for (node, _) in self.puts.keys() {
+            learn(&mut known, node);
+        }
+        for node in &actors {
+            learn(&mut known, node);
+        }
         let resolve = |node: &LogicalNode| match node {
             LogicalNode::Actor { class, actor_id } if &**class == UNKNOWN_CLASS => {
                 match known.get(actor_id) {
-                    Some(class) => LogicalNode::Actor {
+                    Some(&class) => LogicalNode::Actor {
                         class: class.clone(),
                         actor_id: actor_id.clone(),
                     },
@@ -243,97 +251,115 @@ impl LogicalAgg {
             }
             other => other.clone(),
         };
-        // The label sets each node ran under (as a callee, or putting data).
-        let mut ran_under: HashMap<LogicalNode, BTreeSet<LabelSetId>> = HashMap::new();
-        let mut calls: BTreeMap<(LogicalNode, LogicalNode, Id, CallKind), CallStats> =
-            BTreeMap::new();
-        for (key, stats) in self.calls.iter().filter(|(k, _)| keep(k.labels)) {
+
+        // Intern every node, then rank them in their sorted order.
+        let mut index: hashbrown::HashMap<LogicalNode, u32> = hashbrown::HashMap::new();
+        let mut nodes: Vec<LogicalNode> = Vec::new();
+        let mut intern = |node: LogicalNode| -> u32 {
+            *index.entry(node).or_insert_with_key(|node| {
+                nodes.push(node.clone());
+                (nodes.len() - 1) as u32
+            })
+        };
+        intern(LogicalNode::Driver);
+        let calls_in: Vec<(u32, u32, &CallKey, &CallStats)> = self
+            .calls
+            .iter()
+            .filter(|(k, _)| keep(k.labels))
+            .map(|(k, s)| (intern(resolve(&k.from)), intern(resolve(&k.to)), k, s))
+            .collect();
+        let data_in: Vec<(u32, u32, &DataStats)> = self
+            .data
+            .iter()
+            .filter(|(k, _)| keep(k.labels))
+            .map(|(k, s)| (intern(resolve(&k.from)), intern(resolve(&k.to)), s))
+            .collect();
+        let actors_in: Vec<u32> = actors.iter().map(|a| intern(resolve(a))).collect();
+        let puts_in: Vec<(u32, LabelSetId, &PutStats)> = self
+            .puts
+            .iter()
+            .filter(|((_, labels), _)| keep(*labels))
+            .map(|((node, labels), s)| (intern(resolve(node)), *labels, s))
+            .collect();
+        let mut order: Vec<u32> = (0..nodes.len() as u32).collect();
+        order.sort_unstable_by(|&a, &b| nodes[a as usize].cmp(&nodes[b as usize]));
+        let mut rank = vec![0u32; nodes.len()];
+        for (r, &i) in order.iter().enumerate() {
+            rank[i as usize] = r as u32;
+        }
+
+        // Call edges merged over label sets, under ranked nodes.
+        let mut ran_under: Vec<BTreeSet<LabelSetId>> = vec![BTreeSet::new(); nodes.len()];
+        let mut touched = vec![false; nodes.len()];
+        touched[rank[0] as usize] = true; // the driver
+        let mut calls: hashbrown::HashMap<(u32, u32, &Id, CallKind), CallStats> =
+            hashbrown::HashMap::new();
+        for (from, to, key, stats) in calls_in {
+            let (from, to) = (rank[from as usize], rank[to as usize]);
+            touched[from as usize] = true;
+            touched[to as usize] = true;
             if key.labels != 0 {
-                ran_under
-                    .entry(resolve(&key.to))
-                    .or_default()
-                    .insert(key.labels);
+                ran_under[to as usize].insert(key.labels);
             }
-            let merged = calls
-                .entry((
-                    resolve(&key.from),
-                    resolve(&key.to),
-                    key.name.clone(),
-                    key.kind,
-                ))
-                .or_default();
+            let merged = calls.entry((from, to, &key.name, key.kind)).or_default();
             merged.count += stats.count;
             merged.total_nanos = merged.total_nanos.saturating_add(stats.total_nanos);
             merged.max_nanos = merged.max_nanos.max(stats.max_nanos);
         }
-        let mut data: BTreeMap<(LogicalNode, LogicalNode), DataStats> = BTreeMap::new();
-        for (key, stats) in self.data.iter().filter(|(k, _)| keep(k.labels)) {
-            let merged = data
-                .entry((resolve(&key.from), resolve(&key.to)))
-                .or_default();
+        let mut data: hashbrown::HashMap<(u32, u32), DataStats> = hashbrown::HashMap::new();
+        for (from, to, stats) in data_in {
+            let (from, to) = (rank[from as usize], rank[to as usize]);
+            touched[from as usize] = true;
+            touched[to as usize] = true;
+            let merged = data.entry((from, to)).or_default();
             merged.count += stats.count;
             merged.total_bytes = merged.total_bytes.saturating_add(stats.total_bytes);
             merged.same_node += stats.same_node;
             merged.cross_node += stats.cross_node;
             merged.unknown_locality += stats.unknown_locality;
             merged.consumers_truncated |= stats.consumers_truncated;
-            for consumer in &stats.consumers {
-                if !merged.consumers.contains(consumer) {
-                    merged.consumers.push(consumer.clone());
-                }
+            merged.consumers.extend(stats.consumers.iter().cloned());
+        }
+        for a in actors_in {
+            touched[rank[a as usize] as usize] = true;
+        }
+        let mut puts = vec![(0u64, 0u64); nodes.len()];
+        for (node, labels, stats) in puts_in {
+            let r = rank[node as usize] as usize;
+            touched[r] = true;
+            if labels != 0 {
+                ran_under[r].insert(labels);
             }
+            puts[r].0 += stats.count;
+            puts[r].1 = puts[r].1.saturating_add(stats.bytes);
         }
-        let mut nodes: BTreeMap<LogicalNode, LogicalNodeInfo> = BTreeMap::new();
-        fn touch<'a>(
-            nodes: &'a mut BTreeMap<LogicalNode, LogicalNodeInfo>,
-            node: &LogicalNode,
-        ) -> &'a mut LogicalNodeInfo {
-            nodes
-                .entry(node.clone())
-                .or_insert_with(|| LogicalNodeInfo {
-                    node: node.clone(),
-                    puts: 0,
-                    put_bytes: 0,
-                    labels: Vec::new(),
-                })
-        }
-        touch(&mut nodes, &LogicalNode::Driver);
-        for (from, to, _, _) in calls.keys() {
-            touch(&mut nodes, from);
-            touch(&mut nodes, to);
-        }
-        for (from, to) in data.keys() {
-            touch(&mut nodes, from);
-            touch(&mut nodes, to);
-        }
-        for actor in &actors {
-            touch(&mut nodes, &resolve(actor));
-        }
-        for ((node, labels), stats) in &self.puts {
-            if keep(*labels) {
-                let node = resolve(node);
-                if *labels != 0 {
-                    ran_under.entry(node.clone()).or_default().insert(*labels);
-                }
-                let info = touch(&mut nodes, &node);
-                info.puts += stats.count;
-                info.put_bytes = info.put_bytes.saturating_add(stats.bytes);
-            }
-        }
-        for (node, sets) in ran_under {
-            if let Some(info) = nodes.get_mut(&node) {
-                let pairs: BTreeSet<(String, String)> =
-                    sets.into_iter().flat_map(|s| label_sets.pairs(s)).collect();
-                info.labels = pairs.into_iter().take(MAX_NODE_LABELS).collect();
-            }
-        }
+
+        let by_rank = |r: u32| nodes[order[r as usize] as usize].clone();
+        let mut calls: Vec<_> = calls.into_iter().collect();
+        calls.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut data: Vec<_> = data.into_iter().collect();
+        data.sort_unstable_by_key(|(key, _)| *key);
         LogicalView {
-            nodes: nodes.into_values().collect(),
+            nodes: (0..nodes.len())
+                .filter(|&r| touched[r])
+                .map(|r| {
+                    let pairs: BTreeSet<(String, String)> = ran_under[r]
+                        .iter()
+                        .flat_map(|&s| label_sets.pairs(s))
+                        .collect();
+                    LogicalNodeInfo {
+                        node: by_rank(r as u32),
+                        puts: puts[r].0,
+                        put_bytes: puts[r].1,
+                        labels: pairs.into_iter().take(MAX_NODE_LABELS).collect(),
+                    }
+                })
+                .collect(),
             call_edges: calls
                 .into_iter()
                 .map(|((from, to, name, kind), s)| CallEdge {
-                    from,
-                    to,
+                    from: by_rank(from),
+                    to: by_rank(to),
                     name: name.to_string(),
                     kind,
                     count: s.count,
@@ -346,10 +372,11 @@ impl LogicalAgg {
                 .map(|((from, to), s)| {
                     let mut consumers: Vec<String> =
                         s.consumers.iter().map(|c| c.to_string()).collect();
-                    consumers.sort();
+                    consumers.sort_unstable();
+                    consumers.dedup();
                     DataEdge {
-                        from,
-                        to,
+                        from: by_rank(from),
+                        to: by_rank(to),
                         count: s.count,
                         total_bytes: s.total_bytes,
                         same_node: s.same_node,
