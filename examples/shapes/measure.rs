@@ -1,6 +1,6 @@
 //! How the workload harness (`examples/workloads.rs`) measures and
 //! reports: the figures of one run, their median, min and max over the
-//! runs as one JSON line, and the resident memory of a process tree.
+//! runs as one JSON line, and the resident memory of processes.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -43,6 +43,40 @@ impl Run {
     pub fn latency_figures(&mut self, prefix: &str, sorted: &[f64]) {
         self.figure(format!("{prefix}p50"), "us", percentile(sorted, 50.0));
         self.figure(format!("{prefix}p99"), "us", percentile(sorted, 99.0));
+    }
+
+    /// This run as JSON, for a run made in another process:
+    /// `{"figures": [[name, unit, value], ...], "info": {...}}`.
+    pub fn to_json(&self) -> Value {
+        let figures: Vec<Value> = self
+            .figures
+            .iter()
+            .map(|m| json!([m.name, m.unit, m.value]))
+            .collect();
+        json!({"figures": figures, "info": self.info})
+    }
+
+    /// The run [`Run::to_json`] wrote.
+    ///
+    /// # Errors
+    ///
+    /// When `v` is not in that shape.
+    pub fn from_json(v: &Value) -> anyhow::Result<Run> {
+        let mut run = Run::default();
+        for f in v["figures"].as_array().context("a run has figures")? {
+            let name = f[0].as_str().context("a figure's name")?;
+            // Units are the harness's own constants: keep them `'static`.
+            let unit: &'static str = Box::leak(
+                f[1].as_str()
+                    .context("a figure's unit")?
+                    .to_owned()
+                    .into_boxed_str(),
+            );
+            let value = f[2].as_f64().context("a figure's value")?;
+            run.figure(name, unit, value);
+        }
+        run.info = v["info"].as_object().context("a run has info")?.clone();
+        Ok(run)
     }
 }
 
@@ -161,15 +195,27 @@ fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
     Ok(pages * 4096)
 }
 
-/// Resident set size of this process and all its descendants (in cluster
-/// mode: the node daemons and their worker processes, where actors live).
+/// Resident set size of process `pid` as the kernel reports it: `VmRSS`
+/// of /proc/PID/status.
 ///
 /// # Errors
 ///
-/// When /proc or this process's own statm cannot be read; descendants that
-/// end while being looked at count as 0.
-pub fn tree_rss_bytes() -> anyhow::Result<u64> {
-    let me = std::process::id();
+/// When the file cannot be read (the process is gone) or has no `VmRSS`.
+pub fn vm_rss_bytes(pid: u32) -> anyhow::Result<u64> {
+    let path = format!("/proc/{pid}/status");
+    let status = std::fs::read_to_string(&path).with_context(|| format!("read {path}"))?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .with_context(|| format!("{path} has no VmRSS"))?
+        .parse()
+        .with_context(|| format!("{path}: VmRSS"))?;
+    Ok(kib * 1024)
+}
+
+/// Every process's children, by parent pid, as /proc shows them now.
+fn children_by_parent() -> anyhow::Result<BTreeMap<u32, Vec<u32>>> {
     let mut children: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
     for entry in std::fs::read_dir("/proc").context("read /proc")? {
         let Some(pid) = entry
@@ -191,6 +237,31 @@ pub fn tree_rss_bytes() -> anyhow::Result<u64> {
             children.entry(ppid).or_default().push(pid);
         }
     }
+    Ok(children)
+}
+
+/// The direct children of process `pid` (for a node daemon: its worker
+/// processes), sorted.
+///
+/// # Errors
+///
+/// When /proc cannot be read.
+pub fn child_pids(pid: u32) -> anyhow::Result<Vec<u32>> {
+    let mut out = children_by_parent()?.remove(&pid).unwrap_or_default();
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// Resident set size of this process and all its descendants (in cluster
+/// mode: the node daemons and their worker processes, where actors live).
+///
+/// # Errors
+///
+/// When /proc or this process's own statm cannot be read; descendants that
+/// end while being looked at count as 0.
+pub fn tree_rss_bytes() -> anyhow::Result<u64> {
+    let me = std::process::id();
+    let children = children_by_parent()?;
     let mut total = rss_bytes(me)?;
     let mut stack = children.get(&me).cloned().unwrap_or_default();
     while let Some(pid) = stack.pop() {
