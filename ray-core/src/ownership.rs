@@ -14,6 +14,10 @@ use std::task::{Poll, Waker};
 
 use hashbrown::HashMap;
 use parking_lot::Mutex;
+
+/// How many of an object's latest waiters a new registration is compared
+/// with (see [`ObjectTable::poll`]).
+const DEDUP_WINDOW: usize = 8;
 use ray_proto::ObjectId;
 use ray_store::ObjectBuffer;
 
@@ -139,7 +143,12 @@ impl ObjectTable {
             Some(Entry { value: Some(v), .. }) => Poll::Ready(v.clone()),
             Some(entry) => {
                 if let Some(w) = waker {
-                    if !entry.waiters.iter().any(|x| x.will_wake(w)) {
+                    // A future polled again usually registered last: looking
+                    // at the latest few keeps this O(1) when a million
+                    // queued tasks wait on one object (a full scan made
+                    // queueing quadratic). A duplicate only costs a wake.
+                    let mut recent = entry.waiters.iter().rev().take(DEDUP_WINDOW);
+                    if !recent.any(|x| x.will_wake(w)) {
                         entry.waiters.push(w.clone());
                     }
                 }

@@ -174,3 +174,32 @@ async fn archived_ref_parameters_read_the_stored_object_without_copying() {
     );
     ray.shutdown();
 }
+
+#[remote]
+fn slow_seven() -> u64 {
+    std::thread::sleep(Duration::from_millis(300));
+    7
+}
+
+#[remote]
+fn plus_one(x: u64) -> u64 {
+    x + 1
+}
+
+/// Many tasks queued on one pending object (each registers to be woken
+/// when it is ready) all run once it is: none is lost, whatever the number
+/// of waiters on that object, and a get on it from the driver is woken too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_task_queued_on_one_pending_object_runs_when_it_is_ready() {
+    let ray = with_store(1 << 30, Duration::from_secs(1)).await;
+    let gate = slow_seven::remote(&ray).unwrap();
+    let waiting: Vec<_> = (0..20_000)
+        .map(|_| plus_one::remote(&ray, &gate).unwrap())
+        .collect();
+    assert!(!gate.is_ready(), "the gate is still running");
+    let results = ray.get_all(&waiting).await.expect("all ran");
+    assert_eq!(results.len(), 20_000);
+    assert!(results.iter().all(|&r| r == 8));
+    assert_eq!(gate.get().await.unwrap(), 7);
+    ray.shutdown();
+}
