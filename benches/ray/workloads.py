@@ -61,6 +61,8 @@ W4_REPS = [10_000, 200, 5]
 W4_ARCHIVED_GETS = 1_000
 W5_ACTORS = [50, 1_000]
 W5_MEMORY_STEP = 1_000
+# The least RSS a Ray actor's worker process is taken to need (bytes).
+MIN_RSS_PER_ACTOR = 50e6
 # As in examples/shapes/big_arg.rs.
 W6_TASKS = 200
 W6_BYTES = 10 << 20
@@ -321,7 +323,10 @@ def w5():
         # Each Ray actor is a process of tens of MB: where the step before
         # says this one cannot fit in memory, it is left out (and said so)
         # rather than run the machine out of memory. The size never shrinks.
-        need, available = rss_per_actor * n, mem_available_bytes()
+        # A Ray worker process is tens of MB; a growth measured lower (the
+        # pool's prestarted workers hide it) must not let the next step run.
+        need = max(rss_per_actor, MIN_RSS_PER_ACTOR) * n
+        available = mem_available_bytes()
         if need > available:
             note = (f"create_and_call_{n}: needs about {need / 1e9:.0f} GB "
                     f"({rss_per_actor / 1e6:.0f} MB RSS per actor), "
