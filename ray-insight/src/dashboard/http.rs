@@ -33,6 +33,9 @@ const VIEW_COST_SHARE: u32 = 4;
 /// The most of a refused request's body read (and dropped) before answering.
 const DISCARD_BYTES: u64 = 256 * 1024;
 
+/// How long one write of an event may block before the stream is dropped.
+const SSE_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How long a client may take to send its request.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -334,6 +337,8 @@ fn events(mut stream: TcpStream, request: &Request, shared: &Shared) {
             }
         },
     };
+    // A browser that stops reading must not hold this thread forever.
+    let _ = stream.set_write_timeout(Some(SSE_WRITE_TIMEOUT));
     if stream.write_all(head.as_bytes()).is_err() {
         return;
     }
@@ -504,8 +509,13 @@ fn decode(s: &str) -> String {
         match bytes[i] {
             b'+' => out.push(b' '),
             b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
-                    .ok()
+                let pair = &bytes[i + 1..i + 3];
+                // Two hex digits exactly (from_str_radix would take "+1").
+                let hex = pair
+                    .iter()
+                    .all(u8::is_ascii_hexdigit)
+                    .then(|| std::str::from_utf8(pair).ok())
+                    .flatten()
                     .and_then(|h| u8::from_str_radix(h, 16).ok());
                 match hex {
                     Some(b) => {
@@ -533,6 +543,8 @@ mod tests {
         assert_eq!(decode("100%"), "100%");
         assert_eq!(decode("%zz%4"), "%zz%4");
         assert_eq!(decode("%E2%9C%93"), "✓");
+        // A sign is not a hex digit: `%` stays, `+` is a space as ever.
+        assert_eq!(decode("%+1x"), "% 1x");
     }
 
     #[test]

@@ -698,9 +698,13 @@ pub fn diff(old: &Value, new: &Value) -> Option<Value> {
     (!arrays.is_empty() || !fields.is_empty()).then(|| json!({"arrays": arrays, "fields": fields}))
 }
 
-/// Whether every item of `items` has a key.
+/// Whether every item of `items` has a key, and no two the same (an array
+/// that is not keyed so is sent whole).
 fn keyed(items: &[Value]) -> bool {
-    items.iter().all(|i| item_key(i).is_some())
+    let mut seen = HashSet::with_capacity(items.len());
+    items
+        .iter()
+        .all(|i| item_key(i).is_some_and(|k| seen.insert(k)))
 }
 
 /// Applies a [`diff`] to `old`, giving the newer summary (array order: kept
@@ -916,5 +920,18 @@ mod tests {
         let mut patched = old.clone();
         patch(&mut patched, &delta);
         assert_eq!(patched, gone);
+    }
+
+    /// Items sharing a key cannot be patched one by one: such an array is
+    /// sent whole, and the patch still gives the new summary.
+    #[test]
+    fn an_array_with_repeated_keys_is_sent_whole() {
+        let old = json!({"a": [{"id": "x", "v": 1}, {"id": "x", "v": 2}]});
+        let new = json!({"a": [{"id": "x", "v": 1}, {"id": "x", "v": 3}]});
+        let delta = diff(&old, &new).expect("changed");
+        assert_eq!(delta["fields"]["a"], new["a"], "{delta}");
+        let mut patched = old.clone();
+        patch(&mut patched, &delta);
+        assert_eq!(patched, new);
     }
 }

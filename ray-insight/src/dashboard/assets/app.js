@@ -146,6 +146,8 @@ const fullKey = (tab) => baseKey(tab) + (state.live ? '#' + state.version : '');
 async function runTab(name, force) {
   const tab = tabs[name];
   if (!tab || state.job === null) return;
+  // The event stream follows the tab shown even when its data need not reload.
+  subscribe();
   const key = fullKey(tab), base = baseKey(tab);
   if (!force && key === tab.loadedKey) return;
   if (tab.busy) { tab.again = true; return; }
@@ -160,7 +162,6 @@ async function runTab(name, force) {
   }
   Object.assign(tab, { busy: true, loadedKey: key, loadedAt: Date.now() });
   try {
-    subscribe();
     await tab.load();
     tab.okBase = base;
     setPanelMsg(name, '');
@@ -838,6 +839,9 @@ function renderStack() {
   const tasks = d.tasks || [], deadlocks = d.deadlocks || [];
   const byId = new Map(tasks.map((t) => [t.task_id, t]));
   const inCycle = new Set(deadlocks.flatMap((c) => (c.cycle || []).map((r) => r.task_id)));
+  // The server's order (deadlocked, then blocked, then oldest), kept after deltas appended to the list.
+  const rankOf = (t) => [inCycle.has(t.task_id) ? 0 : 1, (t.waits_on || []).length ? 0 : 1, Number(t.started_nanos) || 0];
+  tasks.sort((a, b) => { const x = rankOf(a), y = rankOf(b); return x[0] - y[0] || x[1] - y[1] || x[2] - y[2]; });
   const q = $('stack-search').value.trim().toLowerCase(), want = $('stack-state').value, now = d.now_nanos ?? state.now;
   let html = '';
   for (const dl of deadlocks) {
@@ -895,13 +899,14 @@ defineTab('stack', () => loadSummary('stack'), {
 });
 
 // ===== Tab 4: Flame — inferno SVG in an iframe; baseline and diff mode =====
-const flame = { mode: 'normal', baseline: null, baselineAt: '', blobUrl: null };
+const flame = { mode: 'normal', baseline: null, baselineAt: '', baselineMetric: null, blobUrl: null };
 
 /** The flame graph's URL; in diff mode the server's SVG (the baseline posted in the body) as a blob URL. */
 async function flameFrameUrl() {
   const metric = $('flame-metric').value;
   if (flame.mode !== 'diff') return apiUrl('api/view', viewParams('flame', 'svg', { metric }));
-  const p = viewParams(null, null, { metric });
+  // Now against the baseline, in the baseline's metric.
+  const p = viewParams(null, null, { metric: flame.baselineMetric || metric });
   delete p.view; delete p.format;
   let resp, text = '';
   try {
@@ -958,6 +963,7 @@ async function takeBaseline() {
   try {
     const metric = $('flame-metric').value;
     const text = flame.baseline = await fetchText('api/view', viewParams('flame', 'folded', { metric }));
+    flame.baselineMetric = metric;
     const stacks = text.split('\n').filter((l) => l.trim()).length;
     flame.baselineAt = `${state.job}, ${state.live ? 'now ' + fmtSecs(state.now) : 'at ' + fmtSecs(state.at)}, ${metric}, ${stacks} stacks`;
     setPanelMsg('flame', '');
@@ -1059,7 +1065,9 @@ function receiveGantt(d) {
 /** The window asked of the server once zoomed in (nanoseconds), so that it sends that part in detail. */
 function ganttWindow() {
   if (gantt.fitted || !gantt.view) return {};
-  const from = Math.max(0, Math.floor(gantt.view.s * 1e3)), to = Math.ceil(gantt.view.e * 1e3);
+  // Nanoseconds, kept within integers the server parses (a far zoom-out would print 1e+21).
+  const clamp = (ns) => Math.min(Number.MAX_SAFE_INTEGER, Math.max(0, ns));
+  const from = clamp(Math.floor(gantt.view.s * 1e3)), to = clamp(Math.ceil(gantt.view.e * 1e3));
   return to > from ? { from, to } : {};
 }
 
