@@ -88,6 +88,20 @@ fn screenshots() -> PathBuf {
     shots
 }
 
+/// The Chromium to drive; `None` (the test is skipped, and says so) on a
+/// machine without one, except in CI, which must have it.
+fn chromium_or_skip() -> Option<PathBuf> {
+    let found = chromium();
+    if found.is_none() {
+        assert!(
+            std::env::var("CI").is_err(),
+            "CI must have Chromium (.ci/run installs it)"
+        );
+        eprintln!("no Chromium on this machine: the browser test is skipped");
+    }
+    found
+}
+
 /// Runs headless Chromium on `url` with `extra` arguments; its stdout.
 fn headless(chromium: &Path, url: &str, extra: &[&str]) -> String {
     let profile = std::env::temp_dir().join(format!("rayrs-chromium-{}", std::process::id()));
@@ -111,12 +125,7 @@ fn headless(chromium: &Path, url: &str, extra: &[&str]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_w7_and_a_deadlock_in_a_real_browser() {
-    let Some(chromium) = chromium() else {
-        assert!(
-            std::env::var("CI").is_err(),
-            "CI must have Chromium (.ci/run installs it)"
-        );
-        eprintln!("no Chromium on this machine: the browser test is skipped");
+    let Some(chromium) = chromium_or_skip() else {
         return;
     };
     let ray = ray_core::init_with(Config {
@@ -218,12 +227,7 @@ async fn the_dashboard_shows_w7_and_a_deadlock_in_a_real_browser() {
 /// slices. Screenshots: `scale-<tab>.png`.
 #[test]
 fn the_dashboard_shows_ten_thousand_actors_as_summaries() {
-    let Some(chromium) = chromium() else {
-        assert!(
-            std::env::var("CI").is_err(),
-            "CI must have Chromium (.ci/run installs it)"
-        );
-        eprintln!("no Chromium on this machine: the browser test is skipped");
+    let Some(chromium) = chromium_or_skip() else {
         return;
     };
     let mut views = ray_insight::Views::default();

@@ -10,6 +10,8 @@ use std::time::Duration;
 use anyhow::{ensure, Context};
 use ray_core::prelude::*;
 
+use super::cluster::Spot;
+
 /// `queue`: tasks submitted while they cannot start.
 pub const QUEUE_TASKS: usize = 1_000_000;
 /// `queue`: submits timed together; the first and the last block are
@@ -65,33 +67,15 @@ pub async fn tasks_per_node(ray: &Ray, n: usize) -> ray_core::Result<BTreeMap<u6
     Ok(per_node)
 }
 
-/// `memory`: an actor with no state that says where it lives.
-#[remote]
-pub struct Idle;
-
-#[remote]
-impl Idle {
-    fn new() -> Self {
-        Idle
-    }
-
-    fn node(&self) -> u64 {
-        Ray::current()
-            .expect("an actor runs inside the runtime")
-            .node_id()
-            .0
-    }
-}
-
-/// `memory`: creates `n` [`Idle`] actors with default options, calls each
+/// `memory`: creates `n` [`Spot`] (stateless) actors with default options, calls each
 /// once (so every one is constructed) and waits for every answer; returns
 /// the actors, alive and idle, and how many live on each node.
 pub async fn idle_actors(
     ray: &Ray,
     n: usize,
-) -> ray_core::Result<(Vec<ActorHandle<Idle>>, BTreeMap<u64, usize>)> {
+) -> ray_core::Result<(Vec<ActorHandle<Spot>>, BTreeMap<u64, usize>)> {
     let actors = (0..n)
-        .map(|_| Idle::remote(ray))
+        .map(|_| Spot::remote(ray))
         .collect::<ray_core::Result<Vec<_>>>()?;
     let calls = actors
         .iter()
