@@ -175,9 +175,14 @@ async fn archived_ref_parameters_read_the_stored_object_without_copying() {
     ray.shutdown();
 }
 
+/// Opened by the test once every waiting task is submitted.
+static GATE_OPEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 #[remote]
-fn slow_seven() -> u64 {
-    std::thread::sleep(Duration::from_millis(300));
+fn gated_seven() -> u64 {
+    while !GATE_OPEN.load(std::sync::atomic::Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     7
 }
 
@@ -192,11 +197,16 @@ fn plus_one(x: u64) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_task_queued_on_one_pending_object_runs_when_it_is_ready() {
     let ray = with_store(1 << 30, Duration::from_secs(1)).await;
-    let gate = slow_seven::remote(&ray).unwrap();
+    let gate = gated_seven::remote(&ray).unwrap();
     let waiting: Vec<_> = (0..20_000)
         .map(|_| plus_one::remote(&ray, &gate).unwrap())
         .collect();
-    assert!(!gate.is_ready(), "the gate is still running");
+    assert!(!gate.is_ready(), "the gate is still closed");
+    assert!(
+        waiting.iter().all(|r| !r.is_ready()),
+        "all are waiting on it"
+    );
+    GATE_OPEN.store(true, std::sync::atomic::Ordering::Release);
     let results = ray.get_all(&waiting).await.expect("all ran");
     assert_eq!(results.len(), 20_000);
     assert!(results.iter().all(|&r| r == 8));
