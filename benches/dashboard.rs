@@ -24,18 +24,7 @@ use ray_insight::Views;
 #[path = "../ray-insight/tests/common/workload.rs"]
 mod workload;
 
-use workload::{feed_all, Shape};
-
-/// The memory test's full-size workload.
-const FULL: Shape = Shape {
-    tasks: 1_000_000,
-    actors: 10_000,
-    nodes: 8,
-    workers: 64,
-    queued: 200,
-    running: 1_800,
-    sample_every: 2_000,
-};
+use workload::{feed_all, FULL};
 
 /// The summarized views.
 const SUMMARIZED: [ViewKind; 4] = [

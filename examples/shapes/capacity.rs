@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{ensure, Context};
 use ray_core::prelude::*;
 
-use super::cluster::Spot;
+use super::cluster::{spots_per_node, Spot};
 
 /// `queue`: tasks submitted while they cannot start.
 pub const QUEUE_TASKS: usize = 1_000_000;
@@ -77,14 +77,7 @@ pub async fn idle_actors(
     let actors = (0..n)
         .map(|_| Spot::remote(ray))
         .collect::<ray_core::Result<Vec<_>>>()?;
-    let calls = actors
-        .iter()
-        .map(|a| a.node())
-        .collect::<ray_core::Result<Vec<_>>>()?;
-    let mut per_node = BTreeMap::new();
-    for node in ray.get_all(&calls).await? {
-        *per_node.entry(node).or_insert(0) += 1;
-    }
+    let per_node = spots_per_node(ray, &actors).await?;
     Ok((actors, per_node))
 }
 

@@ -109,6 +109,16 @@ pub async fn spread_actors(
     let actors = (0..n)
         .map(|_| Spot::options().spread().remote(ray))
         .collect::<ray_core::Result<Vec<_>>>()?;
+    let per_node = spots_per_node(ray, &actors).await?;
+    Ok((actors, per_node))
+}
+
+/// Calls every one of `actors` once (so each is constructed) and counts how
+/// many answered from each node.
+pub async fn spots_per_node(
+    ray: &Ray,
+    actors: &[ActorHandle<Spot>],
+) -> ray_core::Result<BTreeMap<u64, usize>> {
     let calls = actors
         .iter()
         .map(|a| a.node())
@@ -117,5 +127,5 @@ pub async fn spread_actors(
     for node in ray.get_all(&calls).await? {
         *per_node.entry(node).or_insert(0) += 1;
     }
-    Ok((actors, per_node))
+    Ok(per_node)
 }

@@ -427,15 +427,7 @@ fn time_exports(views: &Views) -> usize {
 #[ignore = "a million tasks: run in release with -- --ignored --nocapture"]
 fn a_million_tasks_and_ten_thousand_actors_stay_within_the_stated_bound() {
     let _serial = measuring();
-    let shape = Shape {
-        tasks: 1_000_000,
-        actors: 10_000,
-        nodes: 8,
-        workers: 64,
-        queued: 200,
-        running: 1_800,
-        sample_every: 2_000,
-    };
+    let shape = workload::FULL;
     // Every cap this workload reaches is reached by 300,000 tasks; the
     // objects table (65,536) settles after ~610,000 puts (~720,000 tasks).
     let (views, m) = feed(shape, Limits::default(), 300_000, 850_000);

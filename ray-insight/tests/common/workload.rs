@@ -97,6 +97,18 @@ pub struct Shape {
     pub sample_every: u64,
 }
 
+/// The full-size workload of the memory bound and the dashboard bench:
+/// 1,000,000 tasks over 10,000 actors, 8 nodes and 64 workers.
+pub const FULL: Shape = Shape {
+    tasks: 1_000_000,
+    actors: 10_000,
+    nodes: 8,
+    workers: 64,
+    queued: 200,
+    running: 1_800,
+    sample_every: 2_000,
+};
+
 /// splitmix64: a fixed, well-mixed choice per step, so every run feeds the
 /// same records.
 pub fn mix(x: u64) -> u64 {
