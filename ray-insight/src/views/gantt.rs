@@ -53,6 +53,9 @@ pub(crate) struct StoredSlice {
     pub(crate) flow_from: Option<(LaneId, u64)>,
 }
 
+/// How many of the latest finished slices a late placement is looked for in.
+const LATE_PLACEMENT_SEARCH: usize = 4_096;
+
 /// Finished slices, newest last, at most `cap`.
 #[derive(Debug)]
 pub(crate) struct GanttAgg {
@@ -84,6 +87,42 @@ impl GanttAgg {
 
     pub(crate) fn len(&self) -> usize {
         self.slices.len()
+    }
+
+    /// A placement (`task.scheduled`) that reached the engine after its task
+    /// had finished (on a cluster the owner's records can arrive after the
+    /// worker's): the task's finished `submitted` slice, if among the latest
+    /// [`LATE_PLACEMENT_SEARCH`], is split at `at` into submitted and
+    /// scheduled. Whether it was found.
+    pub(crate) fn place_late(&mut self, task_id: &Id, at: u64) -> bool {
+        let len = self.slices.len();
+        let found = self
+            .slices
+            .iter()
+            .rev()
+            .take(LATE_PLACEMENT_SEARCH)
+            .position(|s| {
+                s.state == SliceState::Submitted
+                    && s.task_id == *task_id
+                    && s.start < at
+                    && at < s.start + s.dur
+            });
+        let Some(back) = found else {
+            return false;
+        };
+        let i = len - 1 - back;
+        let submitted = &mut self.slices[i];
+        let end = submitted.start + submitted.dur;
+        submitted.dur = at - submitted.start;
+        let mut scheduled = submitted.clone();
+        scheduled.state = SliceState::Scheduled;
+        scheduled.start = at;
+        scheduled.dur = end - at;
+        self.slices.insert(i + 1, scheduled);
+        if self.slices.len() > self.cap {
+            self.slices.pop_front();
+        }
+        true
     }
 
     /// The view over finished slices plus `live` ones, for the label sets

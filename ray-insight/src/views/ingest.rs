@@ -225,7 +225,8 @@ impl Views {
     /// A submitted task was placed: on a node (`node_id`), and on a worker
     /// (`worker_id`) when pushed to one. The submit may arrive later (it is
     /// recorded on another thread): the placement then waits for it in a
-    /// small table. Late placements of finished tasks are dropped quietly.
+    /// small table. A placement of a task that already finished splits its
+    /// recorded `submitted` slice (see `GanttAgg::place_late`).
     fn on_scheduled(&mut self, record: &Record) -> bool {
         let Some(id) = str_field(record, "task_id") else {
             return false;
@@ -233,7 +234,9 @@ impl Views {
         let node = str_field(record, "node_id");
         match self.tasks.get_mut(&id) {
             Some(task) => Self::place(task, record.at_nanos, node),
-            None if self.recent.get(&id).is_some() => {}
+            None if self.recent.get(&id).is_some() => {
+                self.gantt.place_late(&id, record.at_nanos);
+            }
             None => {
                 if self.pending_placements.insert(id, (record.at_nanos, node)) {
                     self.stats.dropped += 1;

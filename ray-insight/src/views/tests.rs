@@ -1575,3 +1575,37 @@ fn context_labels_are_shown_on_nodes_stacks_and_workers() {
     let json = physical.to_json().to_string();
     assert!(json.contains(r#""labels":[["dp_rank","0"]]"#), "{json}");
 }
+
+/// On a cluster the owner's `task.scheduled` can reach the engine after the
+/// worker's records of the whole run: the finished task's submitted slice is
+/// then split at the placement, as if it had arrived in order.
+#[test]
+fn a_placement_arriving_after_its_task_finished_still_shows() {
+    let mut s = Script::default();
+    s.event(
+        "task.submit",
+        1,
+        &[("task_id", "t1"), ("function", "m::leaf")],
+    );
+    let run = s.open(
+        "task.run",
+        5,
+        &[
+            ("task_id", "t1"),
+            ("function", "m::leaf"),
+            ("node_id", "n2"),
+        ],
+    );
+    s.close(run, 8);
+    s.event("task.scheduled", 3, &[("task_id", "t1"), ("node_id", "n2")]);
+    let gantt = s.views().snapshot().gantt();
+    let spans: Vec<(SliceState, u64, u64)> = gantt
+        .slices
+        .iter()
+        .filter(|s| s.task_id == "t1")
+        .map(|s| (s.state, s.start_nanos / 1_000, s.dur_nanos / 1_000))
+        .collect();
+    assert!(spans.contains(&(SliceState::Submitted, 1, 2)), "{spans:?}");
+    assert!(spans.contains(&(SliceState::Scheduled, 3, 2)), "{spans:?}");
+    assert!(spans.contains(&(SliceState::Running, 5, 3)), "{spans:?}");
+}
