@@ -12,6 +12,48 @@ use rkyv::util::AlignedVec;
 /// so a buffer can be accessed in place without copying.
 pub const BUFFER_ALIGNMENT: usize = 16;
 
+/// Capacity from which [`aligned_with_capacity`] asks the kernel to back a
+/// buffer with transparent huge pages.
+pub const HUGE_PAGE_THRESHOLD: usize = 4 << 20;
+
+/// An empty 16-aligned vector with room for `capacity` bytes, for the bytes
+/// of an object about to be written (received from another node, or
+/// encoded).
+///
+/// From [`HUGE_PAGE_THRESHOLD`] on, Linux is asked (`MADV_HUGEPAGE`) to back
+/// it with 2 MiB pages: writing a fresh 100 MiB buffer then takes 50 page
+/// faults instead of 25,600, which was a third of the CPU time of a 100 MiB
+/// transfer between two nodes (`RAYRS_TRANSPORT_PROFILE=8 cargo bench
+/// --bench transport`: 0.62 → 1.4 GB/s). Where huge pages are off, the
+/// advice is ignored and nothing changes.
+pub fn aligned_with_capacity(capacity: usize) -> AlignedVec<BUFFER_ALIGNMENT> {
+    let mut v = AlignedVec::with_capacity(capacity);
+    if capacity >= HUGE_PAGE_THRESHOLD {
+        advise_huge_pages(v.as_mut_ptr(), capacity);
+    }
+    v
+}
+
+#[cfg(target_os = "linux")]
+fn advise_huge_pages(ptr: *mut u8, len: usize) {
+    const PAGE: usize = 4096;
+    let start = (ptr as usize).next_multiple_of(PAGE);
+    let end = (ptr as usize + len) / PAGE * PAGE;
+    if end > start {
+        // SAFETY: [start, end) lies inside the allocation of `len` bytes at
+        // `ptr`, which the caller owns. MADV_HUGEPAGE is advice: it changes
+        // neither the contents nor the validity of the mapping. It fails
+        // (EINVAL) where huge pages are unsupported, which leaves the buffer
+        // as it was, so the result is ignored.
+        unsafe {
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn advise_huge_pages(_ptr: *mut u8, _len: usize) {}
+
 /// An empty slice whose address is 16-aligned.
 ///
 /// An empty `AlignedVec` holds a dangling pointer with alignment 1, so empty
@@ -117,6 +159,27 @@ mod tests {
             assert!(is_aligned(buf.as_bytes()), "len {len}");
             assert_eq!(buf.as_bytes(), &data[..]);
             assert_eq!(buf.len(), len);
+        }
+    }
+
+    #[test]
+    fn buffers_sized_ahead_hold_every_byte_written_below_and_above_the_huge_page_threshold() {
+        for len in [
+            0,
+            1,
+            4095,
+            HUGE_PAGE_THRESHOLD - 1,
+            HUGE_PAGE_THRESHOLD + 4097,
+        ] {
+            let mut v = aligned_with_capacity(len);
+            assert!(v.is_empty() && v.capacity() >= len, "len {len}");
+            let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let before = v.as_ptr();
+            v.extend_from_slice(&data);
+            assert_eq!(v.as_ptr(), before, "len {len}: no reallocation");
+            let buf = ObjectBuffer::from_aligned(v);
+            assert!(is_aligned(buf.as_bytes()), "len {len}");
+            assert!(buf.as_bytes() == &data[..], "len {len}");
         }
     }
 

@@ -1355,7 +1355,7 @@ impl ClusterCore {
                     len: buf.len() as u64,
                 };
                 if w.send(&Envelope::new(head)).await.is_ok() {
-                    let _ = w.send_raw(buf.as_bytes()).await;
+                    let _ = w.send_shared(buf).await;
                 }
             }
             Err(e) => {

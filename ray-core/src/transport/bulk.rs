@@ -183,7 +183,9 @@ async fn read_payload(
             max: max_len,
         });
     };
-    let mut payload = AlignedVec::<16>::with_capacity(want);
+    // Huge pages for large payloads: faulting in 4 KiB pages cost more
+    // than the copy itself.
+    let mut payload = ray_store::aligned_with_capacity(want);
     let truncated = |got: usize| TransportError::PayloadTruncated {
         peer,
         got: got as u64,

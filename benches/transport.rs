@@ -1,0 +1,167 @@
+//! Criterion bench of the QUIC transport's object path: one `GetObject`
+//! request answered with `ObjectFollows` and the raw bytes
+//! (`request_bulk` on one side, `accept_frames` and `send_shared` on the
+//! other), the way a worker fetches an
+//! argument from its owner, for 1 MiB and 100 MiB. The two endpoints are
+//! on 127.0.0.1, each on its own 1-thread tokio runtime, as two processes
+//! of a two-node cluster on one 2-core machine would be.
+//!
+//! `RAYRS_TRANSPORT_PROFILE=N` skips criterion and fetches 100 MiB N times
+//! (for `perf record`), printing GB/s.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use ray_core::transport::{
+    BuildFingerprint, ClusterCa, Connection, Endpoint, EndpointConfig, Envelope, Message, Role,
+};
+use ray_core::{ObjectId, WorkerId};
+
+// Only `configure` is used here.
+#[allow(dead_code)]
+mod support;
+
+const SIZES: [(&str, usize); 2] = [("1MiB", 1 << 20), ("100MiB", 100 << 20)];
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime for the bench")
+}
+
+/// A served endpoint holding `payload` and a client connected to it; the
+/// runtimes and endpoints must outlive the connection.
+struct Pair {
+    server_rt: tokio::runtime::Runtime,
+    client_rt: tokio::runtime::Runtime,
+    _server: Endpoint,
+    _client: Endpoint,
+    conn: Connection,
+}
+
+fn pair(payload: Arc<Vec<u8>>) -> Pair {
+    let ca = ClusterCa::generate().expect("a cluster CA");
+    let build = BuildFingerprint([7; 32]);
+    let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
+    let server_rt = runtime();
+    let client_rt = runtime();
+    let server_creds = ca.issue("node-1").expect("server credentials");
+    let client_creds = ca.issue("worker-1").expect("client credentials");
+    let server = server_rt
+        .block_on(async {
+            Endpoint::bind(
+                localhost,
+                &server_creds,
+                EndpointConfig::new(Role::Worker, build),
+            )
+        })
+        .expect("bind the server");
+    let addr = server.local_addr().expect("server address");
+    let serving = server.clone();
+    server_rt.spawn(async move {
+        while let Ok(conn) = serving.accept().await {
+            let payload = payload.clone();
+            tokio::spawn(serve(conn, payload));
+        }
+    });
+    let client = client_rt
+        .block_on(async {
+            Endpoint::bind(
+                localhost,
+                &client_creds,
+                EndpointConfig::new(Role::Worker, build),
+            )
+        })
+        .expect("bind the client");
+    let conn = client_rt
+        .block_on(client.connect(addr))
+        .expect("connect to the server");
+    Pair {
+        server_rt,
+        client_rt,
+        _server: server,
+        _client: client,
+        conn,
+    }
+}
+
+/// The served bytes, shared with quinn while in flight.
+#[derive(Clone)]
+struct Shared(Arc<Vec<u8>>);
+
+impl AsRef<[u8]> for Shared {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Answers every `GetObject` stream on `conn` with `payload`, the way a
+/// cluster process serves an object it holds: `ObjectFollows`, then the
+/// shared bytes.
+async fn serve(conn: Connection, payload: Arc<Vec<u8>>) {
+    while let Ok((mut w, mut r)) = conn.accept_frames().await {
+        let payload = Shared(payload.clone());
+        tokio::spawn(async move {
+            if let Ok(Some(_)) = r.recv().await {
+                let head = Envelope::new(Message::ObjectFollows {
+                    len: payload.0.len() as u64,
+                });
+                if w.send(&head).await.is_ok() {
+                    let _ = w.send_shared(payload).await;
+                }
+                w.finish();
+            }
+        });
+    }
+}
+
+/// Fetches the served payload once; its length.
+async fn fetch(conn: &Connection) -> usize {
+    let id = ObjectId::new(WorkerId(1), 1);
+    let request = Envelope::new(Message::GetObject { id, take: false });
+    let (_, bytes) = conn
+        .request_bulk(&request, u64::MAX)
+        .await
+        .expect("fetch the payload");
+    bytes.expect("a payload follows").len()
+}
+
+fn transport(c: &mut Criterion) {
+    if let Some(n) = std::env::var("RAYRS_TRANSPORT_PROFILE")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        let len = SIZES[1].1;
+        let p = pair(Arc::new(vec![7u8; len]));
+        for _ in 0..n {
+            let start = Instant::now();
+            let got = p.client_rt.block_on(fetch(&p.conn));
+            assert_eq!(got, len);
+            let secs = start.elapsed().as_secs_f64();
+            println!(
+                "100 MiB in {:.1} ms: {:.2} GB/s",
+                secs * 1e3,
+                len as f64 / secs / 1e9
+            );
+        }
+        drop(p.server_rt);
+        return;
+    }
+    let mut group = c.benchmark_group("transport");
+    support::configure(&mut group);
+    for (label, len) in SIZES {
+        let p = pair(Arc::new(vec![7u8; len]));
+        group.throughput(Throughput::Bytes(len as u64));
+        group.bench_function(format!("get_object_{label}"), |b| {
+            b.iter(|| assert_eq!(p.client_rt.block_on(fetch(&p.conn)), len))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, transport);
+criterion_main!(benches);
