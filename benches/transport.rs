@@ -99,21 +99,34 @@ impl AsRef<[u8]> for Shared {
     }
 }
 
-/// Answers every `GetObject` stream on `conn` with `payload`, the way a
-/// cluster process serves an object it holds: `ObjectFollows`, then the
-/// shared bytes.
+/// Serves `conn`'s streams the way a cluster process serves its peers: a
+/// `GetObject` gets `ObjectFollows`, then the shared bytes; a stream that
+/// starts with a `Ping` (a link, like an owner's pushed work) gets a `Pong`
+/// for each ping at once.
 async fn serve(conn: Connection, payload: Arc<Vec<u8>>) {
     while let Ok((mut w, mut r)) = conn.accept_frames().await {
         let payload = Shared(payload.clone());
         tokio::spawn(async move {
-            if let Ok(Some(_)) = r.recv().await {
-                let head = Envelope::new(Message::ObjectFollows {
-                    len: payload.0.len() as u64,
-                });
-                if w.send(&head).await.is_ok() {
-                    let _ = w.send_shared(payload).await;
+            let mut next = r.recv().await;
+            while let Ok(Some(envelope)) = next {
+                match envelope.body {
+                    Message::Ping { seq } => {
+                        if w.send(&Message::Pong { seq }.into()).await.is_err() {
+                            return;
+                        }
+                    }
+                    _ => {
+                        let head = Envelope::new(Message::ObjectFollows {
+                            len: payload.0.len() as u64,
+                        });
+                        if w.send(&head).await.is_ok() {
+                            let _ = w.send_shared(payload).await;
+                        }
+                        w.finish();
+                        return;
+                    }
                 }
-                w.finish();
+                next = r.recv().await;
             }
         });
     }
@@ -153,6 +166,26 @@ fn transport(c: &mut Criterion) {
     }
     let mut group = c.benchmark_group("transport");
     support::configure(&mut group);
+    {
+        // One frame each way on a long-lived stream between the two
+        // runtimes: the floor under a cluster task's round trip.
+        let p = pair(Arc::new(Vec::new()));
+        let (mut w, mut r) = p
+            .client_rt
+            .block_on(p.conn.open_frames())
+            .expect("open a stream");
+        let mut seq = 0;
+        group.bench_function("ping_pong_round_trip", |b| {
+            b.iter(|| {
+                seq += 1;
+                p.client_rt.block_on(async {
+                    w.send(&Message::Ping { seq }.into()).await.expect("ping");
+                    let pong = r.recv().await.expect("pong").expect("a frame");
+                    assert_eq!(pong.body, Message::Pong { seq });
+                })
+            })
+        });
+    }
     for (label, len) in SIZES {
         let p = pair(Arc::new(vec![7u8; len]));
         group.throughput(Throughput::Bytes(len as u64));

@@ -146,6 +146,11 @@ pub(crate) fn start_cluster_process(p: ClusterProcess) -> Result<Ray> {
         max_inline_bytes: config.max_inline_bytes,
         put_timeout: config.put_timeout,
         namespace: config.namespace,
+        // A cluster process runs only work pushed over the network, which
+        // arrives through its I/O thread: a pool thread spinning for it
+        // only takes the core that thread needs (cluster W2 p50 ~150 µs
+        // spinning, ~120 µs not).
+        pool_spin: std::time::Duration::ZERO,
     };
     if p.insight {
         let insight = crate::recording::install(&crate::insight::InsightOptions::default())?;
@@ -353,6 +358,7 @@ fn start(config: Config, handle: tokio::runtime::Handle) -> Result<Ray> {
         max_inline_bytes: config.max_inline_bytes,
         put_timeout: config.put_timeout,
         namespace: config.namespace,
+        pool_spin: crate::pool::SPIN,
     };
     let insight = insight_options(&config.insight);
     if let Some(options) = &insight {

@@ -36,6 +36,8 @@ pub(crate) struct Settings {
     pub(crate) max_inline_bytes: usize,
     pub(crate) put_timeout: Duration,
     pub(crate) namespace: String,
+    /// How long an idle pool thread spins for new work before sleeping.
+    pub(crate) pool_spin: Duration,
 }
 
 /// Everything one worker (here: the embedded node) runs on.
@@ -93,7 +95,12 @@ impl Runtime {
             store,
             sched: Mutex::new(LocalQueue::new(total.clone())),
             node_total: total,
-            pool: CpuPool::new(MAX_RUNNING_JOBS, keep_threads, "ray-cpu"),
+            pool: CpuPool::new(
+                MAX_RUNNING_JOBS,
+                keep_threads,
+                settings.pool_spin,
+                "ray-cpu",
+            ),
             gcs: Mutex::new(gcs),
             pinned_actors: Mutex::new(HashMap::new()),
             live_actors: Mutex::new(HashMap::new()),
