@@ -174,6 +174,31 @@ fn transport(c: &mut Criterion) {
             .client_rt
             .block_on(p.conn.open_frames())
             .expect("open a stream");
+        // The same from a task on the client's runtime thread: no hand-off
+        // between the caller's thread and the runtime's, so only QUIC,
+        // the kernel and the two runtimes' wake-ups remain.
+        let (w2, r2) = p
+            .client_rt
+            .block_on(p.conn.open_frames())
+            .expect("open a stream");
+        let link = Arc::new(tokio::sync::Mutex::new((w2, r2)));
+        group.bench_function("ping_pong_round_trip_in_runtime", |b| {
+            b.iter_custom(|iters| {
+                let link = link.clone();
+                let task = p.client_rt.spawn(async move {
+                    let mut guard = link.lock().await;
+                    let (w, r) = &mut *guard;
+                    let start = Instant::now();
+                    for seq in 0..iters {
+                        w.send(&Message::Ping { seq }.into()).await.expect("ping");
+                        let pong = r.recv().await.expect("pong").expect("a frame");
+                        assert_eq!(pong.body, Message::Pong { seq });
+                    }
+                    start.elapsed()
+                });
+                p.client_rt.block_on(task).expect("the ping task")
+            })
+        });
         let mut seq = 0;
         group.bench_function("ping_pong_round_trip", |b| {
             b.iter(|| {

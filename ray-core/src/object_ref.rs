@@ -152,11 +152,14 @@ impl Future for ReadyFuture<'_> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let rt = &self.handle.rt;
         let id = self.handle.id;
-        if self.guard.is_none()
-            && rt.objects.poll(id, None).is_pending()
-            && !crate::context::in_task()
-            && rt.pool.has_idle_core()
-        {
+        if self.guard.is_none() {
+            // One look first: a ready object (most of a `get_all` over
+            // finished work) costs a single table lookup.
+            if let Poll::Ready(value) = rt.objects.poll(id, None) {
+                return Poll::Ready(rt.read_value(id, value));
+            }
+        }
+        if self.guard.is_none() && !crate::context::in_task() && rt.pool.has_idle_core() {
             // A driver waiting on a short task, with a core to spare: a few
             // microseconds of spinning usually see it finish, saving a park
             // and a wake-up. With every core busy it would only slow them.

@@ -43,8 +43,9 @@ pub(crate) enum Value {
     Inline(ObjectBuffer),
     /// Large value in the node's object store.
     Stored,
-    /// The task producing it failed.
-    Failed(Error),
+    /// The task producing it failed (boxed: an `Error` is 80 bytes, and
+    /// every entry of the table carries room for a `Value`).
+    Failed(Box<Error>),
 }
 
 struct Entry {
@@ -136,10 +137,10 @@ impl ObjectTable {
     pub(crate) fn poll(&self, id: ObjectId, waker: Option<&Waker>) -> Poll<Value> {
         let mut shard = self.shard(id).lock();
         match shard.get_mut(&id) {
-            None => Poll::Ready(Value::Failed(Error::ObjectLost {
+            None => Poll::Ready(Value::Failed(Box::new(Error::ObjectLost {
                 object: id,
                 cause: "no reference to it remains".into(),
-            })),
+            }))),
             Some(Entry { value: Some(v), .. }) => Poll::Ready(v.clone()),
             Some(entry) => {
                 if let Some(w) = waker {
@@ -258,7 +259,7 @@ impl ObjectTable {
                 let mut shard = shard.lock();
                 for entry in shard.values_mut() {
                     if entry.value.is_none() {
-                        entry.value = Some(Value::Failed(err.clone()));
+                        entry.value = Some(Value::Failed(Box::new(err.clone())));
                         wake.append(&mut entry.waiters);
                     }
                 }

@@ -402,7 +402,7 @@ impl Runtime {
                 object: id,
                 cause: "missing from the object store".into(),
             }),
-            Value::Failed(e) => Err(e),
+            Value::Failed(e) => Err(*e),
         }
     }
 

@@ -169,9 +169,9 @@ impl Runtime {
         let (value, nested) = match outcome {
             Ok(enc) => match self.store_value(id, enc.buf) {
                 Ok(v) => (v, enc.nested),
-                Err(e) => (Value::Failed(e), Vec::new()),
+                Err(e) => (Value::Failed(Box::new(e)), Vec::new()),
             },
-            Err(e) => (Value::Failed(e), Vec::new()),
+            Err(e) => (Value::Failed(Box::new(e)), Vec::new()),
         };
         let stored = matches!(value, Value::Stored);
         if !self.objects.complete(id, value, nested) && stored {
