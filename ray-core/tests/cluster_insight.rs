@@ -167,7 +167,21 @@ async fn the_head_builds_one_jobs_views_from_every_process_and_replays_its_log()
         .insight_export(None, "logical", "json", Some(u64::MAX), None)
         .await
         .unwrap();
-    assert_eq!(json(&live), json(&replayed));
+    // The job still runs: a worker's resource sample can reach the head
+    // between the two exports, counted in `records` but drawing nothing
+    // in this view. The graph must match; the counts may only have grown.
+    let (mut live, mut replayed) = (json(&live), json(&replayed));
+    let applied = |v: &Value| v["records"]["applied"].as_u64().expect("applied");
+    assert!(
+        applied(&replayed) >= applied(&live),
+        "{live:#}\n{replayed:#}"
+    );
+    live.as_object_mut().expect("an object").remove("records");
+    replayed
+        .as_object_mut()
+        .expect("an object")
+        .remove("records");
+    assert_eq!(live, replayed);
     let log = std::fs::read_dir(cluster.insight_dir())
         .expect("the head keeps an insight directory")
         .filter_map(|e| e.ok())
