@@ -23,6 +23,15 @@ fn make_bytes(n: u64) -> Vec<u8> {
     (0..n).map(|i| (i % 251) as u8).collect()
 }
 
+/// Puts `n` bytes in the worker's own store and returns only the ref: the
+/// worker owns the object, the caller borrows it.
+#[remote]
+fn put_inside(n: u64) -> ObjectRef<Vec<u8>> {
+    let ray = Ray::current().expect("in a task");
+    let bytes: Vec<u8> = (0..n).map(|i| (i % 241) as u8).collect();
+    ray.put_blocking(bytes).expect("put in the worker")
+}
+
 #[remote]
 fn boom(msg: String) -> u64 {
     panic!("{msg}")
@@ -114,6 +123,20 @@ async fn tasks_actors_and_objects_cross_two_node_processes() {
 
     // Nested tasks: a worker is an owner too.
     assert_eq!(fan_out::remote(&ray, 10).unwrap().get().await.unwrap(), 45);
+    // A ref returned inside a result stays alive at its owner (the worker)
+    // after the task ends, small and large, and the driver reads it.
+    for n in [100u64, 2 << 20] {
+        let inner = put_inside::options()
+            .node_affinity(NodeId(other), false)
+            .remote(&ray, n)
+            .unwrap()
+            .get()
+            .await
+            .expect("the returned ref");
+        let got = inner.get().await.expect("the object the worker put");
+        assert_eq!(got.len() as u64, n);
+        assert!(got.iter().enumerate().all(|(i, &b)| b == (i % 241) as u8));
+    }
 
     // More waiting parents than the cluster has CPUs, each on a lease of
     // its own (spread): a blocked parent lends its lease back to its node,

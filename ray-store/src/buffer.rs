@@ -14,18 +14,29 @@ pub const BUFFER_ALIGNMENT: usize = 16;
 
 /// Capacity from which [`aligned_with_capacity`] asks the kernel to back a
 /// buffer with transparent huge pages.
-pub const HUGE_PAGE_THRESHOLD: usize = 4 << 20;
+///
+/// glibc serves every allocation above 32 MiB (the most its mmap
+/// threshold rises to) from a mapping of its own, returned to the kernel
+/// when freed, so the advice never outlives the buffer. Below that the
+/// memory may come from the malloc arena, where the advice would stay on
+/// and hand huge pages to whatever small allocations reuse it.
+pub const HUGE_PAGE_THRESHOLD: usize = 32 << 20;
+
+/// The size of a transparent huge page on x86-64 and of the extents
+/// advised: only whole, aligned ones can become huge pages.
+const HUGE_PAGE: usize = 2 << 20;
 
 /// An empty 16-aligned vector with room for `capacity` bytes, for the bytes
 /// of an object about to be written (received from another node, or
 /// encoded).
 ///
 /// From [`HUGE_PAGE_THRESHOLD`] on, Linux is asked (`MADV_HUGEPAGE`) to back
-/// it with 2 MiB pages: writing a fresh 100 MiB buffer then takes 50 page
-/// faults instead of 25,600, which was a third of the CPU time of a 100 MiB
-/// transfer between two nodes (`RAYRS_TRANSPORT_PROFILE=8 cargo bench
-/// --bench transport`: 0.62 → 1.4 GB/s). Where huge pages are off, the
-/// advice is ignored and nothing changes.
+/// its whole, aligned 2 MiB extents with huge pages: writing a fresh
+/// 100 MiB buffer then takes about 50 page faults instead of 25,600, which
+/// was a third of the CPU time of a 100 MiB transfer between two nodes
+/// (`RAYRS_TRANSPORT_PROFILE=8 cargo bench --bench transport`: 0.62 →
+/// 1.4 GB/s). Where huge pages are off, the advice is ignored and nothing
+/// changes.
 pub fn aligned_with_capacity(capacity: usize) -> AlignedVec<BUFFER_ALIGNMENT> {
     let mut v = AlignedVec::with_capacity(capacity);
     if capacity >= HUGE_PAGE_THRESHOLD {
@@ -36,9 +47,8 @@ pub fn aligned_with_capacity(capacity: usize) -> AlignedVec<BUFFER_ALIGNMENT> {
 
 #[cfg(target_os = "linux")]
 fn advise_huge_pages(ptr: *mut u8, len: usize) {
-    const PAGE: usize = 4096;
-    let start = (ptr as usize).next_multiple_of(PAGE);
-    let end = (ptr as usize + len) / PAGE * PAGE;
+    let start = (ptr as usize).next_multiple_of(HUGE_PAGE);
+    let end = (ptr as usize + len) / HUGE_PAGE * HUGE_PAGE;
     if end > start {
         // SAFETY: [start, end) lies inside the allocation of `len` bytes at
         // `ptr`, which the caller owns. MADV_HUGEPAGE is advice: it changes

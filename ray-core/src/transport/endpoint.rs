@@ -61,28 +61,40 @@ pub struct TransportConfig {
     /// [`DEFAULT_MAX_FRAME_LEN`]).
     pub max_frame_len: u32,
     /// The largest UDP payload this endpoint accepts, and the top of the
-    /// path-MTU search (default 65,527, the UDP maximum). Packets start at
-    /// QUIC's safe 1,200 bytes and grow only as far as probes get through:
-    /// about 1,450 on Ethernet, 8,950 with jumbo frames, 65,495 on
-    /// loopback. quinn's default (1,472) kept every packet near 1.4 KiB
-    /// even on links that carry 64 KiB.
+    /// path-MTU search (default 65,527, the most quinn allows; IPv4 carries
+    /// at most 65,507). Packets start at QUIC's safe 1,200 bytes and grow
+    /// only as far as probes get through: about 1,450 on Ethernet, 8,950
+    /// with jumbo frames, 65,495 on loopback. quinn's defaults (accept
+    /// 1,472, search up to 1,452) kept every packet near 1.4 KiB even on
+    /// links that carry 64 KiB.
+    ///
+    /// quinn reserves address space for receiving in proportion: this
+    /// times 2,048 (64 GRO segments × 32 datagrams per batch), 128 MiB at
+    /// the default. It is zeroed lazily and only the pages datagrams land
+    /// in become resident (about 2 MiB: 32 slots of up to 64 KiB).
     pub max_udp_payload: u16,
     /// Whether to hand the kernel batches of equal packets in one call
-    /// (UDP GSO; default off). With packets grown past a few KiB it gains
-    /// nothing, and on Linux 6.x loopback quinn's probes for them failed
-    /// under GSO, pinning packets at 1,200 bytes (100 MiB between two
-    /// processes: 0.28 GB/s with it, 0.62 without; `cargo bench --bench
-    /// transport`).
+    /// (UDP GSO; default off). On Linux 6.x loopback quinn's probes for
+    /// larger packets failed under GSO, pinning packets at 1,200 bytes
+    /// (100 MiB between two processes: 0.18–0.28 GB/s with it, 0.53–0.62
+    /// without; `RAYRS_TRANSPORT_PROFILE=6 cargo bench --bench
+    /// transport`). Once packets have grown past a few KiB a batch saves
+    /// little; on a 1,500-byte network, where packets stay near 1.4 KiB,
+    /// it saves system calls and is worth turning on.
     pub segmentation_offload: bool,
     /// Kernel send and receive buffer asked for on the UDP socket, in bytes
-    /// (default 4 MiB; Linux caps it at `net.core.[rw]mem_max`). The
-    /// default of about 200 KiB holds only three 64 KiB packets.
+    /// (default 4 MiB). Linux caps it at `net.core.rmem_max` /
+    /// `wmem_max`, 208 KiB on a stock kernel, which holds only three
+    /// 64 KiB packets: raise those sysctls on hosts that move large
+    /// objects (the figures in README.md were taken with 4 MiB). A capped
+    /// buffer is reported at debug level.
     pub socket_buffer: usize,
     /// Bytes a new connection may have in flight before its first
     /// acknowledgement (congestion control's initial window; default
-    /// 1 MiB). quinn's 14,720 bytes, sized for 1,200-byte packets on the
-    /// internet, made the first 100 MiB on a fresh loopback connection
-    /// take 135–250 ms instead of 95–120 ms; cubic still backs off on loss.
+    /// 1 MiB). With quinn's 12,000 bytes, sized for 1,200-byte packets on
+    /// the internet, the first 100 MiB on a fresh loopback connection took
+    /// 135–253 ms against 94–120 ms (three runs each); cubic still backs
+    /// off on loss.
     pub initial_window: u64,
 }
 
@@ -145,6 +157,16 @@ impl TransportConfig {
             .map_err(|source| TransportError::Bind { addr, source })?;
         let _ = state.set_recv_buffer_size((&socket).into(), self.socket_buffer);
         let _ = state.set_send_buffer_size((&socket).into(), self.socket_buffer);
+        // Linux reports twice what it grants (its own overhead counted).
+        let granted = state.recv_buffer_size((&socket).into()).unwrap_or(0) / 2;
+        if granted < self.socket_buffer {
+            tracing::debug!(
+                target: "ray::transport",
+                asked = self.socket_buffer,
+                granted,
+                "UDP receive buffer capped by net.core.rmem_max"
+            );
+        }
         Ok(socket)
     }
 }
@@ -242,7 +264,7 @@ impl Endpoint {
         let mut client = quinn::ClientConfig::new(Arc::new(client_crypto));
         client.transport_config(transport);
 
-        // quinn finds the same runtime through `Handle::try_current`.
+        // The endpoint runs on the current runtime (checked above).
         let socket = config.transport.bind_socket(addr)?;
         let mut quic = quinn::Endpoint::new(
             config.transport.to_quinn_endpoint()?,
