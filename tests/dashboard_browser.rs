@@ -235,12 +235,7 @@ fn the_dashboard_shows_ten_thousand_actors_as_summaries() {
     let records = workload::feed_all(
         workload::Shape {
             tasks: 200_000,
-            actors: 10_000,
-            nodes: 8,
-            workers: 64,
-            queued: 200,
-            running: 1_800,
-            sample_every: 2_000,
+            ..workload::FULL
         },
         &mut views,
     );

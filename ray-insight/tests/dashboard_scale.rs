@@ -22,7 +22,7 @@ mod http;
 mod workload;
 
 use http::{get, post, request};
-use workload::{feed_all, Shape, CLASSES};
+use workload::{feed_all, Shape, CLASSES, FULL};
 
 const TOKEN: &str = "sesame";
 
@@ -51,12 +51,7 @@ fn large() -> Arc<ViewsSource> {
     let started = Instant::now();
     let live = recording(Shape {
         tasks: 200_000,
-        actors: 10_000,
-        nodes: 8,
-        workers: 64,
-        queued: 200,
-        running: 1_800,
-        sample_every: 2_000,
+        ..FULL
     });
     eprintln!("200,000 tasks fed in {:.2?}", started.elapsed());
     live
