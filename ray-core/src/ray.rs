@@ -412,6 +412,13 @@ pub struct RuntimeStats {
     pub total: ResourceSet,
     /// Resources not in use.
     pub available: ResourceSet,
+    /// Objects this process fetched from other processes of its cluster
+    /// (borrowed arguments and values; 0 when embedded). A process keeps
+    /// what it fetched, up to 256 MiB, so a second borrower of the same
+    /// object does not fetch it again.
+    pub fetched_objects: u64,
+    /// Bytes of those fetches.
+    pub fetched_bytes: u64,
 }
 
 impl Ray {
@@ -544,6 +551,8 @@ impl Ray {
         let store = self.rt.store.stats();
         // Count objects before taking `sched`: no lock nests in another.
         let objects = self.rt.objects.len();
+        let (fetched_objects, fetched_bytes) =
+            self.rt.cluster.get().map_or((0, 0), |c| c.fetch_counts());
         let sched = self.rt.sched.lock();
         RuntimeStats {
             objects,
@@ -552,6 +561,8 @@ impl Ray {
             queued: sched.queued_len(),
             total: self.rt.node_total.clone(),
             available: sched.resources().available(),
+            fetched_objects,
+            fetched_bytes,
         }
     }
 

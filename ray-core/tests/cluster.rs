@@ -32,6 +32,13 @@ fn put_inside(n: u64) -> ObjectRef<Vec<u8>> {
     ray.put_blocking(bytes).expect("put in the worker")
 }
 
+/// Objects and bytes this worker process has fetched from others so far.
+#[remote]
+fn fetched_here() -> (u64, u64) {
+    let stats = Ray::current().expect("in a task").stats();
+    (stats.fetched_objects, stats.fetched_bytes)
+}
+
 #[remote]
 fn boom(msg: String) -> u64 {
     panic!("{msg}")
@@ -109,6 +116,22 @@ async fn tasks_actors_and_objects_cross_two_node_processes() {
         .remote(&ray, &obj)
         .unwrap();
     assert_eq!(far.get().await.unwrap(), expected);
+    // Read again on that node after the first task let go of it: served
+    // from the copy the worker kept, not fetched a second time.
+    let fetched = || {
+        fetched_here::options()
+            .node_affinity(NodeId(other), false)
+            .remote(&ray)
+            .unwrap()
+    };
+    let before = fetched().get().await.unwrap();
+    assert!(before.0 >= 1 && before.1 >= 8 << 20, "{before:?}");
+    let again = checksum::options()
+        .node_affinity(NodeId(other), false)
+        .remote(&ray, &obj)
+        .unwrap();
+    assert_eq!(again.get().await.unwrap(), expected);
+    assert_eq!(fetched().get().await.unwrap(), before, "fetched again");
     let big = make_bytes::options()
         .node_affinity(NodeId(other), false)
         .remote(&ray, 3u64 << 20)

@@ -184,6 +184,8 @@ pub(crate) struct ClusterCore {
     held: Mutex<HashMap<ObjectId, ObjectBuffer>>,
     /// Refs that crossed a process boundary inside values.
     pinned: Mutex<Vec<Arc<RefHandle>>>,
+    /// Objects fetched from their owners, kept for the next borrower.
+    fetched: Mutex<FetchCache>,
     hosted: Mutex<HashMap<ActorId, Hosted>>,
     /// Handles to remote actors this process holds, by id (a decoded
     /// handle reuses a live one).
@@ -222,6 +224,7 @@ impl ClusterCore {
             node_addrs: Mutex::new(HashMap::new()),
             held: Mutex::new(HashMap::new()),
             pinned: Mutex::new(Vec::new()),
+            fetched: Mutex::new(FetchCache::default()),
             hosted: Mutex::new(HashMap::new()),
             actors: Mutex::new(HashMap::new()),
             lease_of: Mutex::new(HashMap::new()),
@@ -829,6 +832,17 @@ impl ClusterCore {
     ) -> Arc<RefHandle> {
         let (handle, created) = rt.objects.get_or_insert_pending(rt, id);
         if created {
+            let cached = self.fetched.lock().get(id);
+            if let Some(buf) = cached {
+                rt.complete_object(
+                    id,
+                    Ok(Encoded {
+                        buf,
+                        nested: Vec::new(),
+                    }),
+                );
+                return handle;
+            }
             if let Some(o) = &owner {
                 self.worker_addrs.lock().insert(id.owner, o.clone());
             }
@@ -839,6 +853,9 @@ impl ClusterCore {
                     Ok(addr) => me.fetch(addr, id, false).await,
                     Err(e) => Err(e),
                 };
+                if let Ok(buf) = &out {
+                    me.fetched.lock().insert(id, buf.clone());
+                }
                 rt.complete_object(
                     id,
                     out.map(|buf| Encoded {
@@ -1578,10 +1595,84 @@ impl ClusterCore {
             .collect()
     }
 
+    /// Objects fetched from other processes so far, and their bytes.
+    pub(crate) fn fetch_counts(&self) -> (u64, u64) {
+        let cache = self.fetched.lock();
+        (cache.fetches, cache.fetched_bytes)
+    }
+
     /// Tells the job's end to the GCS (drivers) and stops serving.
     pub(crate) fn shutdown(&self) {
         self.endpoint
             .close(crate::transport::CloseCode::Normal, "runtime shut down");
+    }
+}
+
+/// The most bytes of fetched objects a process keeps for later borrowers.
+const FETCH_CACHE_BYTES: usize = 256 << 20;
+
+/// Objects this process fetched from their owners, oldest evicted first
+/// once they pass [`FETCH_CACHE_BYTES`].
+///
+/// A borrowed entry lives only while some task here holds its ref, so
+/// without this a worker fetched the same 10 MiB argument again for every
+/// batch of tasks pushed to it (W6: four fetches of one object per run).
+/// Objects never change, so a kept copy stays right; like a secondary copy
+/// in Ray's object store it may outlive its owner's last reference, within
+/// the byte bound.
+struct FetchCache {
+    /// The most bytes kept.
+    cap: usize,
+    objects: HashMap<ObjectId, ObjectBuffer>,
+    order: VecDeque<ObjectId>,
+    bytes: usize,
+    /// Objects fetched, and their bytes, for [`crate::RuntimeStats`].
+    fetches: u64,
+    fetched_bytes: u64,
+}
+
+impl Default for FetchCache {
+    fn default() -> Self {
+        Self::with_cap(FETCH_CACHE_BYTES)
+    }
+}
+
+impl FetchCache {
+    fn with_cap(cap: usize) -> Self {
+        Self {
+            cap,
+            objects: HashMap::new(),
+            order: VecDeque::new(),
+            bytes: 0,
+            fetches: 0,
+            fetched_bytes: 0,
+        }
+    }
+
+    fn get(&self, id: ObjectId) -> Option<ObjectBuffer> {
+        self.objects.get(&id).cloned()
+    }
+
+    fn insert(&mut self, id: ObjectId, buf: ObjectBuffer) {
+        self.fetches += 1;
+        self.fetched_bytes += buf.len() as u64;
+        if buf.len() > self.cap {
+            return;
+        }
+        self.bytes += buf.len();
+        if let Some(old) = self.objects.insert(id, buf) {
+            self.bytes -= old.len();
+        } else {
+            self.order.push_back(id);
+        }
+        while self.bytes > self.cap {
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(gone) = self.objects.remove(&oldest) {
+                self.bytes -= gone.len();
+            }
+        }
     }
 }
 
@@ -1939,4 +2030,35 @@ fn intern(s: &str) -> &'static str {
     let n: &'static str = Box::leak(s.to_owned().into_boxed_str());
     names.insert(n);
     n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn buf(len: usize, fill: u8) -> ObjectBuffer {
+        ObjectBuffer::copy_from_slice(&vec![fill; len])
+    }
+
+    #[test]
+    fn the_fetch_cache_keeps_the_newest_objects_within_its_bytes_and_counts_every_fetch() {
+        let id = |seq| ObjectId::new(WorkerId(9), seq);
+        let mut cache = FetchCache::with_cap(100);
+        cache.insert(id(1), buf(40, 1));
+        cache.insert(id(2), buf(40, 2));
+        assert_eq!(cache.get(id(1)).expect("kept").as_bytes(), &[1u8; 40][..]);
+        // A third passes the cap: the oldest goes, the newest two stay.
+        cache.insert(id(3), buf(40, 3));
+        assert!(cache.get(id(1)).is_none());
+        assert!(cache.get(id(2)).is_some() && cache.get(id(3)).is_some());
+        assert_eq!(cache.bytes, 80);
+        // Larger than the whole cache: counted, not kept, nothing evicted.
+        cache.insert(id(4), buf(101, 4));
+        assert!(cache.get(id(4)).is_none());
+        assert_eq!(cache.bytes, 80);
+        // The same object again replaces its copy without double counting.
+        cache.insert(id(3), buf(40, 3));
+        assert_eq!((cache.bytes, cache.order.len()), (80, 2));
+        assert_eq!((cache.fetches, cache.fetched_bytes), (5, 261));
+    }
 }
