@@ -832,8 +832,13 @@ impl ClusterCore {
     ) -> Arc<RefHandle> {
         let (handle, created) = rt.objects.get_or_insert_pending(rt, id);
         if created {
-            let cached = self.fetched.lock().get(id);
-            if let Some(buf) = cached {
+            // Known even when the copy is kept here: a ref passed on to
+            // another process names its owner's address.
+            if let Some(o) = &owner {
+                self.worker_addrs.lock().insert(id.owner, o.clone());
+            }
+            let kept = self.fetched.lock().get(id);
+            if let Some(buf) = kept {
                 rt.complete_object(
                     id,
                     Ok(Encoded {
@@ -842,9 +847,6 @@ impl ClusterCore {
                     }),
                 );
                 return handle;
-            }
-            if let Some(o) = &owner {
-                self.worker_addrs.lock().insert(id.owner, o.clone());
             }
             let me = self.clone();
             let rt = rt.clone();
