@@ -43,23 +43,20 @@ struct Pair {
     conn: Connection,
 }
 
+/// An endpoint on 127.0.0.1 with credentials for `name` from `ca`, bound
+/// on `rt`.
+fn bind(rt: &tokio::runtime::Runtime, ca: &ClusterCa, name: &str) -> Endpoint {
+    let creds = ca.issue(name).expect("credentials");
+    let config = EndpointConfig::new(Role::Worker, BuildFingerprint([7; 32]));
+    rt.block_on(async { Endpoint::bind(SocketAddr::from(([127, 0, 0, 1], 0)), &creds, config) })
+        .expect("bind an endpoint")
+}
+
 fn pair(payload: Arc<Vec<u8>>) -> Pair {
     let ca = ClusterCa::generate().expect("a cluster CA");
-    let build = BuildFingerprint([7; 32]);
-    let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
     let server_rt = runtime();
     let client_rt = runtime();
-    let server_creds = ca.issue("node-1").expect("server credentials");
-    let client_creds = ca.issue("worker-1").expect("client credentials");
-    let server = server_rt
-        .block_on(async {
-            Endpoint::bind(
-                localhost,
-                &server_creds,
-                EndpointConfig::new(Role::Worker, build),
-            )
-        })
-        .expect("bind the server");
+    let server = bind(&server_rt, &ca, "node-1");
     let addr = server.local_addr().expect("server address");
     let serving = server.clone();
     server_rt.spawn(async move {
@@ -68,15 +65,7 @@ fn pair(payload: Arc<Vec<u8>>) -> Pair {
             tokio::spawn(serve(conn, payload));
         }
     });
-    let client = client_rt
-        .block_on(async {
-            Endpoint::bind(
-                localhost,
-                &client_creds,
-                EndpointConfig::new(Role::Worker, build),
-            )
-        })
-        .expect("bind the client");
+    let client = bind(&client_rt, &ca, "worker-1");
     let conn = client_rt
         .block_on(client.connect(addr))
         .expect("connect to the server");

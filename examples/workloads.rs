@@ -399,6 +399,15 @@ async fn spread(ray: &Ray, n: usize) -> anyhow::Result<Run> {
 
 /// VmRSS of every process in `pids`, summed; a process that is gone
 /// counts as 0.
+/// The child processes (workers) of every process in `parents`.
+fn children_of(parents: &[u32]) -> anyhow::Result<Vec<u32>> {
+    Ok(parents
+        .iter()
+        .map(|&p| measure::child_pids(p))
+        .collect::<anyhow::Result<Vec<_>>>()?
+        .concat())
+}
+
 fn rss_sum(pids: &[u32]) -> u64 {
     pids.iter()
         .map(|&p| measure::vm_rss_bytes(p).unwrap_or(0))
@@ -560,11 +569,7 @@ async fn memory(session: &Session) -> anyhow::Result<Run> {
     let head_workers = measure::child_pids(head)?;
     let node_workers = measure::child_pids(node)?;
     let daemons: Vec<u32> = pids.iter().flatten().copied().collect();
-    let workers_before: Vec<u32> = daemons
-        .iter()
-        .map(|&d| measure::child_pids(d))
-        .collect::<anyhow::Result<Vec<_>>>()?
-        .concat();
+    let workers_before = children_of(&daemons)?;
     let head_idle = measure::vm_rss_bytes(head)?;
     let node_idle = measure::vm_rss_bytes(node)?;
     let head_worker_idle = rss_sum(&head_workers);
@@ -579,11 +584,7 @@ async fn memory(session: &Session) -> anyhow::Result<Run> {
         "{per_node:?} of {n} actors answered"
     );
     tokio::time::sleep(IDLE_SETTLE).await;
-    let workers_after: Vec<u32> = daemons
-        .iter()
-        .map(|&d| measure::child_pids(d))
-        .collect::<anyhow::Result<Vec<_>>>()?
-        .concat();
+    let workers_after = children_of(&daemons)?;
     let driver_after = measure::vm_rss_bytes(me)?;
     let daemons_after = rss_sum(&daemons);
     let workers_grown = rss_sum(&workers_after) as f64 - workers_idle as f64;

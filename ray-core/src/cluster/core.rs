@@ -856,7 +856,7 @@ impl ClusterCore {
                     Err(e) => Err(e),
                 };
                 if let Ok(buf) = &out {
-                    me.fetched.lock().insert(id, buf.clone());
+                    me.fetched.lock().record(id, buf.clone());
                 }
                 rt.complete_object(
                     id,
@@ -1655,7 +1655,8 @@ impl FetchCache {
         self.objects.get(&id).cloned()
     }
 
-    fn insert(&mut self, id: ObjectId, buf: ObjectBuffer) {
+    /// Counts a fetch of `id` and keeps its bytes (evicting the oldest).
+    fn record(&mut self, id: ObjectId, buf: ObjectBuffer) {
         self.fetches += 1;
         self.fetched_bytes += buf.len() as u64;
         if buf.len() > self.cap {
@@ -1718,8 +1719,7 @@ impl Forward {
                 let Some(state) = slot.take() else { return };
                 drop(slot);
                 let out = rt.read_value(id, value);
-                let core = state.core.clone();
-                core.finish_forward(state, out);
+                state.core.clone().finish_forward(state, out);
             }
         }
     }
@@ -2046,20 +2046,20 @@ mod tests {
     fn the_fetch_cache_keeps_the_newest_objects_within_its_bytes_and_counts_every_fetch() {
         let id = |seq| ObjectId::new(WorkerId(9), seq);
         let mut cache = FetchCache::with_cap(100);
-        cache.insert(id(1), buf(40, 1));
-        cache.insert(id(2), buf(40, 2));
+        cache.record(id(1), buf(40, 1));
+        cache.record(id(2), buf(40, 2));
         assert_eq!(cache.get(id(1)).expect("kept").as_bytes(), &[1u8; 40][..]);
         // A third passes the cap: the oldest goes, the newest two stay.
-        cache.insert(id(3), buf(40, 3));
+        cache.record(id(3), buf(40, 3));
         assert!(cache.get(id(1)).is_none());
         assert!(cache.get(id(2)).is_some() && cache.get(id(3)).is_some());
         assert_eq!(cache.bytes, 80);
         // Larger than the whole cache: counted, not kept, nothing evicted.
-        cache.insert(id(4), buf(101, 4));
+        cache.record(id(4), buf(101, 4));
         assert!(cache.get(id(4)).is_none());
         assert_eq!(cache.bytes, 80);
         // The same object again replaces its copy without double counting.
-        cache.insert(id(3), buf(40, 3));
+        cache.record(id(3), buf(40, 3));
         assert_eq!((cache.bytes, cache.order.len()), (80, 2));
         assert_eq!((cache.fetches, cache.fetched_bytes), (5, 261));
     }
