@@ -138,7 +138,7 @@ impl<T: Object> ObjectRef<T> {
 }
 
 /// How long a driver's first poll of a pending object spins before it parks.
-const GET_SPIN: Duration = Duration::from_micros(10);
+pub(crate) const GET_SPIN: Duration = Duration::from_micros(10);
 
 /// Waits until an object has a value; inside a task, marks it blocked.
 struct ReadyFuture<'a> {
@@ -159,11 +159,16 @@ impl Future for ReadyFuture<'_> {
                 return Poll::Ready(rt.read_value(id, value));
             }
         }
-        if self.guard.is_none() && !crate::context::in_task() && rt.pool.has_idle_core() {
+        let spin = rt.settings.get_spin;
+        if !spin.is_zero()
+            && self.guard.is_none()
+            && !crate::context::in_task()
+            && rt.pool.has_idle_core()
+        {
             // A driver waiting on a short task, with a core to spare: a few
             // microseconds of spinning usually see it finish, saving a park
             // and a wake-up. With every core busy it would only slow them.
-            let deadline = std::time::Instant::now() + GET_SPIN;
+            let deadline = std::time::Instant::now() + spin;
             while !rt.objects.is_ready(id) && std::time::Instant::now() < deadline {
                 std::hint::spin_loop();
             }

@@ -151,6 +151,11 @@ pub(crate) fn start_cluster_process(p: ClusterProcess) -> Result<Ray> {
         // only takes the core that thread needs (cluster W2 p50 ~150 µs
         // spinning, ~120 µs not).
         pool_spin: std::time::Duration::ZERO,
+        // Results come back over the network, a round trip of ~100 µs: a
+        // get that spun for them spun in vain on the I/O thread whose
+        // queue holds the send of the task it waits for (cluster W2: 18 µs
+        // from submit to the send with the spin, N µs without).
+        get_spin: std::time::Duration::ZERO,
     };
     if p.insight {
         let insight = crate::recording::install(&crate::insight::InsightOptions::default())?;
@@ -190,6 +195,26 @@ pub(crate) fn start_cluster_process(p: ClusterProcess) -> Result<Ray> {
 
 /// Joins the cluster at `address` as the driver of a new job.
 async fn connect_driver(config: Config, address: String) -> Result<Ray> {
+    // A driver's cluster I/O runs on one thread of its own, not on the
+    // caller's runtime: a second I/O thread (or the caller's workers)
+    // stealing the QUIC tasks of a round trip costs a wake-up each
+    // (cluster W2 p50 122-144 µs on the caller's 2-thread runtime, N on
+    // its own thread; `workloads --mode cluster W2`).
+    let io = crate::runtime::io_runtime(1)
+        .map_err(|e| Error::InvalidArgument(format!("cannot start tokio: {e}")))?;
+    let ray = io
+        .handle()
+        .spawn(connect_driver_on_io(config, address))
+        .await
+        .map_err(|e| Error::Cluster {
+            cause: format!("connecting to the cluster stopped: {e}"),
+        })??;
+    *ray.rt.owned_tokio.lock() = Some(io);
+    Ok(ray)
+}
+
+/// [`connect_driver`] on the driver's own I/O runtime.
+async fn connect_driver_on_io(config: Config, address: String) -> Result<Ray> {
     use std::net::ToSocketAddrs;
     let cluster = |cause: String| Error::Cluster { cause };
     let gcs_addr = address
@@ -301,13 +326,7 @@ async fn connect_driver(config: Config, address: String) -> Result<Ray> {
 /// Starts an embedded runtime for code that is not async; it owns its own
 /// tokio runtime. Do not call it from inside an async runtime.
 pub fn init_blocking(config: Config) -> Result<Ray> {
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("ray-io")
-        // A parked I/O thread hands insight its partial batch.
-        .on_thread_park(crate::recording::flush_if_recording)
-        .enable_all()
-        .build()
+    let tokio = crate::runtime::io_runtime(2)
         .map_err(|e| Error::InvalidArgument(format!("cannot start tokio: {e}")))?;
     let ray = start(config, tokio.handle().clone())?;
     *ray.rt.owned_tokio.lock() = Some(tokio);
@@ -359,6 +378,7 @@ fn start(config: Config, handle: tokio::runtime::Handle) -> Result<Ray> {
         put_timeout: config.put_timeout,
         namespace: config.namespace,
         pool_spin: crate::pool::SPIN,
+        get_spin: crate::object_ref::GET_SPIN,
     };
     let insight = insight_options(&config.insight);
     if let Some(options) = &insight {

@@ -38,6 +38,10 @@ pub(crate) struct Settings {
     pub(crate) namespace: String,
     /// How long an idle pool thread spins for new work before sleeping.
     pub(crate) pool_spin: Duration,
+    /// How long a driver's first poll of a pending object spins before it
+    /// parks (when a core is idle); zero where results arrive over the
+    /// network.
+    pub(crate) get_spin: Duration,
 }
 
 /// Everything one worker (here: the embedded node) runs on.
@@ -61,8 +65,9 @@ pub(crate) struct Runtime {
     /// Placement groups not yet removed.
     pub(crate) pgs: Mutex<HashMap<PlacementGroupId, Arc<PgCell>>>,
     pub(crate) tokio: tokio::runtime::Handle,
-    /// A tokio runtime created by the blocking facade, kept alive here.
-    pub(crate) owned_tokio: Mutex<Option<tokio::runtime::Runtime>>,
+    /// The tokio runtime this runtime's I/O runs on when ray-core built it
+    /// (the blocking facade's, a cluster driver's), kept alive here.
+    pub(crate) owned_tokio: Mutex<Option<OwnedTokio>>,
     /// The resource sampler started because the runtime records for
     /// insight (dropped, so stopped, with the runtime).
     pub(crate) sampling: Mutex<Option<crate::insight::ResourceSampling>>,
@@ -444,10 +449,76 @@ impl Runtime {
         let pinned: Vec<_> = self.pinned_actors.lock().drain().collect();
         drop(pinned);
         self.objects.fail_pending(&Error::ShutDown);
-        if let Some(core) = self.cluster.get() {
+        let closed = self.cluster.get().map(|core| {
             core.shutdown();
+            core.closed()
+        });
+        let io = self.owned_tokio.lock().take();
+        match (io, closed) {
+            (Some(io), Some(closed)) => io.retire_after(closed),
+            (io, _) => drop(io),
         }
-        if let Some(rt) = self.owned_tokio.lock().take() {
+    }
+}
+
+/// A tokio runtime ray-core built for its own I/O ("ray-io" threads that
+/// hand insight their partial batch whenever they park).
+pub(crate) fn io_runtime(worker_threads: usize) -> std::io::Result<OwnedTokio> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(worker_threads)
+        .thread_name("ray-io")
+        .on_thread_park(crate::recording::flush_if_recording)
+        .enable_all()
+        .build()
+        .map(|rt| OwnedTokio {
+            handle: rt.handle().clone(),
+            rt: Some(rt),
+        })
+}
+
+/// A tokio runtime owned by ray-core. Dropping it shuts it down without
+/// waiting: it may be dropped on one of its own threads or inside another
+/// runtime, where dropping a plain `tokio::runtime::Runtime` panics.
+pub(crate) struct OwnedTokio {
+    rt: Option<tokio::runtime::Runtime>,
+    handle: tokio::runtime::Handle,
+}
+
+impl OwnedTokio {
+    /// A handle to spawn on it.
+    pub(crate) fn handle(&self) -> &tokio::runtime::Handle {
+        &self.handle
+    }
+}
+
+/// The longest a retiring I/O runtime waits for its connections' closes.
+const CLOSE_GRACE: Duration = Duration::from_millis(200);
+
+impl OwnedTokio {
+    /// Stops this runtime once `settle` resolves (at most [`CLOSE_GRACE`]
+    /// later), waiting on a thread of its own: the caller may be on one of
+    /// this runtime's threads, or inside another runtime.
+    pub(crate) fn retire_after(
+        self,
+        settle: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        let spawned = std::thread::Builder::new()
+            .name("ray-io-exit".into())
+            .spawn(move || {
+                let io = self;
+                io.handle.block_on(async {
+                    let _ = tokio::time::timeout(CLOSE_GRACE, settle).await;
+                });
+            });
+        // Without a thread the runtime was dropped with the closure: it
+        // stops at once.
+        drop(spawned);
+    }
+}
+
+impl Drop for OwnedTokio {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
             rt.shutdown_background();
         }
     }

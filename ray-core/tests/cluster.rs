@@ -329,6 +329,36 @@ async fn a_detached_actor_outlives_its_driver_and_a_plain_one_does_not() {
     second.shutdown();
 }
 
+/// A driver's I/O runs on threads of its own; shutting down stops them
+/// once its connections' closes went out (at most 200 ms later), so the
+/// GCS ends the job at once, not after the 10 s idle timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_that_shuts_down_ends_its_job_at_once() {
+    let cluster = Cluster::local(1).await.expect("cluster starts");
+    let first = cluster.connect().await.expect("first driver joins");
+    let plain = Counter::options().name("short").remote(&first, 0).unwrap();
+    assert_eq!(plain.incr(1).unwrap().get().await.unwrap(), 1);
+    let second = cluster.connect().await.expect("second driver joins");
+    assert!(second.get_actor::<Counter>("short").is_ok());
+    let stopped = std::time::Instant::now();
+    first.shutdown();
+    loop {
+        match second.get_actor::<Counter>("short") {
+            Err(Error::ActorNotFound { .. }) => break,
+            Ok(_) if stopped.elapsed() < Duration::from_secs(3) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => panic!(
+                "the first job's actor should be gone within 3 s of its driver's shutdown, \
+                 got {other:?} after {:?}",
+                stopped.elapsed()
+            ),
+        }
+    }
+    drop(plain);
+    second.shutdown();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn placement_groups_reserve_bundles_across_nodes() {
     use ray_core::{Bundle, PlacementStrategy};

@@ -1608,6 +1608,14 @@ impl ClusterCore {
         self.endpoint
             .close(crate::transport::CloseCode::Normal, "runtime shut down");
     }
+
+    /// Resolves once every connection's close has been sent (a runtime
+    /// that owns its I/O threads waits for this before stopping them, so
+    /// peers learn of the shutdown at once, not by an idle timeout).
+    pub(crate) fn closed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let endpoint = self.endpoint.clone();
+        async move { endpoint.wait_idle().await }
+    }
 }
 
 /// The most bytes of fetched objects a process keeps for later borrowers.
