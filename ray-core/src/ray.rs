@@ -152,9 +152,9 @@ pub(crate) fn start_cluster_process(p: ClusterProcess) -> Result<Ray> {
         // spinning, ~120 µs not).
         pool_spin: std::time::Duration::ZERO,
         // Results come back over the network, a round trip of ~100 µs: a
-        // get that spun for them spun in vain on the I/O thread whose
-        // queue holds the send of the task it waits for (cluster W2: 18 µs
-        // from submit to the send with the spin, N µs without).
+        // get spinning 10 µs for one spins in vain, holding up whatever
+        // else its thread would run (timestamped W2 round trips: 18 µs from
+        // submit to the frame's send with the spin, 13 µs without).
         get_spin: std::time::Duration::ZERO,
     };
     if p.insight {
@@ -196,10 +196,11 @@ pub(crate) fn start_cluster_process(p: ClusterProcess) -> Result<Ray> {
 /// Joins the cluster at `address` as the driver of a new job.
 async fn connect_driver(config: Config, address: String) -> Result<Ray> {
     // A driver's cluster I/O runs on one thread of its own, not on the
-    // caller's runtime: a second I/O thread (or the caller's workers)
-    // stealing the QUIC tasks of a round trip costs a wake-up each
-    // (cluster W2 p50 122-144 µs on the caller's 2-thread runtime, N on
-    // its own thread; `workloads --mode cluster W2`).
+    // caller's runtime: with two threads the QUIC tasks of one round trip
+    // hop between them, a wake-up each. With this and one I/O thread per
+    // worker process, cluster W2 p50 went from 143-162 µs to 97-124 µs
+    // and W1 from 130-168 k to 181-222 k tasks/s (four alternating runs
+    // of 3 each, `workloads --mode cluster W2 W1 W3`).
     let io = crate::runtime::io_runtime(1)
         .map_err(|e| Error::InvalidArgument(format!("cannot start tokio: {e}")))?;
     let ray = io
