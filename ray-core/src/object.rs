@@ -9,12 +9,11 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use ray_store::ObjectBuffer;
+use ray_store::{EncodeBuffer, ObjectBuffer};
 use rkyv::api::high::{HighDeserializer, HighSerializer, HighValidator};
 use rkyv::bytecheck::CheckBytes;
 use rkyv::rancor;
 use rkyv::ser::allocator::ArenaHandle;
-use rkyv::util::AlignedVec;
 use rkyv::{Archive, Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -33,7 +32,7 @@ use crate::runtime::Runtime;
 )]
 pub trait Object: Archive + Send + 'static {
     #[doc(hidden)]
-    fn __encode(&self) -> Result<AlignedVec, rancor::Error>;
+    fn __encode(&self) -> Result<EncodeBuffer, rancor::Error>;
     #[doc(hidden)]
     fn __decode(bytes: &[u8]) -> Result<Self, rancor::Error>
     where
@@ -45,12 +44,12 @@ pub trait Object: Archive + Send + 'static {
 impl<T> Object for T
 where
     T: Archive + Send + 'static,
-    T: for<'a> Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>,
+    T: for<'a> Serialize<HighSerializer<EncodeBuffer, ArenaHandle<'a>, rancor::Error>>,
     T::Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
         + Deserialize<T, HighDeserializer<rancor::Error>>,
 {
-    fn __encode(&self) -> Result<AlignedVec, rancor::Error> {
-        rkyv::to_bytes::<rancor::Error>(self)
+    fn __encode(&self) -> Result<EncodeBuffer, rancor::Error> {
+        rkyv::api::high::to_bytes_in(self, EncodeBuffer::new())
     }
 
     fn __decode(bytes: &[u8]) -> Result<Self, rancor::Error> {
@@ -88,7 +87,7 @@ pub(crate) fn encode<T: Object>(value: &T, what: &str) -> Result<Encoded> {
         message: e.to_string(),
     })?;
     Ok(Encoded {
-        buf: ObjectBuffer::from_aligned(bytes),
+        buf: bytes.into_buffer(),
         nested,
     })
 }

@@ -30,6 +30,8 @@ pub mod buffer;
 pub mod error;
 pub mod store;
 
-pub use buffer::{aligned_with_capacity, ObjectBuffer, BUFFER_ALIGNMENT, HUGE_PAGE_THRESHOLD};
+pub use buffer::{
+    aligned_with_capacity, EncodeBuffer, ObjectBuffer, BUFFER_ALIGNMENT, HUGE_PAGE_THRESHOLD,
+};
 pub use error::StoreError;
 pub use store::{ObjectStore, StoreConfig, StoreStats};
