@@ -5,7 +5,8 @@
 //! binary.
 
 mod common;
-#[path = "common/http.rs"]
+#[allow(dead_code)] // the dashboard-handle helpers serve ray-insight's tests
+#[path = "../../ray-insight/tests/common/http.rs"]
 mod http;
 #[path = "common/recording.rs"]
 mod recording;
@@ -397,9 +398,9 @@ fn serve_the_log(log: &str, records: &[Record]) {
         .and_then(|s| s.to_str())
         .expect("a file name");
 
-    let (status, _) = http::get(&url, "/api/summary?view=logical");
+    let (status, _) = http::get_url(&url, "/api/summary?view=logical");
     assert_eq!(status, 401, "no token, no views");
-    let (status, body) = http::get(&url, &format!("/api/summary?token={token}&view=logical"));
+    let (status, body) = http::get_url(&url, &format!("/api/summary?token={token}&view=logical"));
     assert_eq!(status, 200, "{body}");
     let logical: Value = serde_json::from_str(&body).expect("JSON");
     let names = logical["nodes"].to_string();
@@ -407,12 +408,12 @@ fn serve_the_log(log: &str, records: &[Record]) {
         names.contains("sum_squares") && names.contains("Tally"),
         "{names}"
     );
-    let (status, jobs) = http::get(&url, &format!("/api/jobs?token={token}"));
+    let (status, jobs) = http::get_url(&url, &format!("/api/jobs?token={token}"));
     assert_eq!(status, 200);
     assert!(jobs.contains(job), "{jobs}");
     // The time slider: halfway, sum_squares is still on the stack.
     let at = while_summing(records);
-    let (status, body) = http::get(
+    let (status, body) = http::get_url(
         &url,
         &format!("/api/summary?token={token}&view=stack&at={at}"),
     );

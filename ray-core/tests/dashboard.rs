@@ -9,9 +9,10 @@ use ray_core::prelude::*;
 use ray_core::Config;
 use serde_json::Value;
 
-#[path = "common/http.rs"]
+#[allow(dead_code)] // the dashboard-handle helpers serve ray-insight's tests
+#[path = "../../ray-insight/tests/common/http.rs"]
 mod http;
-use http::get;
+use http::get_url as get;
 
 #[remote]
 fn leaf(x: u64) -> u64 {

@@ -1,15 +1,17 @@
-//! Raw HTTP/1.1 exchanges with a [`Dashboard`], one request per
-//! connection, as the server serves them (`Connection: close`).
+//! Raw HTTP/1.1 exchanges with a dashboard, one request per connection, as
+//! the server serves them (`Connection: close`). ray-core's tests include
+//! this file too (`#[path]`), for dashboards they know by URL.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use ray_insight::dashboard::Dashboard;
 
-/// One raw HTTP exchange: the status code and the body.
-pub fn request(dash: &Dashboard, raw: impl AsRef<[u8]>) -> (u16, String) {
-    let mut stream = TcpStream::connect(dash.local_addr()).expect("connects");
+/// One raw HTTP exchange with the server at `addr`: the status code and
+/// the body.
+pub fn exchange(addr: impl ToSocketAddrs, raw: impl AsRef<[u8]>) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).expect("the dashboard listens");
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
@@ -28,11 +30,29 @@ pub fn request(dash: &Dashboard, raw: impl AsRef<[u8]>) -> (u16, String) {
     (status, body)
 }
 
+/// One raw HTTP exchange with `dash`.
+pub fn request(dash: &Dashboard, raw: impl AsRef<[u8]>) -> (u16, String) {
+    exchange(dash.local_addr(), raw)
+}
+
 /// `GET target`.
 pub fn get(dash: &Dashboard, target: &str) -> (u16, String) {
     request(
         dash,
         format!("GET {target} HTTP/1.1\r\nHost: localhost\r\n\r\n"),
+    )
+}
+
+/// `GET target` on the host of `url` (`http://host:port/...`).
+#[allow(dead_code)] // ray-core's tests use it; this crate's have the handle
+pub fn get_url(url: &str, target: &str) -> (u16, String) {
+    let host = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split('/').next())
+        .expect("an http URL");
+    exchange(
+        host,
+        format!("GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n"),
     )
 }
 
