@@ -329,7 +329,9 @@ def w5():
         available = mem_available_bytes()
         if need > available:
             note = (f"create_and_call_{n}: needs about {need / 1e9:.0f} GB "
-                    f"({rss_per_actor / 1e6:.0f} MB RSS per actor), "
+                    f"(at least {MIN_RSS_PER_ACTOR / 1e6:.0f} MB per actor "
+                    f"process; the step before grew "
+                    f"{rss_per_actor / 1e6:.0f} MB per actor), "
                     f"{available / 1e9:.0f} GB available")
             run.info["not_run"] = note
             print(f"note: W5 in Ray: not run: {note}", file=sys.stderr)
