@@ -78,7 +78,10 @@ impl Default for Config {
 /// Starts an embedded runtime on the current tokio runtime.
 ///
 /// With no `RAY_ADDRESS` set this runs everything in this process: no
-/// sockets, no child processes. Fails with [`Error::NoRuntime`] outside tokio.
+/// sockets, no child processes. With one (or [`Config::address`]) it joins
+/// that cluster as a driver, whose network I/O runs on a thread of its own
+/// rather than on the caller's runtime. Fails with [`Error::NoRuntime`]
+/// outside tokio.
 pub async fn init() -> Result<Ray> {
     init_with(Config::default()).await
 }
