@@ -2,11 +2,15 @@
 # Ray beside ray-rs: runs W1–W7 (WORKLOADS.md) in Ray and in ray-rs
 # (embedded and cluster mode) on this machine and prints one table.
 #
-#   bash benches/ray/run.sh [--cpus N] [--pin] [ID ...]
+#   bash benches/ray/run.sh [--cpus N] [--pin] [--ray-from DIR] [ID ...]
 #
 #   --cpus N  CPUs given to Ray (ray.init(num_cpus=N)) and to ray-rs
 #             (--cpus N: the embedded runtime, or the cluster's node); default 2
 #   --pin     run everything under `taskset -c 0,1` (machines with >2 cores)
+#   --ray-from DIR  reuse the Ray figures of an earlier run (DIR/ray.jsonl,
+#             e.g. target/ray-compare/<date-time>) instead of running Ray:
+#             ray-rs is rerun, no venv or network is needed, and about.txt
+#             says where the Ray column came from
 #   ID ...    workloads to run, W1 .. W7 (default: all); the same for all three
 #
 # The venv is $RAY_VENV (default target/ray-venv), created if missing; ray is
@@ -20,12 +24,14 @@ cd "$(dirname "$0")/../.."
 cpus=2
 pin=()
 ids=()
+ray_from=""
 while (($#)); do
     case "$1" in
         --cpus) cpus="${2:?--cpus needs a number}"; shift 2 ;;
         --pin) pin=(taskset -c 0,1); shift ;;
+        --ray-from) ray_from="${2:?--ray-from needs a directory}"; shift 2 ;;
         W[1-7]) ids+=("$1"); shift ;;
-        *) echo "usage: $0 [--cpus N] [--pin] [W1 .. W7]" >&2; exit 2 ;;
+        *) echo "usage: $0 [--cpus N] [--pin] [--ray-from DIR] [W1 .. W7]" >&2; exit 2 ;;
     esac
 done
 # ray-rs's cluster mode, given no ids, also runs extras that Ray has no
@@ -38,10 +44,17 @@ if ((${#pin[@]})) && ((cores <= 2)); then
     pin=()
 fi
 
-venv="${RAY_VENV:-target/ray-venv}"
-[[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --upgrade pip ray
-ray_version=$("$venv/bin/python" -c 'import ray; print(ray.__version__)')
+if [[ -n "$ray_from" ]]; then
+    [[ -f "$ray_from/ray.jsonl" ]] || { echo "error: no $ray_from/ray.jsonl" >&2; exit 2; }
+    python=python3
+    ray_version="from $ray_from ($(grep -o 'ray [0-9.]*' "$ray_from/about.txt" 2>/dev/null || echo 'version unknown'))"
+else
+    venv="${RAY_VENV:-target/ray-venv}"
+    [[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --upgrade pip ray
+    python="$venv/bin/python"
+    ray_version=$("$python" -c 'import ray; print(ray.__version__)')
+fi
 
 cargo build --release --example workloads
 workloads_bin="${CARGO_TARGET_DIR:-target}/release/examples/workloads"
@@ -63,7 +76,11 @@ run() {
         failed+=("$name")
     fi
 }
-run ray "$venv/bin/python" benches/ray/workloads.py --cpus "$cpus" "${ids[@]}"
+if [[ -n "$ray_from" ]]; then
+    cp "$ray_from/ray.jsonl" "$out/ray.jsonl"
+else
+    run ray "$python" benches/ray/workloads.py --cpus "$cpus" "${ids[@]}"
+fi
 run embedded "$workloads_bin" --mode embedded --cpus "$cpus" "${ids[@]}"
 run cluster "$workloads_bin" --mode cluster --cpus "$cpus" "${ids[@]}"
 
@@ -71,7 +88,7 @@ run cluster "$workloads_bin" --mode cluster --cpus "$cpus" "${ids[@]}"
     echo
     cat "$out/about.txt"
     echo
-    "$venv/bin/python" benches/ray/table.py "$out/ray.jsonl" "$out/embedded.jsonl" "$out/cluster.jsonl"
+    "$python" benches/ray/table.py "$out/ray.jsonl" "$out/embedded.jsonl" "$out/cluster.jsonl"
 } | tee "$out/table.md"
 
 if ((${#failed[@]})); then
