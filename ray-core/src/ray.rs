@@ -55,6 +55,11 @@ pub struct Config {
     /// ships its records to the head, which builds the views
     /// (`rayrs insight export --address`).
     pub insight: Option<crate::insight::InsightOptions>,
+    /// Keep glibc's malloc from returning object-sized memory to the kernel
+    /// after every free (default `true`; see
+    /// [`tune_allocator`](crate::tune_allocator)). Set `false` to leave the
+    /// process's allocator settings alone.
+    pub tune_allocator: bool,
 }
 
 impl Default for Config {
@@ -71,6 +76,7 @@ impl Default for Config {
             credentials: None,
             executable: None,
             insight: None,
+            tune_allocator: true,
         }
     }
 }
@@ -220,6 +226,9 @@ async fn connect_driver(config: Config, address: String) -> Result<Ray> {
 /// [`connect_driver`] on the driver's own I/O runtime.
 async fn connect_driver_on_io(config: Config, address: String) -> Result<Ray> {
     use std::net::ToSocketAddrs;
+    if config.tune_allocator {
+        crate::runtime::tune_allocator();
+    }
     let cluster = |cause: String| Error::Cluster { cause };
     let gcs_addr = address
         .to_socket_addrs()
@@ -342,6 +351,9 @@ fn start(config: Config, handle: tokio::runtime::Handle) -> Result<Ray> {
         return Err(Error::InvalidArgument(format!(
             "joining the cluster at {addr} needs an async caller: use init_with inside tokio"
         )));
+    }
+    if config.tune_allocator {
+        crate::runtime::tune_allocator();
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let cpus = config.num_cpus.unwrap_or(cores);

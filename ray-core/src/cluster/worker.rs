@@ -156,6 +156,7 @@ static WORKER_ENTRY: extern "C" fn() = worker_entry;
 
 fn run_worker() -> Result<(), String> {
     let env = WorkerEnv::from_env()?;
+    crate::runtime::tune_allocator();
     // One I/O thread: with two, the QUIC tasks of one round trip hop
     // between them, a wake-up each (cluster W2 p50 139-152 µs with one,
     // 153-192 µs with two; W3 364-381 k vs 310-321 k calls/s; two
