@@ -463,9 +463,11 @@ impl Runtime {
 
 /// Sets glibc's malloc to keep blocks below 32 MiB in its heap and to give
 /// freed memory back to the kernel only past 64 MiB at the heap's top,
-/// once per process; does nothing where the allocator is not glibc's or
-/// the environment already tunes it (`MALLOC_MMAP_THRESHOLD_`,
-/// `MALLOC_TRIM_THRESHOLD_`, `GLIBC_TUNABLES`).
+/// once per process. Nothing happens off Linux-glibc or where the
+/// environment already tunes malloc (`MALLOC_MMAP_THRESHOLD_`,
+/// `MALLOC_TRIM_THRESHOLD_`, `GLIBC_TUNABLES`); a program whose Rust
+/// global allocator is not the system one is unaffected (only glibc's
+/// `malloc` changes).
 ///
 /// glibc starts by mapping every block from 128 KiB up freshly and
 /// unmapping it on free, raising that threshold only as blocks are freed;
@@ -531,17 +533,15 @@ pub(crate) struct OwnedTokio {
     handle: tokio::runtime::Handle,
 }
 
+/// The longest a retiring I/O runtime waits for its connections' closes.
+const CLOSE_GRACE: Duration = Duration::from_millis(200);
+
 impl OwnedTokio {
     /// A handle to spawn on it.
     pub(crate) fn handle(&self) -> &tokio::runtime::Handle {
         &self.handle
     }
-}
 
-/// The longest a retiring I/O runtime waits for its connections' closes.
-const CLOSE_GRACE: Duration = Duration::from_millis(200);
-
-impl OwnedTokio {
     /// Stops this runtime once `settle` resolves (at most [`CLOSE_GRACE`]
     /// later), waiting on a thread of its own: the caller may be on one of
     /// this runtime's threads, or inside another runtime.
