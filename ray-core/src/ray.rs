@@ -455,6 +455,10 @@ pub struct RuntimeStats {
     pub fetched_objects: u64,
     /// Bytes of those fetches.
     pub fetched_bytes: u64,
+    /// Bytes of fetched objects kept now for later borrowers; a copy goes
+    /// when the newest fetches push it out or, for objects of 64 KiB or
+    /// more, when its owner frees the object.
+    pub fetch_cache_bytes: u64,
 }
 
 impl Ray {
@@ -587,8 +591,11 @@ impl Ray {
         let store = self.rt.store.stats();
         // Count objects before taking `sched`: no lock nests in another.
         let objects = self.rt.objects.len();
-        let (fetched_objects, fetched_bytes) =
-            self.rt.cluster.get().map_or((0, 0), |c| c.fetch_counts());
+        let (fetched_objects, fetched_bytes, fetch_cache_bytes) = self
+            .rt
+            .cluster
+            .get()
+            .map_or((0, 0, 0), |c| c.fetch_counts());
         let sched = self.rt.sched.lock();
         RuntimeStats {
             objects,
@@ -599,6 +606,7 @@ impl Ray {
             available: sched.resources().available(),
             fetched_objects,
             fetched_bytes,
+            fetch_cache_bytes,
         }
     }
 

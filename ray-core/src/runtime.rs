@@ -416,6 +416,11 @@ impl Runtime {
         let removed = self.objects.remove(id, |id| {
             self.store.delete(id);
         });
+        if removed.is_some() {
+            if let Some(cluster) = self.cluster.get() {
+                cluster.object_freed(id);
+            }
+        }
         // `removed` drops here, outside every lock: nested refs it held may
         // release further objects.
         drop(removed);

@@ -88,6 +88,63 @@ impl Counter {
     }
 }
 
+/// Sums objects handed to it, and says how many bytes of what its worker
+/// process fetched are kept there.
+#[remote]
+struct Reader {
+    reads: u64,
+}
+
+#[remote]
+impl Reader {
+    fn new() -> Self {
+        Reader { reads: 0 }
+    }
+    fn sum(&mut self, v: Vec<u8>) -> u64 {
+        self.reads += 1;
+        v.iter().map(|&b| u64::from(b)).sum()
+    }
+    fn kept(&self) -> u64 {
+        Ray::current()
+            .expect("in an actor")
+            .stats()
+            .fetch_cache_bytes
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetched_copy_is_dropped_when_its_owner_frees_the_object() {
+    let cluster = Cluster::local(1).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let reader = Reader::remote(&ray).unwrap();
+
+    let data: Vec<u8> = (0..(2u64 << 20)).map(|i| (i % 239) as u8).collect();
+    let want: u64 = data.iter().map(|&b| u64::from(b)).sum();
+    let obj = ray.put(data).await.unwrap();
+    assert_eq!(reader.sum(&obj).unwrap().get().await.unwrap(), want);
+    // The call is over; the worker keeps its copy while the driver holds
+    // the object (a second reader there would not fetch it again).
+    let kept = reader.kept().unwrap().get().await.unwrap();
+    assert!(kept >= 2 << 20, "kept {kept} bytes after the read");
+
+    // The driver lets go: its notice makes the worker drop the copy.
+    drop(obj);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let kept = reader.kept().unwrap().get().await.unwrap();
+        if kept < 2 << 20 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker still keeps {kept} bytes 10 s after the owner freed the object"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    ray.shutdown();
+    drop(cluster);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_actors_and_objects_cross_two_node_processes() {
     let cluster = Cluster::local(2).await.expect("cluster starts");

@@ -30,7 +30,7 @@ mod gcs;
 ///
 /// Bump it whenever [`Message`] (or anything it contains) changes shape:
 /// peers with different versions refuse each other at the handshake.
-pub const PROTOCOL_VERSION: u16 = 4;
+pub const PROTOCOL_VERSION: u16 = 5;
 
 /// One control message as it travels on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
@@ -301,6 +301,12 @@ mod message {
         GetObject {
             id: ObjectId,
             take: bool,
+        },
+        /// An owner freed these objects, which the receiver fetched from it:
+        /// the receiver drops the copies it kept for later borrowers.
+        /// Answered [`Message::Ok`].
+        ObjectsFreed {
+            ids: Vec<ObjectId>,
         },
         /// Asks a driver or worker for the tasks it owns that have not
         /// finished (the state API); answered [`Message::Tasks`].

@@ -37,7 +37,13 @@ const HUGE_PAGE: usize = 2 << 20;
 /// (`RAYRS_TRANSPORT_PROFILE=8 cargo bench --bench transport`: 0.62 →
 /// 1.4 GB/s). Where huge pages are off, the advice is ignored and nothing
 /// changes.
+///
+/// From the same size on, a buffer freed earlier is reused when one fits
+/// (see [`crate::recycle`]): its pages are already there.
 pub fn aligned_with_capacity(capacity: usize) -> AlignedVec<BUFFER_ALIGNMENT> {
+    if let Some(v) = crate::recycle::take(capacity) {
+        return v;
+    }
     let mut v = AlignedVec::with_capacity(capacity);
     if capacity >= HUGE_PAGE_THRESHOLD {
         advise_huge_pages(v.as_mut_ptr(), capacity);
@@ -95,7 +101,7 @@ impl EncodeBuffer {
             .next_multiple_of(HUGE_PAGE);
         let mut grown = aligned_with_capacity(cap);
         grown.extend_from_slice(&self.0);
-        self.0 = grown;
+        crate::recycle::give(std::mem::replace(&mut self.0, grown));
     }
 }
 
@@ -146,18 +152,30 @@ static EMPTY: AlignedEmpty = AlignedEmpty([]);
 /// Cloning is cheap (a reference count) and every clone shares the same
 /// memory. A clone *pins* the bytes: they stay valid for as long as it is
 /// held, even after the object is deleted from the store.
+///
+/// When the last clone is dropped, a large buffer goes to the
+/// [recycler](crate::recycle) for the next large object.
 #[derive(Clone)]
-pub struct ObjectBuffer(Arc<AlignedVec<BUFFER_ALIGNMENT>>);
+pub struct ObjectBuffer(Arc<Backing>);
+
+/// The memory of an [`ObjectBuffer`], recycled when freed.
+struct Backing(AlignedVec<BUFFER_ALIGNMENT>);
+
+impl Drop for Backing {
+    fn drop(&mut self) {
+        crate::recycle::give(std::mem::replace(&mut self.0, AlignedVec::new()));
+    }
+}
 
 impl ObjectBuffer {
     /// Wraps `v` without copying its bytes (an rkyv serializer's output).
     pub fn from_aligned(v: AlignedVec<BUFFER_ALIGNMENT>) -> Self {
-        Self(Arc::new(v))
+        Self(Arc::new(Backing(v)))
     }
 
     /// Copies `bytes` into newly allocated, 16-aligned memory.
     pub fn copy_from_slice(bytes: &[u8]) -> Self {
-        let mut v = AlignedVec::<BUFFER_ALIGNMENT>::with_capacity(bytes.len());
+        let mut v = aligned_with_capacity(bytes.len());
         v.extend_from_slice(bytes);
         Self::from_aligned(v)
     }
@@ -165,21 +183,21 @@ impl ObjectBuffer {
     /// The object's bytes; the slice starts at a 16-aligned address, even when
     /// empty.
     pub fn as_bytes(&self) -> &[u8] {
-        if self.0.is_empty() {
+        if self.0 .0.is_empty() {
             &EMPTY.0
         } else {
-            self.0.as_slice()
+            self.0 .0.as_slice()
         }
     }
 
     /// Number of bytes in the object.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.0 .0.len()
     }
 
     /// Whether the object holds no bytes.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.0 .0.is_empty()
     }
 
     /// Whether `self` and `other` share the same memory (one is a clone of the

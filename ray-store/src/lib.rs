@@ -28,10 +28,12 @@
 
 pub mod buffer;
 pub mod error;
+pub mod recycle;
 pub mod store;
 
 pub use buffer::{
     aligned_with_capacity, EncodeBuffer, ObjectBuffer, BUFFER_ALIGNMENT, HUGE_PAGE_THRESHOLD,
 };
 pub use error::StoreError;
+pub use recycle::{release_recycled, set_recycle_limit};
 pub use store::{ObjectStore, StoreConfig, StoreStats};

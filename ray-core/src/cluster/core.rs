@@ -26,6 +26,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -186,6 +187,11 @@ pub(crate) struct ClusterCore {
     pinned: Mutex<Vec<Arc<RefHandle>>>,
     /// Objects fetched from their owners, kept for the next borrower.
     fetched: Mutex<FetchCache>,
+    /// Objects this process owns that others fetched (at least
+    /// [`FREE_NOTICE_MIN`] bytes), and who: told when the object is freed.
+    served: Mutex<HashMap<ObjectId, Vec<SocketAddr>>>,
+    /// Entries in `served`: releasing an object skips its lock while 0.
+    serving: AtomicUsize,
     hosted: Mutex<HashMap<ActorId, Hosted>>,
     /// Handles to remote actors this process holds, by id (a decoded
     /// handle reuses a live one).
@@ -225,6 +231,8 @@ impl ClusterCore {
             held: Mutex::new(HashMap::new()),
             pinned: Mutex::new(Vec::new()),
             fetched: Mutex::new(FetchCache::default()),
+            served: Mutex::new(HashMap::new()),
+            serving: AtomicUsize::new(0),
             hosted: Mutex::new(HashMap::new()),
             actors: Mutex::new(HashMap::new()),
             lease_of: Mutex::new(HashMap::new()),
@@ -1297,23 +1305,35 @@ impl ClusterCore {
     async fn accept_loop(self: Arc<Self>) {
         while let Ok(conn) = self.endpoint.accept().await {
             let me = self.clone();
+            let peer = conn.remote_address();
             self.tokio.spawn(async move {
                 while let Ok((w, r)) = conn.accept_frames().await {
                     let me = me.clone();
                     me.tokio
                         .clone()
-                        .spawn(async move { me.serve_stream(w, r).await });
+                        .spawn(async move { me.serve_stream(w, r, peer).await });
                 }
             });
         }
     }
 
-    async fn serve_stream(self: Arc<Self>, mut w: FrameWriter, mut r: FrameReader) {
+    async fn serve_stream(
+        self: Arc<Self>,
+        mut w: FrameWriter,
+        mut r: FrameReader,
+        peer: SocketAddr,
+    ) {
         let Ok(Some(first)) = r.recv().await else {
             return;
         };
         match first.body {
-            Message::GetObject { id, take } => self.serve_object(w, id, take).await,
+            Message::GetObject { id, take } => self.serve_object(w, id, take, peer).await,
+            Message::ObjectsFreed { ids } => {
+                let forgotten = self.fetched.lock().forget(&ids);
+                drop(forgotten);
+                let _ = w.send(&Envelope::new(Message::Ok)).await;
+                w.finish();
+            }
             Message::WorkBatch { items } => {
                 let (tx, rx) = mpsc::unbounded_channel();
                 let writer = self.tokio.spawn(result_loop(w, rx));
@@ -1352,7 +1372,13 @@ impl ClusterCore {
         }
     }
 
-    async fn serve_object(self: Arc<Self>, mut w: FrameWriter, id: ObjectId, take: bool) {
+    async fn serve_object(
+        self: Arc<Self>,
+        mut w: FrameWriter,
+        id: ObjectId,
+        take: bool,
+        peer: SocketAddr,
+    ) {
         let held = if take {
             self.held.lock().remove(&id)
         } else {
@@ -1370,6 +1396,10 @@ impl ClusterCore {
         };
         match out {
             Ok(buf) => {
+                // Noted before sending: the peer's copy exists from now on.
+                if !take && buf.len() >= FREE_NOTICE_MIN {
+                    self.note_served(id, peer);
+                }
                 let head = Message::ObjectFollows {
                     len: buf.len() as u64,
                 };
@@ -1597,10 +1627,48 @@ impl ClusterCore {
             .collect()
     }
 
-    /// Objects fetched from other processes so far, and their bytes.
-    pub(crate) fn fetch_counts(&self) -> (u64, u64) {
+    /// Objects fetched from other processes so far, their bytes, and the
+    /// bytes of fetched objects kept now.
+    pub(crate) fn fetch_counts(&self) -> (u64, u64, u64) {
         let cache = self.fetched.lock();
-        (cache.fetches, cache.fetched_bytes)
+        (cache.fetches, cache.fetched_bytes, cache.bytes as u64)
+    }
+
+    /// Remembers that `peer` fetched `id`, when this process owns it.
+    fn note_served(&self, id: ObjectId, peer: SocketAddr) {
+        if self.rt().is_none_or(|rt| rt.worker != id.owner) {
+            return;
+        }
+        let mut served = self.served.lock();
+        let peers = served.entry(id).or_insert_with(|| {
+            self.serving.fetch_add(1, Ordering::Relaxed);
+            Vec::new()
+        });
+        if !peers.contains(&peer) {
+            peers.push(peer);
+        }
+    }
+
+    /// This process freed `id`: the processes that fetched it drop the
+    /// copies they kept (one notice each, on the I/O runtime).
+    pub(crate) fn object_freed(self: &Arc<Self>, id: ObjectId) {
+        if self.serving.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let Some(peers) = self.served.lock().remove(&id) else {
+            return;
+        };
+        self.serving.fetch_sub(1, Ordering::Relaxed);
+        let me = self.clone();
+        self.tokio.spawn(async move {
+            let notice = Envelope::new(Message::ObjectsFreed { ids: vec![id] });
+            for peer in peers {
+                // A peer gone or unreachable has no copy left to drop.
+                if let Ok(conn) = me.conns.get(peer).await {
+                    let _ = conn.request(&notice).await;
+                }
+            }
+        });
     }
 
     /// Tells the job's end to the GCS (drivers) and stops serving.
@@ -1621,15 +1689,24 @@ impl ClusterCore {
 /// The most bytes of fetched objects a process keeps for later borrowers.
 const FETCH_CACHE_BYTES: usize = 256 << 20;
 
+/// Objects at least this large that another process fetched are tracked
+/// by their owner, which tells that process when it frees them
+/// ([`Message::ObjectsFreed`]); smaller copies just age out of its
+/// [`FetchCache`].
+const FREE_NOTICE_MIN: usize = 64 << 10;
+
 /// Objects this process fetched from their owners, oldest evicted first
 /// once they pass [`FETCH_CACHE_BYTES`].
 ///
 /// A borrowed entry lives only while some task here holds its ref, so
 /// without this a worker fetched the same 10 MiB argument again for every
 /// batch of tasks pushed to it (W6: four fetches of one object per run).
-/// Objects never change, so a kept copy stays right; like a secondary copy
-/// in Ray's object store it may outlive its owner's last reference, within
-/// the byte bound.
+/// Objects never change, so a kept copy stays right. Like a secondary copy
+/// in Ray's object store it goes when its owner frees the object (for
+/// copies of [`FREE_NOTICE_MIN`] bytes or more; smaller ones may outlive
+/// it within the byte bound): a 100 MiB argument no longer holds 100 MiB
+/// in every worker that read it until newer fetches push it out, and its
+/// memory is reused for the next large object (`ray_store::recycle`).
 struct FetchCache {
     /// The most bytes kept.
     cap: usize,
@@ -1661,6 +1738,23 @@ impl FetchCache {
 
     fn get(&self, id: ObjectId) -> Option<ObjectBuffer> {
         self.objects.get(&id).cloned()
+    }
+
+    /// Drops the kept copies of `ids` (their owner freed them); returns
+    /// them so the caller frees the memory outside its lock.
+    fn forget(&mut self, ids: &[ObjectId]) -> Vec<ObjectBuffer> {
+        let gone: Vec<ObjectBuffer> = ids
+            .iter()
+            .filter_map(|id| self.objects.remove(id))
+            .collect();
+        self.bytes -= gone.iter().map(|b| b.len()).sum::<usize>();
+        // `order` keeps forgotten ids until they reach its front; compact it
+        // when they outnumber the live ones.
+        if self.order.len() > 2 * self.objects.len() + 16 {
+            let objects = &self.objects;
+            self.order.retain(|id| objects.contains_key(id));
+        }
+        gone
     }
 
     /// Counts a fetch of `id` and keeps its bytes (evicting the oldest).
