@@ -3,7 +3,9 @@
 //! ray-store owns the bytes of objects on one node: immutable, 16-byte-aligned
 //! [`ObjectBuffer`]s holding rkyv archives, keyed by [`ray_proto::ObjectId`];
 //! the node's capacity limit and its accounting; pinning (a buffer handed out
-//! keeps its bytes alive after a delete); and puts that wait for space. Later
+//! keeps its bytes alive after a delete); puts that wait for space; and the
+//! memory of large buffers, recycled for the next large object
+//! ([`recycle`]). Later
 //! it also owns LRU spilling to local disk with restore on demand, and the
 //! chunked transfer of objects between nodes.
 //!
