@@ -97,7 +97,9 @@ pub struct TransportConfig {
     /// (100 MiB transfers on loopback with 16/64 MiB windows over a 4 MiB
     /// buffer lost 248–574 datagrams per run of `workloads --mode cluster
     /// transfer`, each loss halving the congestion window; none once
-    /// capped).
+    /// capped). This is TCP's rule too (the window advertised never exceeds
+    /// the receive buffer); on a stock kernel it means 208 KiB windows,
+    /// one more reason to raise `net.core.rmem_max`.
     pub socket_buffer: usize,
     /// Bytes a new connection may have in flight before its first
     /// acknowledgement (congestion control's initial window; default
