@@ -154,9 +154,10 @@ static EMPTY: AlignedEmpty = AlignedEmpty([]);
 /// held, even after the object is deleted from the store.
 ///
 /// When the last clone is dropped, a large buffer goes to the
-/// [recycler](crate::recycle) for the next large object.
+/// [recycler](crate::recycle) for the next large object. An empty buffer
+/// (the value of a task returning `()`) holds no allocation at all.
 #[derive(Clone)]
-pub struct ObjectBuffer(Arc<Backing>);
+pub struct ObjectBuffer(Option<Arc<Backing>>);
 
 /// The memory of an [`ObjectBuffer`], recycled when freed.
 struct Backing(AlignedVec<BUFFER_ALIGNMENT>);
@@ -169,8 +170,16 @@ impl Drop for Backing {
 
 impl ObjectBuffer {
     /// Wraps `v` without copying its bytes (an rkyv serializer's output).
+    ///
+    /// An empty `v` is freed and the buffer holds no allocation: a no-op
+    /// task's `()` result used to cost a `malloc` on the thread that ran it
+    /// and a `free` on the thread that dropped the result, where the two
+    /// contended for glibc's arena lock (embedded W1 profile).
     pub fn from_aligned(v: AlignedVec<BUFFER_ALIGNMENT>) -> Self {
-        Self(Arc::new(Backing(v)))
+        if v.is_empty() {
+            return Self(None);
+        }
+        Self(Some(Arc::new(Backing(v))))
     }
 
     /// Copies `bytes` into newly allocated, 16-aligned memory.
@@ -183,27 +192,32 @@ impl ObjectBuffer {
     /// The object's bytes; the slice starts at a 16-aligned address, even when
     /// empty.
     pub fn as_bytes(&self) -> &[u8] {
-        if self.0 .0.is_empty() {
-            &EMPTY.0
-        } else {
-            self.0 .0.as_slice()
+        match &self.0 {
+            Some(backing) if !backing.0.is_empty() => backing.0.as_slice(),
+            _ => &EMPTY.0,
         }
     }
 
     /// Number of bytes in the object.
     pub fn len(&self) -> usize {
-        self.0 .0.len()
+        self.0.as_ref().map_or(0, |backing| backing.0.len())
     }
 
     /// Whether the object holds no bytes.
     pub fn is_empty(&self) -> bool {
-        self.0 .0.is_empty()
+        self.len() == 0
     }
 
     /// Whether `self` and `other` share the same memory (one is a clone of the
     /// other), as opposed to merely holding equal bytes.
+    ///
+    /// Two empty buffers hold no memory and count as sharing it.
     pub fn ptr_eq(&self, other: &ObjectBuffer) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        match (&self.0, &other.0) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        }
     }
 }
 
