@@ -44,7 +44,7 @@ fn an_empty_buffer_allocates_nothing_and_keeps_its_promises() {
     let c = ObjectBuffer::copy_from_slice(&[]);
     assert_eq!(allocations(), before, "an empty buffer allocated");
     for buf in [&a, &b, &c] {
-        assert!(buf.is_empty() && buf.as_bytes().is_empty() && buf.len() == 0);
+        assert_eq!((buf.len(), buf.as_bytes().len()), (0, 0));
         assert_eq!(buf.as_ptr() as usize % BUFFER_ALIGNMENT, 0);
     }
     assert!(a.ptr_eq(&b) && a.ptr_eq(&c));
