@@ -118,21 +118,27 @@ async fn a_fetched_copy_is_dropped_when_its_owner_frees_the_object() {
     let ray = cluster.connect().await.expect("driver joins");
     let reader = Reader::remote(&ray).unwrap();
 
-    let data: Vec<u8> = (0..(2u64 << 20)).map(|i| (i % 239) as u8).collect();
-    let want: u64 = data.iter().map(|&b| u64::from(b)).sum();
-    let obj = ray.put(data).await.unwrap();
-    assert_eq!(reader.sum(&obj).unwrap().get().await.unwrap(), want);
-    // The call is over; the worker keeps its copy while the driver holds
-    // the object (a second reader there would not fetch it again).
+    // Three objects of 1 MiB, read by the actor's worker.
+    let mut objects = Vec::new();
+    for k in 0..3u64 {
+        let data: Vec<u8> = (0..(1u64 << 20)).map(|i| ((i + k) % 239) as u8).collect();
+        let want: u64 = data.iter().map(|&b| u64::from(b)).sum();
+        let obj = ray.put(data).await.unwrap();
+        assert_eq!(reader.sum(&obj).unwrap().get().await.unwrap(), want);
+        objects.push(obj);
+    }
+    // The calls are over; the worker keeps its copies while the driver
+    // holds the objects (a second reader there would not fetch them again).
     let kept = reader.kept().unwrap().get().await.unwrap();
-    assert!(kept >= 2 << 20, "kept {kept} bytes after the read");
+    assert!(kept >= 3 << 20, "kept {kept} bytes after the reads");
 
-    // The driver lets go: its notice makes the worker drop the copy.
-    drop(obj);
+    // The driver lets go of all three at once: its notices make the worker
+    // drop every copy.
+    drop(objects);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let kept = reader.kept().unwrap().get().await.unwrap();
-        if kept < 2 << 20 {
+        if kept < 1 << 20 {
             break;
         }
         assert!(

@@ -192,6 +192,9 @@ pub(crate) struct ClusterCore {
     served: Mutex<HashMap<ObjectId, Vec<SocketAddr>>>,
     /// Entries in `served`: releasing an object skips its lock while 0.
     serving: AtomicUsize,
+    /// Freed objects not yet told to the processes that fetched them,
+    /// per process: one notice carries all of a burst of frees.
+    unsent_frees: Mutex<HashMap<SocketAddr, Vec<ObjectId>>>,
     hosted: Mutex<HashMap<ActorId, Hosted>>,
     /// Handles to remote actors this process holds, by id (a decoded
     /// handle reuses a live one).
@@ -233,6 +236,7 @@ impl ClusterCore {
             fetched: Mutex::new(FetchCache::default()),
             served: Mutex::new(HashMap::new()),
             serving: AtomicUsize::new(0),
+            unsent_frees: Mutex::new(HashMap::new()),
             hosted: Mutex::new(HashMap::new()),
             actors: Mutex::new(HashMap::new()),
             lease_of: Mutex::new(HashMap::new()),
@@ -1650,7 +1654,8 @@ impl ClusterCore {
     }
 
     /// This process freed `id`: the processes that fetched it drop the
-    /// copies they kept (one notice each, on the I/O runtime).
+    /// copies they kept. Notices go from the I/O runtime, one per process
+    /// for all the frees queued by the time it sends.
     pub(crate) fn object_freed(self: &Arc<Self>, id: ObjectId) {
         if self.serving.load(Ordering::Relaxed) == 0 {
             return;
@@ -1659,16 +1664,39 @@ impl ClusterCore {
             return;
         };
         self.serving.fetch_sub(1, Ordering::Relaxed);
-        let me = self.clone();
-        self.tokio.spawn(async move {
-            let notice = Envelope::new(Message::ObjectsFreed { ids: vec![id] });
+        let start_sender = {
+            let mut unsent = self.unsent_frees.lock();
+            let idle = unsent.is_empty();
             for peer in peers {
+                unsent.entry(peer).or_default().push(id);
+            }
+            idle
+        };
+        if start_sender {
+            let me = self.clone();
+            self.tokio.spawn(async move { me.send_frees().await });
+        }
+    }
+
+    /// Sends the queued free notices until none are left.
+    async fn send_frees(self: Arc<Self>) {
+        loop {
+            let batch: Vec<(SocketAddr, Vec<ObjectId>)> = {
+                let mut unsent = self.unsent_frees.lock();
+                if unsent.is_empty() {
+                    // Emptied under the lock: the next free starts a sender.
+                    return;
+                }
+                unsent.drain().collect()
+            };
+            for (peer, ids) in batch {
+                let notice = Envelope::new(Message::ObjectsFreed { ids });
                 // A peer gone or unreachable has no copy left to drop.
-                if let Ok(conn) = me.conns.get(peer).await {
+                if let Ok(conn) = self.conns.get(peer).await {
                     let _ = conn.request(&notice).await;
                 }
             }
-        });
+        }
     }
 
     /// Tells the job's end to the GCS (drivers) and stops serving.
