@@ -159,7 +159,7 @@ static EMPTY: AlignedEmpty = AlignedEmpty([]);
 #[derive(Clone)]
 pub struct ObjectBuffer(Option<Arc<Backing>>);
 
-/// The memory of an [`ObjectBuffer`], recycled when freed.
+/// The memory of an [`ObjectBuffer`], never empty; recycled when freed.
 struct Backing(AlignedVec<BUFFER_ALIGNMENT>);
 
 impl Drop for Backing {
@@ -171,12 +171,14 @@ impl Drop for Backing {
 impl ObjectBuffer {
     /// Wraps `v` without copying its bytes (an rkyv serializer's output).
     ///
-    /// An empty `v` is freed and the buffer holds no allocation: a no-op
-    /// task's `()` result used to cost a `malloc` on the thread that ran it
-    /// and a `free` on the thread that dropped the result, where the two
-    /// contended for glibc's arena lock (embedded W1 profile).
+    /// An empty `v` is freed (or recycled) and the buffer holds no
+    /// allocation: a no-op task's `()` result used to cost a `malloc` on
+    /// the thread that ran it and a `free` on the thread that dropped the
+    /// result, where the two contended for glibc's arena lock (embedded W1
+    /// profile).
     pub fn from_aligned(v: AlignedVec<BUFFER_ALIGNMENT>) -> Self {
         if v.is_empty() {
+            crate::recycle::give(v);
             return Self(None);
         }
         Self(Some(Arc::new(Backing(v))))
@@ -193,8 +195,8 @@ impl ObjectBuffer {
     /// empty.
     pub fn as_bytes(&self) -> &[u8] {
         match &self.0 {
-            Some(backing) if !backing.0.is_empty() => backing.0.as_slice(),
-            _ => &EMPTY.0,
+            Some(backing) => backing.0.as_slice(),
+            None => &EMPTY.0,
         }
     }
 
