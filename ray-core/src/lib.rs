@@ -77,7 +77,7 @@ pub use ray_proto::{
     ActorId, FunctionId, JobId, NodeId, ObjectId, PlacementGroupId, TaskId, WorkerId,
 };
 pub use ray_sched::{PlacementStrategy, Quantity, ResourceSet, SchedulingStrategy};
-pub use ray_store::{release_recycled, set_recycle_limit};
+pub use ray_store::{release_recycled, set_recycle_idle, set_recycle_limit};
 pub use runtime::tune_allocator;
 
 /// The names most programs need: `use ray_core::prelude::*;`.

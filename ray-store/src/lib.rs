@@ -37,5 +37,5 @@ pub use buffer::{
     aligned_with_capacity, EncodeBuffer, ObjectBuffer, BUFFER_ALIGNMENT, HUGE_PAGE_THRESHOLD,
 };
 pub use error::StoreError;
-pub use recycle::{release_recycled, set_recycle_limit};
+pub use recycle::{release_recycled, set_recycle_idle, set_recycle_limit};
 pub use store::{ObjectStore, StoreConfig, StoreStats};

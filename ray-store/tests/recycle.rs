@@ -2,10 +2,14 @@
 //! its own: its state is process-wide, so no other test may free large
 //! buffers beside these.
 
-use ray_store::recycle::{recycle_limit, recycled_bytes, DEFAULT_RECYCLE_LIMIT};
+use std::time::{Duration, Instant};
+
+use ray_store::recycle::{
+    recycle_limit, recycled_bytes, DEFAULT_RECYCLE_IDLE, DEFAULT_RECYCLE_LIMIT,
+};
 use ray_store::{
-    aligned_with_capacity, release_recycled, set_recycle_limit, EncodeBuffer, ObjectBuffer,
-    HUGE_PAGE_THRESHOLD,
+    aligned_with_capacity, release_recycled, set_recycle_idle, set_recycle_limit, EncodeBuffer,
+    ObjectBuffer, HUGE_PAGE_THRESHOLD,
 };
 
 const MIB: usize = 1 << 20;
@@ -72,6 +76,24 @@ fn freed_large_buffers_are_reused_within_the_limit_and_small_ones_never() {
     drop(object(40 * MIB, 1));
     assert_eq!(recycled_bytes(), 0, "kept with the recycler off");
     set_recycle_limit(DEFAULT_RECYCLE_LIMIT);
+
+    // A kept buffer left unused is freed after the idle time, by a thread
+    // of the recycler's own (10 s by default: nothing went above).
+    set_recycle_idle(Duration::from_millis(50));
+    drop(object(40 * MIB, 1));
+    assert_eq!(recycled_bytes(), 40 * MIB);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while recycled_bytes() > 0 {
+        assert!(Instant::now() < deadline, "an unused buffer was kept 10 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The thread comes back for the next kept buffer.
+    drop(object(40 * MIB, 1));
+    while recycled_bytes() > 0 {
+        assert!(Instant::now() < deadline, "the second buffer was kept");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    set_recycle_idle(DEFAULT_RECYCLE_IDLE);
 
     // One test function: `cargo test` runs the tests of a file on threads
     // of one process, and the recycler is process-wide.
