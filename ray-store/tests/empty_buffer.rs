@@ -32,7 +32,7 @@ fn an_empty_buffer_allocates_nothing_and_keeps_its_promises() {
     let one = one.expect("set by the closure");
     assert_eq!(one.as_bytes(), &[1]);
     assert!(!one.ptr_eq(&a));
-    // An allocated but empty vector is freed, not kept.
+    // An allocated but empty vector makes an empty buffer too.
     let spare = AlignedVec::<BUFFER_ALIGNMENT>::with_capacity(64);
     assert!(ObjectBuffer::from_aligned(spare).is_empty());
 }
