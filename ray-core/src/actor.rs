@@ -41,6 +41,8 @@ struct ActorCall {
     /// The id insight records: `task`, or the owner's id for a call pushed
     /// by another process.
     trace: TaskId,
+    /// The return object's cell (the caller's handle holds it too).
+    ret: Arc<crate::ownership::ObjectCell>,
 }
 
 enum Status {
@@ -96,6 +98,7 @@ impl ActorCell {
             args,
             parent,
             trace,
+            ret: handle.cell.clone(),
         });
         Ok(handle)
     }
@@ -186,7 +189,8 @@ impl ActorCell {
             if let Status::Dead(cause) = &mb.status {
                 let err = self.died(cause);
                 drop(mb);
-                self.rt.complete_object(call.task.return_object(), Err(err));
+                self.rt
+                    .complete_object_in(call.task.return_object(), Some(&call.ret), Err(err));
                 return;
             }
             mb.queue.push_back(call);
@@ -270,10 +274,12 @@ impl ActorCell {
             let state = self.state.try_write().and_then(|mut s| s.take());
             drop(state);
         }
-        let ActorCall { task, args, .. } = call;
+        let ActorCall {
+            task, args, ret, ..
+        } = call;
         // Argument refs go before the result becomes visible (see run_task).
         drop(args);
-        rt.complete_object(task.return_object(), outcome);
+        rt.complete_object_in(task.return_object(), Some(&ret), outcome);
     }
 
     fn is_dead(&self) -> bool {
@@ -295,8 +301,11 @@ impl ActorCell {
             let _ = tx.send(Err(cause.clone()));
         }
         for call in queued {
-            self.rt
-                .complete_object(call.task.return_object(), Err(self.died(&cause)));
+            self.rt.complete_object_in(
+                call.task.return_object(),
+                Some(&call.ret),
+                Err(self.died(&cause)),
+            );
         }
         // A call may be running and holding the state (it may even be the
         // one killing its own actor): then that call drops the state when it
@@ -412,7 +421,7 @@ pub(crate) fn spawn_actor_as(
         },
         other => Error::InvalidArgument(other.to_string()),
     })?;
-    let deps = crate::task::pending_deps(rt, &args);
+    let deps = crate::task::pending_deps(&args);
     let cell = Arc::new(ActorCell {
         id,
         class,
@@ -497,6 +506,7 @@ impl RawActorHandle {
                 args,
                 parent,
                 trace: task,
+                ret: handle.cell.clone(),
             }),
             Target::Remote(actor, rt) => actor.call(rt, task, method, args, parent),
         }

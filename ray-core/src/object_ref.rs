@@ -67,7 +67,7 @@ impl<T> ObjectRef<T> {
 
     /// Whether the value (or the error) is there, without waiting.
     pub fn is_ready(&self) -> bool {
-        self.handle.rt.objects.is_ready(self.handle.id)
+        self.handle.is_ready()
     }
 
     /// Records an `object.get` (insight's data edges); `arg`: read as a
@@ -155,7 +155,7 @@ impl Future for ReadyFuture<'_> {
         if self.guard.is_none() {
             // One look first: a ready object (most of a `get_all` over
             // finished work) costs a single table lookup.
-            if let Poll::Ready(value) = rt.objects.poll(id, None) {
+            if let Poll::Ready(value) = self.handle.poll(None) {
                 return Poll::Ready(rt.read_value(id, value));
             }
         }
@@ -169,11 +169,11 @@ impl Future for ReadyFuture<'_> {
             // microseconds of spinning usually see it finish, saving a park
             // and a wake-up. With every core busy it would only slow them.
             let deadline = std::time::Instant::now() + spin;
-            while !rt.objects.is_ready(id) && std::time::Instant::now() < deadline {
+            while !self.handle.is_ready() && std::time::Instant::now() < deadline {
                 std::hint::spin_loop();
             }
         }
-        match rt.objects.poll(id, Some(cx.waker())) {
+        match self.handle.poll(Some(cx.waker())) {
             Poll::Ready(value) => {
                 self.guard = None;
                 Poll::Ready(rt.read_value(id, value))

@@ -6,6 +6,13 @@
 //! every object that contains the ref holds a clone. When the last clone
 //! drops, the entry and its bytes are freed.
 //!
+//! The table maps ids to [`ObjectCell`]s; a handle and the local task or
+//! actor call producing the object reach the cell directly. The owner's
+//! polls and a local result then never touch a shard, so a submitting
+//! thread and the pool threads completing its tasks do not pass the
+//! shards' locks back and forth (embedded W1: the table was a third of the
+//! profile).
+//!
 //! Locks here are never held while running user code, waking tasks or
 //! dropping handles (a drop can recurse into this table).
 
@@ -28,11 +35,27 @@ use crate::runtime::Runtime;
 pub(crate) struct RefHandle {
     pub(crate) id: ObjectId,
     pub(crate) rt: Arc<Runtime>,
+    /// The object's state, reached without the table: the owner's own
+    /// polls and a local task's result touch this cell only, so the
+    /// table's shards stay with the thread that registers and frees.
+    pub(crate) cell: Arc<ObjectCell>,
 }
 
 impl Drop for RefHandle {
     fn drop(&mut self) {
         self.rt.release_object(self.id);
+    }
+}
+
+impl RefHandle {
+    /// The value if ready; otherwise registers `waker` and returns `Pending`.
+    pub(crate) fn poll(&self, waker: Option<&Waker>) -> Poll<Value> {
+        self.cell.poll(self.id, waker)
+    }
+
+    /// Whether the object has a value (or failed).
+    pub(crate) fn is_ready(&self) -> bool {
+        self.cell.0.lock().value.is_some()
     }
 }
 
@@ -55,6 +78,71 @@ struct Entry {
     /// Refs nested in the value: kept alive as long as this object.
     contained: Vec<Arc<RefHandle>>,
     waiters: Vec<Waker>,
+    /// Taken out of the table: a late value is refused.
+    removed: bool,
+}
+
+/// One object's state. The table maps ids to cells; every handle of the
+/// object and the task producing it hold the same cell. Lock order: a
+/// table shard, then a cell.
+pub(crate) struct ObjectCell(Mutex<Entry>);
+
+impl ObjectCell {
+    fn new(value: Option<Value>, handle: Weak<RefHandle>, contained: Vec<Arc<RefHandle>>) -> Self {
+        Self(Mutex::new(Entry {
+            value,
+            handle,
+            contained,
+            waiters: Vec::new(),
+            removed: false,
+        }))
+    }
+
+    fn poll(&self, id: ObjectId, waker: Option<&Waker>) -> Poll<Value> {
+        let mut entry = self.0.lock();
+        if let Some(v) = &entry.value {
+            return Poll::Ready(v.clone());
+        }
+        if entry.removed {
+            return Poll::Ready(Value::Failed(Box::new(Error::ObjectLost {
+                object: id,
+                cause: "no reference to it remains".into(),
+            })));
+        }
+        if let Some(w) = waker {
+            // A future polled again usually registered last: looking at the
+            // latest few keeps this O(1) when a million queued tasks wait on
+            // one object (a full scan made queueing quadratic). A duplicate
+            // only costs a wake.
+            let mut recent = entry.waiters.iter().rev().take(DEDUP_WINDOW);
+            if !recent.any(|x| x.will_wake(w)) {
+                entry.waiters.push(w.clone());
+            }
+        }
+        Poll::Pending
+    }
+
+    /// Sets the value of a pending object and wakes its waiters; `false`
+    /// when it was not taken (see [`ObjectTable::complete`]).
+    pub(crate) fn complete(&self, value: Value, contained: Vec<Arc<RefHandle>>) -> bool {
+        let waiters = {
+            let mut entry = self.0.lock();
+            if entry.removed || entry.value.is_some() {
+                // Freed, or already failed by shutdown: keep that, and let
+                // the caller free whatever it stored for this late value.
+                drop(entry);
+                drop(contained);
+                return false;
+            }
+            entry.value = Some(value);
+            entry.contained = contained;
+            std::mem::take(&mut entry.waiters)
+        };
+        for w in waiters {
+            w.wake();
+        }
+        true
+    }
 }
 
 const SHARDS: usize = 16;
@@ -107,11 +195,12 @@ const fn shard_table() -> [u8; 256] {
 
 /// All objects this worker owns.
 pub(crate) struct ObjectTable {
-    shards: [Mutex<HashMap<ObjectId, Entry>>; SHARDS],
+    shards: [Mutex<HashMap<ObjectId, Arc<ObjectCell>>>; SHARDS],
 }
 
 /// What [`ObjectTable::remove`] took out, to be cleaned up without a lock.
 pub(crate) struct Removed {
+    _value: Option<Value>,
     _contained: Vec<Arc<RefHandle>>,
     _waiters: Vec<Waker>,
 }
@@ -123,7 +212,7 @@ impl ObjectTable {
         }
     }
 
-    fn shard(&self, id: ObjectId) -> &Mutex<HashMap<ObjectId, Entry>> {
+    fn shard(&self, id: ObjectId) -> &Mutex<HashMap<ObjectId, Arc<ObjectCell>>> {
         &self.shards[shard_index(id)]
     }
 
@@ -135,14 +224,14 @@ impl ObjectTable {
         value: Option<Value>,
         contained: Vec<Arc<RefHandle>>,
     ) -> Arc<RefHandle> {
-        let handle = Arc::new(RefHandle { id, rt: rt.clone() });
-        let entry = Entry {
-            value,
-            handle: Arc::downgrade(&handle),
-            contained,
-            waiters: Vec::new(),
-        };
-        self.shard(id).lock().insert(id, entry);
+        let handle = Arc::new_cyclic(|weak| RefHandle {
+            id,
+            rt: rt.clone(),
+            cell: Arc::new(ObjectCell::new(value, weak.clone(), contained)),
+        });
+        let old = self.shard(id).lock().insert(id, handle.cell.clone());
+        // Ids are never reused while registered; dropped outside the lock.
+        drop(old);
         handle
     }
 
@@ -157,49 +246,12 @@ impl ObjectTable {
         value: Value,
         contained: Vec<Arc<RefHandle>>,
     ) -> bool {
-        let waiters = {
-            let mut shard = self.shard(id).lock();
-            let Some(entry) = shard.get_mut(&id) else {
-                drop(shard);
+        let cell = self.shard(id).lock().get(&id).cloned();
+        match cell {
+            Some(cell) => cell.complete(value, contained),
+            None => {
                 drop(contained);
-                return false;
-            };
-            if entry.value.is_some() {
-                // Already failed by shutdown: keep that, and let the caller
-                // free whatever it stored for this late value.
-                return false;
-            }
-            entry.value = Some(value);
-            entry.contained = contained;
-            std::mem::take(&mut entry.waiters)
-        };
-        for w in waiters {
-            w.wake();
-        }
-        true
-    }
-
-    /// The value if ready; otherwise registers `waker` and returns `Pending`.
-    pub(crate) fn poll(&self, id: ObjectId, waker: Option<&Waker>) -> Poll<Value> {
-        let mut shard = self.shard(id).lock();
-        match shard.get_mut(&id) {
-            None => Poll::Ready(Value::Failed(Box::new(Error::ObjectLost {
-                object: id,
-                cause: "no reference to it remains".into(),
-            }))),
-            Some(Entry { value: Some(v), .. }) => Poll::Ready(v.clone()),
-            Some(entry) => {
-                if let Some(w) = waker {
-                    // A future polled again usually registered last: looking
-                    // at the latest few keeps this O(1) when a million
-                    // queued tasks wait on one object (a full scan made
-                    // queueing quadratic). A duplicate only costs a wake.
-                    let mut recent = entry.waiters.iter().rev().take(DEDUP_WINDOW);
-                    if !recent.any(|x| x.will_wake(w)) {
-                        entry.waiters.push(w.clone());
-                    }
-                }
-                Poll::Pending
+                false
             }
         }
     }
@@ -213,51 +265,45 @@ impl ObjectTable {
         id: ObjectId,
     ) -> (Arc<RefHandle>, bool) {
         let mut shard = self.shard(id).lock();
-        if let Some(h) = shard.get(&id).and_then(|e| e.handle.upgrade()) {
+        let Some(cell) = shard.get(&id).cloned() else {
+            let handle = Arc::new_cyclic(|weak| RefHandle {
+                id,
+                rt: rt.clone(),
+                cell: Arc::new(ObjectCell::new(None, weak.clone(), Vec::new())),
+            });
+            shard.insert(id, handle.cell.clone());
+            return (handle, true);
+        };
+        let mut entry = cell.0.lock();
+        if let Some(h) = entry.handle.upgrade() {
             return (h, false);
         }
-        let handle = Arc::new(RefHandle { id, rt: rt.clone() });
-        // An entry whose last handle is dropping (its removal comes later
-        // and must not take this one, see `remove`) hands over what it has:
-        // its value (stored bytes stay in the store) or its fetch in flight,
-        // which completes whichever entry holds the id.
-        let mut old = shard.remove(&id);
-        let (value, contained, waiters, created) = match old.take() {
-            Some(e) if !matches!(e.value, Some(Value::Failed(_))) => {
-                (e.value, e.contained, e.waiters, false)
-            }
-            failed => {
-                // Dropped below, outside the lock.
-                old = failed;
-                (None, Vec::new(), Vec::new(), true)
-            }
-        };
-        shard.insert(
+        // The last handle is dropping (its removal comes later and must not
+        // take this one, see `remove`): the cell gets a new handle and keeps
+        // what it has — its value (stored bytes stay in the store) or its
+        // fetch in flight, which completes whichever cell holds the id. A
+        // failed value is dropped and fetched anew.
+        let handle = Arc::new(RefHandle {
             id,
-            Entry {
-                value,
-                handle: Arc::downgrade(&handle),
-                contained,
-                waiters,
-            },
-        );
+            rt: rt.clone(),
+            cell: cell.clone(),
+        });
+        entry.handle = Arc::downgrade(&handle);
+        let failed = matches!(entry.value, Some(Value::Failed(_)));
+        let old = if failed { entry.value.take() } else { None };
+        drop(entry);
         drop(shard);
         drop(old);
-        (handle, created)
+        (handle, failed)
     }
 
     /// Takes the refs nested in `id`'s value (their holder keeps them).
     pub(crate) fn take_contained(&self, id: ObjectId) -> Vec<Arc<RefHandle>> {
         self.shard(id)
             .lock()
-            .get_mut(&id)
-            .map(|e| std::mem::take(&mut e.contained))
+            .get(&id)
+            .map(|c| std::mem::take(&mut c.0.lock().contained))
             .unwrap_or_default()
-    }
-
-    /// Whether the object has a value (or failed).
-    pub(crate) fn is_ready(&self, id: ObjectId) -> bool {
-        matches!(self.poll(id, None), Poll::Ready(_))
     }
 
     /// A new counted reference to a live object (used when a ref is decoded).
@@ -265,7 +311,7 @@ impl ObjectTable {
         self.shard(id)
             .lock()
             .get(&id)
-            .and_then(|e| e.handle.upgrade())
+            .and_then(|c| c.0.lock().handle.upgrade())
     }
 
     /// Removes the object. The caller drops the result outside any lock.
@@ -278,23 +324,29 @@ impl ObjectTable {
         id: ObjectId,
         free_stored: impl FnOnce(ObjectId),
     ) -> Option<Removed> {
-        let entry = {
-            let mut shard = self.shard(id).lock();
-            if shard.get(&id)?.handle.strong_count() > 0 {
-                // Re-registered after its last handle went (a borrowed
-                // object fetched again): the new entry stays.
-                return None;
-            }
-            let entry = shard.remove(&id)?;
-            if matches!(entry.value, Some(Value::Stored)) {
-                free_stored(id);
-            }
-            entry
+        let mut shard = self.shard(id).lock();
+        let cell = shard.get(&id)?;
+        let mut entry = cell.0.lock();
+        if entry.handle.strong_count() > 0 {
+            // Re-registered after its last handle went (a borrowed object
+            // fetched again): the entry stays.
+            return None;
+        }
+        entry.removed = true;
+        let value = entry.value.take();
+        if matches!(value, Some(Value::Stored)) {
+            free_stored(id);
+        }
+        let removed = Removed {
+            _value: value,
+            _contained: std::mem::take(&mut entry.contained),
+            _waiters: std::mem::take(&mut entry.waiters),
         };
-        Some(Removed {
-            _contained: entry.contained,
-            _waiters: entry.waiters,
-        })
+        drop(entry);
+        let cell = shard.remove(&id);
+        drop(shard);
+        drop(cell);
+        Some(removed)
     }
 
     /// Fails every pending object with `err` (shutdown).
@@ -302,8 +354,9 @@ impl ObjectTable {
         for shard in &self.shards {
             let mut wake = Vec::new();
             {
-                let mut shard = shard.lock();
-                for entry in shard.values_mut() {
+                let shard = shard.lock();
+                for cell in shard.values() {
+                    let mut entry = cell.0.lock();
                     if entry.value.is_none() {
                         entry.value = Some(Value::Failed(Box::new(err.clone())));
                         wake.append(&mut entry.waiters);
@@ -321,7 +374,7 @@ impl ObjectTable {
         let mut out = Vec::new();
         for shard in &self.shards {
             let shard = shard.lock();
-            out.extend(shard.iter().map(|(id, e)| (*id, e.value.clone())));
+            out.extend(shard.iter().map(|(id, c)| (*id, c.0.lock().value.clone())));
         }
         out
     }

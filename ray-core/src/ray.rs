@@ -669,9 +669,11 @@ impl Ray {
             attempt: 0,
             parent,
             trace: None,
+            // On a cluster the result comes back by id.
+            ret: core.is_none().then(|| handle.cell.clone()),
         };
         match core {
-            Some(core) => core.submit_task(rt, spec, &opts.resources.strategy),
+            Some(core) => core.submit_task(spec, &opts.resources.strategy),
             None => rt.enqueue_task(spec),
         }
         Ok(ObjectRef::from_handle(handle))
@@ -691,12 +693,7 @@ impl<T> Future for WaitFuture<'_, T> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let mut ready = 0;
         for r in self.refs {
-            if r.handle
-                .rt
-                .objects
-                .poll(r.handle.id, Some(cx.waker()))
-                .is_ready()
-            {
+            if r.handle.poll(Some(cx.waker())).is_ready() {
                 ready += 1;
             }
         }

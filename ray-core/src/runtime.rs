@@ -25,7 +25,7 @@ const MAX_RUNNING_JOBS: usize = 1024;
 
 /// Work waiting for resources on this node.
 pub(crate) enum Dispatch {
-    Task(Box<TaskSpec>),
+    Task(TaskSpec),
     CreateActor(Arc<ActorCell>),
     /// A placement group's reservation of the node.
     ReservePg(Arc<PgCell>),
@@ -198,10 +198,10 @@ impl Runtime {
 
     /// Queues a task once its arguments are ready.
     pub(crate) fn enqueue_task(self: &Arc<Self>, spec: TaskSpec) {
-        let deps = crate::task::pending_deps(self, &spec.args);
+        let deps = crate::task::pending_deps(&spec.args);
         let req = spec.resources.clone();
         let pool = spec.pool.clone();
-        self.admit_when_ready(deps, pool, req, Dispatch::Task(Box::new(spec)));
+        self.admit_when_ready(deps, pool, req, Dispatch::Task(spec));
     }
 
     /// Admits `d` into `pool` once `deps` have values: work waiting for its
@@ -231,7 +231,7 @@ impl Runtime {
     pub(crate) fn admit(self: &Arc<Self>, spec: TaskSpec) {
         let req = spec.resources.clone();
         let pool = spec.pool.clone();
-        self.admit_in(&pool, req, Dispatch::Task(Box::new(spec)));
+        self.admit_in(&pool, req, Dispatch::Task(spec));
     }
 
     /// Admits work into `pool`: the node's, or a placement group bundle's.
@@ -284,7 +284,7 @@ impl Runtime {
             let mut next = Some(d);
             while let Some(d) = next.take() {
                 next = match d {
-                    Dispatch::Task(spec) => rt.run_task(*spec),
+                    Dispatch::Task(spec) => rt.run_task(spec),
                     Dispatch::CreateActor(cell) => {
                         cell.construct(&rt);
                         None
@@ -304,7 +304,9 @@ impl Runtime {
 
     pub(crate) fn fail_dispatch(self: &Arc<Self>, d: Dispatch, err: Error) {
         match d {
-            Dispatch::Task(spec) => self.complete_object(spec.task.return_object(), Err(err)),
+            Dispatch::Task(spec) => {
+                self.complete_object_in(spec.task.return_object(), spec.ret.as_deref(), Err(err))
+            }
             Dispatch::CreateActor(cell) => cell.fail(err.to_string()),
             Dispatch::ReservePg(pg) => pg.remove(self, &err.to_string()),
         }
@@ -326,18 +328,21 @@ impl Runtime {
         if req.is_empty() {
             return None;
         }
-        let mut ready = Vec::new();
-        {
+        // Usually one item fits (the freed CPU's worth): that one goes
+        // back without touching the heap; only further ones are collected.
+        let mut rest = Vec::new();
+        let first = {
             let mut sched = self.sched.lock();
             sched.release(req);
-            while let Some((_, d)) = sched.pop_runnable() {
-                ready.push(d);
+            let first = sched.pop_runnable().map(|(_, d)| d);
+            if first.is_some() {
+                while let Some((_, d)) = sched.pop_runnable() {
+                    rest.push(d);
+                }
             }
-        }
-
-        let mut ready = ready.into_iter();
-        let first = ready.next();
-        for d in ready {
+            first
+        };
+        for d in rest {
             self.run_dispatch(d);
         }
         first

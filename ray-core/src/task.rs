@@ -11,7 +11,7 @@ use crate::context;
 use crate::error::Error;
 use crate::object::Encoded;
 use crate::object_ref::{ArgKind, ObjectRef, TaskArg};
-use crate::ownership::Value;
+use crate::ownership::{ObjectCell, Value};
 use crate::placement::Pool;
 use crate::registry::{InvokeError, RemoteFunction, Returned};
 use crate::runtime::{Dispatch, Runtime};
@@ -30,15 +30,16 @@ pub(crate) struct TaskSpec {
     pub(crate) parent: Option<TaskId>,
     /// The id insight records (see [`TaskSpec::trace_id`]); `None`: `task`.
     pub(crate) trace: Option<TaskId>,
+    /// The return object's cell when this process owns it and runs the
+    /// task: the result goes there without a table lookup.
+    pub(crate) ret: Option<Arc<ObjectCell>>,
 }
 
 /// Refs among `args` whose values are not there yet.
-pub(crate) fn pending_deps(rt: &Runtime, args: &[TaskArg]) -> Vec<ObjectRef<()>> {
+pub(crate) fn pending_deps(args: &[TaskArg]) -> Vec<ObjectRef<()>> {
     args.iter()
         .filter_map(|a| match a {
-            TaskArg(ArgKind::Ref(h)) if !rt.objects.is_ready(h.id) => {
-                Some(ObjectRef::from_handle(h.clone()))
-            }
+            TaskArg(ArgKind::Ref(h)) if !h.is_ready() => Some(ObjectRef::from_handle(h.clone())),
             _ => None,
         })
         .collect()
@@ -154,11 +155,12 @@ impl Runtime {
                     resources,
                     pool,
                     args,
+                    ret,
                     ..
                 } = spec;
                 drop(args);
                 let next = self.release_to_take_next(&pool, &resources);
-                self.complete_object(task.return_object(), outcome);
+                self.complete_object_in(task.return_object(), ret.as_deref(), outcome);
                 next
             }
         }
@@ -166,6 +168,17 @@ impl Runtime {
 
     /// Sets an object's value from a task outcome, storing large values.
     pub(crate) fn complete_object(&self, id: ray_proto::ObjectId, outcome: Result<Encoded, Error>) {
+        self.complete_object_in(id, None, outcome);
+    }
+
+    /// [`Runtime::complete_object`], through the object's cell when the
+    /// caller has it (else the table finds it by id).
+    pub(crate) fn complete_object_in(
+        &self,
+        id: ray_proto::ObjectId,
+        cell: Option<&ObjectCell>,
+        outcome: Result<Encoded, Error>,
+    ) {
         let (value, nested) = match outcome {
             Ok(enc) => match self.store_value(id, enc.buf) {
                 Ok(v) => (v, enc.nested),
@@ -174,7 +187,11 @@ impl Runtime {
             Err(e) => (Value::Failed(Box::new(e)), Vec::new()),
         };
         let stored = matches!(value, Value::Stored);
-        if !self.objects.complete(id, value, nested) && stored {
+        let taken = match cell {
+            Some(cell) => cell.complete(value, nested),
+            None => self.objects.complete(id, value, nested),
+        };
+        if !taken && stored {
             self.store.delete(id);
         }
     }

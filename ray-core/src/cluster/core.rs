@@ -312,17 +312,12 @@ impl ClusterCore {
 
     /// Submits a task to the cluster; its result completes `spec.task`'s
     /// return object in this process's table.
-    pub(crate) fn submit_task(
-        self: &Arc<Self>,
-        rt: &Arc<Runtime>,
-        spec: TaskSpec,
-        strategy: &SchedulingStrategy,
-    ) {
+    pub(crate) fn submit_task(self: &Arc<Self>, spec: TaskSpec, strategy: &SchedulingStrategy) {
         let key = SchedKey {
             resources: resources_to_wire(&spec.resources),
             strategy: strategy_to_wire(strategy),
         };
-        let deps = crate::task::pending_deps(rt, &spec.args);
+        let deps = crate::task::pending_deps(&spec.args);
         let me = self.clone();
         if deps.is_empty() {
             if let Some(args) = self.wire_args_now(&spec.args) {
@@ -1269,8 +1264,8 @@ impl ClusterCore {
             detached,
             creator,
         } = launch;
-        let rt = self.rt().ok_or(Error::ShutDown)?;
-        for d in crate::task::pending_deps(&rt, &args) {
+        self.rt().ok_or(Error::ShutDown)?;
+        for d in crate::task::pending_deps(&args) {
             let _ = d.buffer().await;
         }
         let wire = self.wire_args(&args).await?;
@@ -1462,6 +1457,7 @@ impl ClusterCore {
                     attempt,
                     parent,
                     trace: Some(task),
+                    ret: Some(handle.cell.clone()),
                 });
                 self.forward(handle, task, results.clone());
             }
@@ -1843,7 +1839,7 @@ impl Forward {
         let waker = std::task::Waker::from(self.clone());
         // The table wakes its waiters after releasing its lock, so holding
         // this slot's lock across `poll` cannot deadlock with `complete`.
-        match rt.objects.poll(id, Some(&waker)) {
+        match state.handle.poll(Some(&waker)) {
             std::task::Poll::Pending => {}
             std::task::Poll::Ready(value) => {
                 let Some(state) = slot.take() else { return };
