@@ -126,7 +126,7 @@ impl ObjectCell {
     /// Sets the value of a pending object and wakes its waiters; `false`
     /// when it was not taken (see [`ObjectTable::complete`]).
     pub(crate) fn complete(&self, value: Value, contained: Vec<Arc<RefHandle>>) -> bool {
-        let waiters = {
+        let (waiters, before) = {
             let mut entry = self.0.lock();
             if entry.removed || entry.value.is_some() {
                 // Freed, or already failed by shutdown: keep that, and let
@@ -136,9 +136,11 @@ impl ObjectCell {
                 return false;
             }
             entry.value = Some(value);
-            entry.contained = contained;
-            std::mem::take(&mut entry.waiters)
+            let before = std::mem::replace(&mut entry.contained, contained);
+            (std::mem::take(&mut entry.waiters), before)
         };
+        // Handles are dropped outside the lock (a drop frees through the table).
+        drop(before);
         for w in waiters {
             w.wake();
         }

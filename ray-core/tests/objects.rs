@@ -213,3 +213,53 @@ async fn every_task_queued_on_one_pending_object_runs_when_it_is_ready() {
     assert_eq!(gate.get().await.unwrap(), 7);
     ray.shutdown();
 }
+
+/// Opened by the test once the ref to `gated_big`'s result is dropped.
+static BIG_GATE_OPEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Set by `gated_big` once it runs.
+static BIG_STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+#[remote]
+fn gated_big(n: u64) -> Vec<u8> {
+    BIG_STARTED.store(true, std::sync::atomic::Ordering::Release);
+    while !BIG_GATE_OPEN.load(std::sync::atomic::Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    vec![3u8; n as usize]
+}
+
+/// A task whose every ref was dropped while it ran still finishes, and its
+/// result, large enough for the store, is freed as it lands: nothing is
+/// left in the table or the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_nobody_references_any_more_is_freed_when_it_lands() {
+    let ray = with_store(1 << 30, Duration::from_secs(1)).await;
+    let big = gated_big::remote(&ray, 4 << 20).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !BIG_STARTED.load(std::sync::atomic::Ordering::Acquire) {
+        assert!(Instant::now() < deadline, "the task never started");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    drop(big);
+    assert_eq!(ray.stats().objects, 0, "the entry went with its last ref");
+    BIG_GATE_OPEN.store(true, std::sync::atomic::Ordering::Release);
+    // The task gives its CPU back just before its value lands; the value
+    // lands within microseconds, so 50 ms later a kept one would show.
+    while ray.stats().available != ray.stats().total {
+        assert!(Instant::now() < deadline, "the task never finished");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The pool thread stored the value, found nobody wants it, deleted it.
+    let stats = ray.stats();
+    assert_eq!(
+        stats.store_used_bytes, 0,
+        "the unreferenced result was kept"
+    );
+    assert_eq!(stats.objects, 0);
+    // A later task's result is stored and read as usual.
+    let again = make_big::remote(&ray, 2 << 20).unwrap();
+    assert_eq!(again.get().await.unwrap().len(), 2 << 20);
+    assert_eq!(ray.stats().objects, 1);
+    ray.shutdown();
+}
