@@ -154,7 +154,7 @@ impl Future for ReadyFuture<'_> {
         let id = self.handle.id;
         if self.guard.is_none() {
             // One look first: a ready object (most of a `get_all` over
-            // finished work) costs a single table lookup.
+            // finished work) costs a single look at its cell.
             if let Poll::Ready(value) = self.handle.poll(None) {
                 return Poll::Ready(rt.read_value(id, value));
             }
