@@ -13,9 +13,33 @@ use ray_sched::ResourceSet;
 use crate::placement::Pool;
 use crate::runtime::Runtime;
 
+/// The runtime a task context belongs to, without a count of its own.
+///
+/// A context lives only inside the [`with_task`] call that set it, and that
+/// call borrows an `Arc<Runtime>` throughout, so the runtime outlives it.
+/// Not counting spares every task an increment and a decrement of the
+/// runtime's reference count, a cache line the submitting thread also
+/// writes for every object it registers (embedded W1).
+pub(crate) struct RuntimeRef(*const Runtime);
+
+impl RuntimeRef {
+    /// A counted handle to the runtime.
+    pub(crate) fn arc(&self) -> Arc<Runtime> {
+        // SAFETY: the pointer is `Arc::as_ptr` of an `Arc<Runtime>` that
+        // `with_task` borrows for as long as this context is installed
+        // (see the type's doc), so the allocation is live with a strong
+        // count of at least one; adding one and taking it as an `Arc` is
+        // what `Arc::clone` does.
+        unsafe {
+            Arc::increment_strong_count(self.0);
+            Arc::from_raw(self.0)
+        }
+    }
+}
+
 /// The task (or actor call) running on this thread.
 pub(crate) struct TaskContext {
-    pub(crate) rt: Arc<Runtime>,
+    rt: RuntimeRef,
     pub(crate) task: TaskId,
     /// The id insight records for it: `task`, except in a worker running
     /// work pushed by another process, where it is the owner's id.
@@ -43,7 +67,7 @@ pub(crate) fn with_task<R>(
     f: impl FnOnce() -> R,
 ) -> R {
     let ctx = TaskContext {
-        rt: rt.clone(),
+        rt: RuntimeRef(Arc::as_ptr(rt)),
         task,
         trace,
         resources,
@@ -64,7 +88,7 @@ pub(crate) fn with_task<R>(
 
 /// The runtime and task of the current thread, if it runs a task.
 pub(crate) fn current() -> Option<(Arc<Runtime>, TaskId)> {
-    CURRENT.with(|c| c.borrow().as_ref().map(|ctx| (ctx.rt.clone(), ctx.task)))
+    CURRENT.with(|c| c.borrow().as_ref().map(|ctx| (ctx.rt.arc(), ctx.task)))
 }
 
 /// Whether this thread runs a task or actor call.
@@ -119,7 +143,7 @@ pub(crate) fn begin_blocking(objects: &[ray_proto::ObjectId]) -> Option<BlockGua
             return None;
         }
         ctx.blocked = 1;
-        Some((ctx.rt.clone(), ctx.task, ctx.trace, ctx.resources.clone()))
+        Some((ctx.rt.arc(), ctx.task, ctx.trace, ctx.resources.clone()))
     })?;
     if let Some((pool, res)) = &resources {
         rt.release_to(pool, res);
