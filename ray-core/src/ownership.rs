@@ -49,6 +49,20 @@ impl Drop for RefHandle {
 }
 
 impl RefHandle {
+    /// The first handle of a new object, with a cell of its own.
+    fn with_new_cell(
+        rt: &Arc<Runtime>,
+        id: ObjectId,
+        value: Option<Value>,
+        contained: Vec<Arc<RefHandle>>,
+    ) -> Arc<Self> {
+        Arc::new_cyclic(|weak| RefHandle {
+            id,
+            rt: rt.clone(),
+            cell: Arc::new(ObjectCell::new(value, weak.clone(), contained)),
+        })
+    }
+
     /// The value if ready; otherwise registers `waker` and returns `Pending`.
     pub(crate) fn poll(&self, waker: Option<&Waker>) -> Poll<Value> {
         self.cell.poll(self.id, waker)
@@ -279,11 +293,7 @@ impl ObjectTable {
         value: Option<Value>,
         contained: Vec<Arc<RefHandle>>,
     ) -> Arc<RefHandle> {
-        let handle = Arc::new_cyclic(|weak| RefHandle {
-            id,
-            rt: rt.clone(),
-            cell: Arc::new(ObjectCell::new(value, weak.clone(), contained)),
-        });
+        let handle = RefHandle::with_new_cell(rt, id, value, contained);
         let old = self.shard(id).lock().insert(id, handle.cell.clone());
         // Ids are never reused while registered; dropped outside the lock.
         drop(old);
@@ -301,6 +311,9 @@ impl ObjectTable {
         value: Value,
         contained: Vec<Arc<RefHandle>>,
     ) -> bool {
+        // Completed outside the shard's lock: waking waiters and dropping
+        // replaced handles must not run under it (a drop frees through the
+        // table).
         let cell = self.shard(id).lock().get(&id).cloned();
         match cell {
             Some(cell) => cell.complete(value, contained),
@@ -320,12 +333,8 @@ impl ObjectTable {
         id: ObjectId,
     ) -> (Arc<RefHandle>, bool) {
         let mut shard = self.shard(id).lock();
-        let Some(cell) = shard.get(&id).cloned() else {
-            let handle = Arc::new_cyclic(|weak| RefHandle {
-                id,
-                rt: rt.clone(),
-                cell: Arc::new(ObjectCell::new(None, weak.clone(), Vec::new())),
-            });
+        let Some(cell) = shard.get(&id) else {
+            let handle = RefHandle::with_new_cell(rt, id, None, Vec::new());
             shard.insert(id, handle.cell.clone());
             return (handle, true);
         };
