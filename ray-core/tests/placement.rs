@@ -210,3 +210,52 @@ async fn removing_a_group_kills_the_actors_living_in_it() {
     assert_eq!(cpu(&ray), 2.0);
     ray.shutdown();
 }
+
+static CHAIN_GATE: AtomicBool = AtomicBool::new(false);
+
+/// Returns once `CHAIN_GATE` opens.
+#[remote]
+fn chain_gate() -> u64 {
+    while !CHAIN_GATE.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    0
+}
+
+#[remote]
+fn chain_link(prev: u64) -> u64 {
+    prev + 1
+}
+
+/// Work waiting for its argument is admitted by the thread whose
+/// completion of that argument wakes it. When admission fails at once (its
+/// group is gone), that completes the next link's argument in turn: a long
+/// chain must fail link by link on that thread, not one nested call per
+/// link (100,000 of those overflow a pool thread's stack).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_chain_waiting_in_a_removed_group_fails_link_by_link() {
+    const LINKS: usize = 100_000;
+    let ray = common::runtime(2.0).await;
+    let pg = one_cpu_group(&ray).await;
+    let gate = chain_gate::remote(&ray).unwrap();
+    let mut last = gate.clone();
+    for _ in 0..LINKS {
+        last = chain_link::options()
+            .placement_group(&pg, Some(0))
+            .remote(&ray, &last)
+            .unwrap();
+    }
+    assert!(!last.is_ready(), "the chain waits for the gate");
+    pg.remove(&ray);
+    CHAIN_GATE.store(true, Ordering::SeqCst);
+    assert_eq!(gate.get().await.unwrap(), 0);
+    let err = tokio::time::timeout(Duration::from_secs(60), last.get())
+        .await
+        .expect("the chain's last link fails within a minute")
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::PlacementGroupRemoved { .. }),
+        "{err:?}"
+    );
+    ray.shutdown();
+}

@@ -318,26 +318,25 @@ impl ClusterCore {
             strategy: strategy_to_wire(strategy),
         };
         let deps = crate::task::pending_deps(&spec.args);
-        let me = self.clone();
         if deps.is_empty() {
-            if let Some(args) = self.wire_args_now(&spec.args) {
-                self.queue(key, spec, args);
-                return;
-            }
+            self.queue_with_args(key, spec);
+            return;
         }
+        let me = self.clone();
+        crate::task::when_ready(deps, move || me.queue_with_args(key, spec));
+    }
+
+    /// Queues `spec` with its arguments (all there by now) in wire form.
+    /// Refs whose owners' addresses are not known yet wait for a lookup
+    /// on the runtime first.
+    fn queue_with_args(self: &Arc<Self>, key: SchedKey, spec: TaskSpec) {
+        if let Some(args) = self.wire_args_now(&spec.args) {
+            self.queue(key, spec, args);
+            return;
+        }
+        let me = self.clone();
         self.tokio.spawn(async move {
-            for d in &deps {
-                let _ = d.buffer().await;
-            }
-            // Arguments whose owners' addresses must be looked up take the
-            // async path, boxed: a task queued behind a pending argument
-            // keeps this future until it runs, and with that path inline
-            // it was 1,696 bytes instead of 424.
-            let args = match me.wire_args_now(&spec.args) {
-                Some(args) => Ok(args),
-                None => Box::pin(me.wire_args(&spec.args)).await,
-            };
-            match args {
+            match me.wire_args(&spec.args).await {
                 Ok(args) => me.queue(key, spec, args),
                 Err(e) => {
                     if let Some(rt) = me.rt() {
@@ -1938,7 +1937,8 @@ impl RemoteActor {
         args: Vec<TaskArg>,
         parent: Option<TaskId>,
     ) {
-        if let Some(cause) = self.dead.lock().clone() {
+        let dead = self.dead.lock().clone();
+        if let Some(cause) = dead {
             rt.complete_object(task.return_object(), Err(self.died(&cause)));
             return;
         }
