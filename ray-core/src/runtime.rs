@@ -206,6 +206,7 @@ impl Runtime {
 
     /// Admits `d` into `pool` once `deps` have values: work waiting for its
     /// arguments holds no resources, so it cannot block what produces them.
+    /// A failed dependency fails the work when it resolves its arguments.
     pub(crate) fn admit_when_ready(
         self: &Arc<Self>,
         deps: Vec<crate::object_ref::ObjectRef<()>>,
