@@ -58,6 +58,12 @@ use crate::transport::{Connections, Endpoint, Envelope, FrameReader, FrameWriter
 pub(crate) const PIPELINE: usize = 64;
 /// How long an idle lease is kept for more work of its shape.
 pub(crate) const LEASE_IDLE: Duration = Duration::from_millis(50);
+/// How long a lease may idle while other work of this process waits for
+/// a lease: then it goes back at once, since the CPUs it holds may be the
+/// ones that work waits for (the warm-up's spread leases held a node's two
+/// CPUs for 50 ms while a batch of default tasks waited: cluster W1's
+/// first run took 2.5x as long as the next two).
+const LEASE_IDLE_WHILE_OTHERS_WAIT: Duration = Duration::from_millis(1);
 /// Work items per pushed frame, at most.
 const BATCH_ITEMS: usize = 512;
 /// The largest object accepted from a peer (it must fit in memory anyway).
@@ -106,6 +112,18 @@ struct KeyState {
     requesting: bool,
 }
 
+/// Takes out the leases of `ks` idle for at least `min_idle` at `now`
+/// into `out` as (node, lease).
+fn take_idle(ks: &mut KeyState, now: Instant, min_idle: Duration, out: &mut Vec<(NodeId, TaskId)>) {
+    ks.leases.retain(|l| {
+        let idle = l.inflight == 0 && l.idle_since.is_some_and(|t| now - t >= min_idle);
+        if idle {
+            out.push((l.node, l.id));
+        }
+        !idle
+    });
+}
+
 enum InflightKind {
     Task { key: SchedKey, lease: TaskId },
     ActorCall,
@@ -129,6 +147,29 @@ pub(super) struct OwnerState {
 }
 
 impl OwnerState {
+    /// Takes out the leases of keys other than `key` that have nothing
+    /// queued and have idled for [`LEASE_IDLE_WHILE_OTHERS_WAIT`]: work of
+    /// `key` waits for a lease. Returns (node, lease) of each, to return.
+    fn take_idle_leases_of_others(&mut self, key: &SchedKey) -> Vec<(NodeId, TaskId)> {
+        let mut out = Vec::new();
+        let mut now = None;
+        for (k, ks) in self.keys.iter_mut() {
+            if k == key || !ks.queue.is_empty() || ks.leases.is_empty() {
+                continue;
+            }
+            let now = *now.get_or_insert_with(Instant::now);
+            take_idle(ks, now, LEASE_IDLE_WHILE_OTHERS_WAIT, &mut out);
+        }
+        out
+    }
+
+    /// Whether work of a key other than `key` waits for a lease.
+    fn others_waiting(&self, key: &SchedKey) -> bool {
+        self.keys
+            .iter()
+            .any(|(k, ks)| k != key && !ks.queue.is_empty())
+    }
+
     /// Tasks queued for a lease: (task, function name, resources asked).
     pub(super) fn queued(&self) -> Vec<(TaskId, &'static str, Vec<ResourceAmount>)> {
         self.keys
@@ -370,6 +411,7 @@ impl ClusterCore {
     /// work remains and none is being asked for.
     fn pump(self: &Arc<Self>, key: &SchedKey) {
         let mut request = false;
+        let mut give_back = Vec::new();
         {
             let mut st = self.owner.lock();
             let OwnerState { keys, inflight } = &mut *st;
@@ -419,13 +461,20 @@ impl ClusterCore {
                 // A closed link fails its inflight work when its reader ends.
                 let _ = lease.link.tx.send(item);
             }
-            if !ks.queue.is_empty() && !ks.requesting {
+            let waiting = !ks.queue.is_empty();
+            if waiting && !ks.requesting {
                 ks.requesting = true;
                 request = true;
             }
-            if ks.queue.is_empty() && ks.leases.is_empty() && !ks.requesting {
+            if !waiting && ks.leases.is_empty() && !ks.requesting {
                 keys.remove(key);
             }
+            if waiting {
+                give_back = st.take_idle_leases_of_others(key);
+            }
+        }
+        for (node, lease) in give_back {
+            self.return_lease(node, lease);
         }
         if request {
             let me = self.clone();
@@ -438,6 +487,7 @@ impl ClusterCore {
         let result = self.lease(&key.resources, &key.strategy).await;
         let failed = {
             let mut st = self.owner.lock();
+            let others_waiting = st.others_waiting(&key);
             let Some(ks) = st.keys.get_mut(&key) else {
                 drop(st);
                 if let Ok((lease, node, _)) = result {
@@ -447,6 +497,13 @@ impl ClusterCore {
             };
             ks.requesting = false;
             match result {
+                Ok((id, node, _)) if ks.queue.is_empty() && others_waiting => {
+                    // Granted after this key's work ran out, while other
+                    // work waits for a lease: its CPUs go back at once.
+                    drop(st);
+                    self.return_lease(node, id);
+                    None
+                }
                 Ok((id, node, link)) => {
                     ks.leases.push(Lease {
                         id,
@@ -574,14 +631,7 @@ impl ClusterCore {
                 let mut st = self.owner.lock();
                 st.keys.retain(|_, ks| {
                     if ks.queue.is_empty() {
-                        ks.leases.retain(|l| {
-                            let idle = l.inflight == 0
-                                && l.idle_since.is_some_and(|t| now - t >= LEASE_IDLE);
-                            if idle {
-                                expired.push((l.node, l.id));
-                            }
-                            !idle
-                        });
+                        take_idle(ks, now, LEASE_IDLE, &mut expired);
                     }
                     !(ks.queue.is_empty() && ks.leases.is_empty() && !ks.requesting)
                 });
@@ -2171,6 +2221,102 @@ fn intern(s: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn never(
+        _: &[ObjectBuffer],
+    ) -> Result<crate::registry::Returned, crate::registry::InvokeError> {
+        unreachable!("the lease tests queue work but never run it")
+    }
+
+    static QUEUED_FN: RemoteFunction = RemoteFunction {
+        id: ray_proto::FunctionId(1),
+        name: "queued",
+        invoke: never,
+    };
+
+    fn key(strategy: WireStrategy) -> SchedKey {
+        SchedKey {
+            resources: Vec::new(),
+            strategy,
+        }
+    }
+
+    fn lease(seq: u64, inflight: usize, idle_for: Option<Duration>) -> Lease {
+        let (tx, _) = mpsc::unbounded_channel();
+        Lease {
+            id: TaskId::new(WorkerId(1), seq),
+            node: NodeId(7),
+            link: Arc::new(Link {
+                addr: "127.0.0.1:1".parse().unwrap(),
+                node: NodeId(7),
+                worker: WorkerId(2),
+                tx,
+                dead: false.into(),
+            }),
+            inflight,
+            idle_since: idle_for.map(|d| Instant::now() - d),
+        }
+    }
+
+    #[test]
+    fn idle_leases_of_other_shapes_go_back_while_work_waits_for_a_lease() {
+        let spread = key(WireStrategy::Spread);
+        let default = key(WireStrategy::Default);
+        let mut st = OwnerState::default();
+        st.keys.insert(
+            spread.clone(),
+            KeyState {
+                leases: vec![
+                    lease(1, 0, Some(Duration::from_millis(20))),
+                    lease(2, 1, None),
+                    lease(3, 0, Some(Duration::ZERO)),
+                ],
+                ..KeyState::default()
+            },
+        );
+        assert!(!st.others_waiting(&spread), "nothing is queued yet");
+        assert!(
+            st.take_idle_leases_of_others(&spread).is_empty(),
+            "a key never gives back its own leases this way"
+        );
+        st.keys
+            .entry(default.clone())
+            .or_default()
+            .queue
+            .push_back(Queued {
+                task: TaskId::new(WorkerId(1), 10),
+                function: &QUEUED_FN,
+                args: Vec::new(),
+                keep: Vec::new(),
+                attempt: 0,
+                parent: None,
+            });
+        assert!(st.others_waiting(&spread), "default work waits");
+        assert!(!st.others_waiting(&default), "only its own work waits");
+        let back = st.take_idle_leases_of_others(&default);
+        assert_eq!(
+            back,
+            vec![(NodeId(7), TaskId::new(WorkerId(1), 1))],
+            "only the lease idle for more than {LEASE_IDLE_WHILE_OTHERS_WAIT:?} goes back"
+        );
+        let kept: Vec<u64> = st.keys[&spread].leases.iter().map(|l| l.id.seq).collect();
+        assert_eq!(kept, vec![2, 3], "the busy and the just-idled lease stay");
+        // A key with work of its own queued keeps its idle leases.
+        st.keys
+            .get_mut(&spread)
+            .unwrap()
+            .leases
+            .push(lease(4, 0, Some(Duration::from_millis(20))));
+        st.keys.get_mut(&spread).unwrap().queue.push_back(Queued {
+            task: TaskId::new(WorkerId(1), 11),
+            function: &QUEUED_FN,
+            args: Vec::new(),
+            keep: Vec::new(),
+            attempt: 0,
+            parent: None,
+        });
+        assert!(st.take_idle_leases_of_others(&default).is_empty());
+    }
 
     fn buf(len: usize, fill: u8) -> ObjectBuffer {
         ObjectBuffer::copy_from_slice(&vec![fill; len])
