@@ -101,6 +101,20 @@ impl ResourceSet {
         self.cpu.is_zero() && self.gpu.is_zero() && self.memory.is_zero() && self.custom.is_empty()
     }
 
+    /// Whether `self` and `other` both ask for some resource (a non-zero
+    /// amount of the same name), so granting one can leave less for the
+    /// other.
+    pub fn overlaps(&self, other: &ResourceSet) -> bool {
+        let both = |a: Quantity, b: Quantity| !a.is_zero() && !b.is_zero();
+        both(self.cpu, other.cpu)
+            || both(self.gpu, other.gpu)
+            || both(self.memory, other.memory)
+            || self
+                .custom
+                .iter()
+                .any(|(name, _)| !other.custom_get(name).is_zero())
+    }
+
     /// Whether every amount in `self` is at most the same amount in `other`.
     pub fn is_subset_of(&self, other: &ResourceSet) -> bool {
         self.cpu <= other.cpu
@@ -328,6 +342,21 @@ mod tests {
         let mut h = DefaultHasher::new();
         set.hash(&mut h);
         h.finish()
+    }
+
+    #[test]
+    fn overlaps_means_both_ask_for_some_resource_of_the_same_name() {
+        let cpu = ResourceSet::cpu(q(1.0));
+        let gpu = ResourceSet::new().with(GPU, q(0.5));
+        let tpu = ResourceSet::new().with("tpu", q(2.0));
+        let cpu_tpu = cpu.clone().with("tpu", q(1.0));
+        assert!(cpu.overlaps(&cpu_tpu) && cpu_tpu.overlaps(&cpu));
+        assert!(tpu.overlaps(&cpu_tpu) && cpu_tpu.overlaps(&tpu));
+        assert!(!cpu.overlaps(&gpu) && !gpu.overlaps(&cpu));
+        assert!(!cpu.overlaps(&tpu) && !tpu.overlaps(&gpu));
+        let nothing = ResourceSet::new();
+        assert!(!nothing.overlaps(&cpu_tpu) && !cpu_tpu.overlaps(&nothing));
+        assert!(!nothing.overlaps(&nothing));
     }
 
     #[test]

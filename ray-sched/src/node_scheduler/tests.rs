@@ -168,6 +168,33 @@ fn a_big_task_is_not_starved_by_a_stream_of_small_ones() {
 }
 
 #[test]
+fn work_that_takes_nothing_the_oldest_needs_is_not_held_back_by_it() {
+    let view = view_of(&[cpus(1.0), cpus(1.0)]);
+    let mut a = sched(1, &view);
+    // Both nodes are full (node 2 as far as a knows): the oldest waits.
+    a.submit(task(0, cpus(1.0), SchedulingStrategy::Default));
+    assert_eq!(ran(&actions(&mut a)), [0]);
+    a.view.try_acquire(NodeId(2), &cpus(1.0));
+    a.submit(task(1, cpus(1.0), SchedulingStrategy::Spread));
+    assert!(actions(&mut a).is_empty(), "the oldest waits for a CPU");
+    // Far more resource-free work (actors) than the bypass bound allows:
+    // none of it can delay the oldest, so all of it is placed at once.
+    let many = 10 * crate::MAX_BYPASS as u64;
+    for seq in 2..2 + many {
+        a.submit(task(seq, ResourceSet::new(), SchedulingStrategy::Spread));
+    }
+    let placed = actions(&mut a)
+        .iter()
+        .filter(|a| matches!(a, Action::Run(_) | Action::Spill { .. }))
+        .count();
+    assert_eq!(placed as u64, many, "every resource-free task was placed");
+    // Work that competes with the oldest for CPUs still counts against
+    // the bound: once a CPU frees, the oldest gets it.
+    a.finish(TaskId::new(WorkerId(0), 0));
+    assert_eq!(ran(&actions(&mut a)), [1]);
+}
+
+#[test]
 fn hard_affinity_waits_at_its_target_node() {
     let view = view_of(&[cpus(1.0), cpus(1.0)]);
     let mut a = sched(1, &view);
