@@ -59,9 +59,11 @@ pub const MAX_BYPASS: u32 = 16;
 /// only [`LocalQueue::acquire_forced`] may.
 ///
 /// No starvation: a small request may pass a big one that does not fit yet,
-/// but only [`MAX_BYPASS`] times; then nothing else is admitted until the
-/// oldest item fits and runs (running work always finishes and frees its
-/// resources, so it does).
+/// but only [`MAX_BYPASS`] times; then nothing else that asks for any of
+/// the same resources is admitted until the oldest item fits and runs
+/// (running work always finishes and frees its resources, so it does).
+/// Requests that share no resource with the oldest cannot delay it and are
+/// neither counted nor held back.
 #[derive(Debug)]
 pub struct LocalQueue<T> {
     node: NodeResources,
@@ -88,10 +90,24 @@ impl<T> LocalQueue<T> {
 
     /// The submission number of the oldest queued item.
     fn oldest(&self) -> Option<u64> {
+        self.oldest_class().map(|(seq, _)| seq)
+    }
+
+    /// The oldest queued item's number and what it asks for.
+    fn oldest_class(&self) -> Option<(u64, &ResourceSet)> {
         self.classes
             .iter()
-            .filter_map(|c| c.items.front().map(|&(seq, _)| seq))
-            .min()
+            .filter_map(|c| c.items.front().map(|&(seq, _)| (seq, &c.req)))
+            .min_by_key(|&(seq, _)| seq)
+    }
+
+    /// Whether admitting a request for `req` ahead of the oldest queued
+    /// item could delay it: they ask for some resource in common. One that
+    /// shares none (CPU work while the oldest waits for a GPU) is not a
+    /// bypass and is never held back for it.
+    fn competes_with_oldest(&self, req: &ResourceSet) -> bool {
+        self.oldest_class()
+            .is_some_and(|(_, oldest)| req.overlaps(oldest))
     }
 
     /// Counts one pass over the oldest item; `false` if it has been passed
@@ -138,7 +154,9 @@ impl<T> LocalQueue<T> {
             self.classes.iter().position(|c| c.req == req)
         };
         let class_waiting = class.is_some_and(|i| !self.classes[i].items.is_empty());
-        if !class_waiting && self.node.can_acquire(&req) && (self.queued == 0 || self.note_bypass())
+        if !class_waiting
+            && self.node.can_acquire(&req)
+            && (self.queued == 0 || !self.competes_with_oldest(&req) || self.note_bypass())
         {
             self.node.acquire_forced(&req); // checked by can_acquire
             return Admission::Run(item);
@@ -181,7 +199,10 @@ impl<T> LocalQueue<T> {
             }
         }
         let (i, seq) = best?;
-        if Some(seq) != self.oldest() && !self.note_bypass() {
+        if Some(seq) != self.oldest()
+            && self.competes_with_oldest(&self.classes[i].req)
+            && !self.note_bypass()
+        {
             // The oldest item has waited long enough: hold the rest back.
             return None;
         }
@@ -361,6 +382,32 @@ mod tests {
         let step = ran_big_after.expect("the big request ran");
         assert!(step <= MAX_BYPASS as usize + 2, "ran after {step} steps");
         assert!(q.resources().used().is_subset_of(q.resources().total()));
+    }
+
+    #[test]
+    fn work_sharing_no_resource_with_the_oldest_is_never_held_back_for_it() {
+        // One GPU, busy; a GPU request waits. CPU-only work cannot delay
+        // it, so any amount of it runs past it, from submit and from the
+        // queue alike.
+        let gpu = ResourceSet::new().with(GPU, Quantity::from_f64(1.0).unwrap());
+        let mut q = LocalQueue::new(cpus(1.0).with(GPU, Quantity::from_f64(1.0).unwrap()));
+        run(q.submit(gpu.clone(), 0));
+        assert_eq!(q.submit(gpu.clone(), 1), Admission::Queued);
+        let many = 10 * MAX_BYPASS as usize;
+        for item in 2..2 + many {
+            match q.submit(cpus(1.0), item) {
+                Admission::Run(_) => {}
+                other => panic!("CPU work {item} was not admitted: {other:?}"),
+            }
+            // The next waits for the CPU, then comes out of the queue.
+            assert_eq!(q.submit(cpus(1.0), 10_000 + item), Admission::Queued);
+            q.release(&cpus(1.0));
+            assert_eq!(q.pop_runnable(), Some((cpus(1.0), 10_000 + item)));
+            q.release(&cpus(1.0));
+        }
+        // Once the GPU frees, the oldest runs.
+        q.release(&gpu);
+        assert_eq!(q.pop_runnable(), Some((gpu, 1)));
     }
 
     #[test]
