@@ -33,10 +33,13 @@
 //! Waiting tasks are grouped by scheduling class (same resources and
 //! strategy), FIFO within a class. A retry stops at a class head that
 //! cannot be placed (the rest of the class cannot either). No starvation:
-//! younger tasks may be placed on nodes the oldest waiting task could use
-//! only [`MAX_BYPASS`](crate::MAX_BYPASS) times while it waits; after that
-//! they are held back there until it is placed. Spills received from other
-//! nodes are not held back: their senders' queues keep their own order.
+//! younger tasks that ask for a resource the oldest waiting task also asks
+//! for may be placed on nodes it could use only
+//! [`MAX_BYPASS`](crate::MAX_BYPASS) times while it waits; after that they
+//! are held back there until it is placed. Tasks sharing no resource with
+//! it (actors asking for nothing, CPU work while it waits for a GPU) cannot
+//! delay it and are never held back. Spills received from other nodes are
+//! not held back: their senders' queues keep their own order.
 
 mod bundles;
 mod policies;
