@@ -10,7 +10,8 @@
 //! worker of this job there. The owner pushes up to [`PIPELINE`] tasks per
 //! lease straight to that worker on one framed stream ([`Link`]) and keeps
 //! the lease while work of that shape remains; an idle lease goes back
-//! after [`LEASE_IDLE`]. Results come back on the same stream: small values
+//! after [`LEASE_IDLE`], or after [`LEASE_IDLE_WHILE_OTHERS_WAIT`] when
+//! work of another shape waits for a lease. Results come back on the same stream: small values
 //! inline, large ones announced and then pulled (taken) from the worker.
 //!
 //! **Worker.** Pushed work runs through the process's own runtime (its
