@@ -24,7 +24,7 @@ use hashbrown::HashMap;
 use parking_lot::Mutex;
 
 /// How many of an object's latest waiters a new registration is compared
-/// with (see [`ObjectTable::poll`]).
+/// with (see [`ObjectCell::poll`]).
 const DEDUP_WINDOW: usize = 8;
 use ray_proto::ObjectId;
 use ray_store::ObjectBuffer;

@@ -11,7 +11,7 @@
 //! processes never meet. The log holds the records as rebased, so replaying
 //! it rebuilds exactly the views the hub built live.
 //!
-//! Memory: each job's [`Views`] are bounded by their [`Limits`]; the hub
+//! Memory: each job's [`Views`] are bounded by their [`Limits`](ray_insight::views::Limits); the hub
 //! keeps the [`MAX_JOBS`] most recently started jobs and forgets older ones
 //! (their logs stay on disk).
 
