@@ -182,28 +182,28 @@ impl<T> LocalQueue<T> {
         self.node.acquire_forced(req);
     }
 
-    /// The oldest queued item whose class head fits now, with its resources
-    /// already acquired; `None` when nothing queued fits.
+    /// The oldest queued item whose class head fits now and is not held
+    /// back for the oldest item of all, with its resources already
+    /// acquired; `None` when nothing queued may run.
     pub fn pop_runnable(&mut self) -> Option<(ResourceSet, T)> {
-        if self.queued == 0 {
-            return None;
-        }
-        let mut best: Option<(usize, u64)> = None;
+        let (oldest, oldest_req) = self.oldest_class()?;
+        // The oldest has waited long enough: what competes with it waits.
+        let held = self.bypass.0 == oldest && self.bypass.1 >= MAX_BYPASS;
+        let mut best: Option<(usize, u64, bool)> = None;
         for (i, class) in self.classes.iter().enumerate() {
             let Some(&(seq, _)) = class.items.front() else {
                 continue;
             };
-            if best.is_none_or(|(_, best_seq)| seq < best_seq) && self.node.can_acquire(&class.req)
-            {
-                best = Some((i, seq));
+            let competes = seq != oldest && class.req.overlaps(oldest_req);
+            if (held && competes) || best.is_some_and(|(_, best_seq, _)| seq >= best_seq) {
+                continue;
+            }
+            if self.node.can_acquire(&class.req) {
+                best = Some((i, seq, competes));
             }
         }
-        let (i, seq) = best?;
-        if Some(seq) != self.oldest()
-            && self.competes_with_oldest(&self.classes[i].req)
-            && !self.note_bypass()
-        {
-            // The oldest item has waited long enough: hold the rest back.
+        let (i, _, competes) = best?;
+        if competes && !self.note_bypass() {
             return None;
         }
         let class = &mut self.classes[i];
@@ -408,6 +408,35 @@ mod tests {
         // Once the GPU frees, the oldest runs.
         q.release(&gpu);
         assert_eq!(q.pop_runnable(), Some((gpu, 1)));
+    }
+
+    #[test]
+    fn work_held_back_for_the_oldest_does_not_hold_back_work_that_does_not_compete() {
+        let one_gpu = || ResourceSet::new().with(GPU, Quantity::from_f64(1.0).unwrap());
+        let mut q = LocalQueue::new(cpus(2.0).with(GPU, Quantity::from_f64(1.0).unwrap()));
+        run(q.submit(cpus(1.0), 0));
+        run(q.submit(cpus(1.0), 1));
+        assert_eq!(q.submit(cpus(2.0), 1000), Admission::Queued);
+        // 1-CPU work passes the 2-CPU request as often as allowed ...
+        for k in 0..MAX_BYPASS as usize {
+            q.release(&cpus(1.0));
+            run(q.submit(cpus(1.0), 100 + k));
+        }
+        // ... then waits for it, although a CPU is free.
+        q.release(&cpus(1.0));
+        assert_eq!(q.submit(cpus(1.0), 200), Admission::Queued);
+        assert_eq!(q.pop_runnable(), None, "1-CPU work is held back");
+        // GPU work does not compete with it: it runs, from submit and from
+        // the queue, even behind the older held-back 1-CPU item.
+        run(q.submit(one_gpu(), 300));
+        assert_eq!(q.submit(one_gpu(), 301), Admission::Queued);
+        q.release(&one_gpu());
+        assert_eq!(q.pop_runnable(), Some((one_gpu(), 301)));
+        // The 2-CPU request runs first once it fits, then the held-back one.
+        q.release(&cpus(1.0));
+        assert_eq!(q.pop_runnable(), Some((cpus(2.0), 1000)));
+        q.release(&cpus(2.0));
+        assert_eq!(q.pop_runnable(), Some((cpus(1.0), 200)));
     }
 
     #[test]
