@@ -263,3 +263,56 @@ async fn a_result_nobody_references_any_more_is_freed_when_it_lands() {
     assert_eq!(ray.stats().objects, 1);
     ray.shutdown();
 }
+
+/// Takes 0-4 ms by `i`, so producers finish in a mixed order while
+/// consumers are still being submitted.
+#[remote]
+fn slow_value(i: u64) -> u64 {
+    std::thread::sleep(Duration::from_millis(i % 5));
+    i
+}
+
+#[remote]
+fn sum_of_three(a: u64, b: u64, c: u64) -> u64 {
+    a + b + c
+}
+
+/// Work waiting on several pending arguments is woken by whichever thread
+/// completes each, while other threads register more waiters: every
+/// consumer runs and sees its three values, in whatever order they land.
+/// A lost wake-up leaves a consumer waiting forever (the timeout fails).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_waiting_on_several_pending_arguments_all_run_whatever_order_they_land_in() {
+    const PRODUCERS: u64 = 64;
+    const CONSUMERS: u64 = 2_000;
+    let ray = ray_core::init_with(Config {
+        num_cpus: Some(4.0),
+        ..Config::default()
+    })
+    .await
+    .expect("init");
+    let produced: Vec<ObjectRef<u64>> = (0..PRODUCERS)
+        .map(|i| slow_value::remote(&ray, i).unwrap())
+        .collect();
+    let pick = |i: u64, k: u64| ((i * k) % PRODUCERS) as usize;
+    let consumers: Vec<ObjectRef<u64>> = (0..CONSUMERS)
+        .map(|i| {
+            sum_of_three::remote(
+                &ray,
+                &produced[pick(i, 7)],
+                &produced[pick(i, 13)],
+                &produced[pick(i, 29)],
+            )
+            .unwrap()
+        })
+        .collect();
+    let sums = tokio::time::timeout(Duration::from_secs(60), ray.get_all(&consumers))
+        .await
+        .expect("every consumer ran within a minute (none was left waiting)")
+        .unwrap();
+    for (i, sum) in (0..CONSUMERS).zip(sums) {
+        let want = (pick(i, 7) + pick(i, 13) + pick(i, 29)) as u64;
+        assert_eq!(sum, want, "consumer {i}");
+    }
+    ray.shutdown();
+}
