@@ -9,7 +9,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ray_core::transport::frame::{decode_archive, FrameDecoder};
+use ray_transport::frame::{decode_archive, FrameDecoder};
 use rkyv::util::AlignedVec;
 
 /// Small, so a hostile length prefix costs the fuzzer little memory.

@@ -7,8 +7,8 @@
 //! node that ties ray-sched (admission), ray-store (object bytes) and
 //! ray-gcs (actor names, jobs, nodes) together.
 //!
-//! [`transport`] holds the QUIC transport the multi-process cluster runs on:
-//! mutual TLS with a cluster CA, a versioned hello, validated rkyv frames.
+//! The multi-process cluster runs on the QUIC transport of `ray-transport`
+//! (mutual TLS with a cluster CA, a versioned hello, validated rkyv frames).
 //! [`cluster`] is the control plane on top of it: the GCS service, its
 //! client and node registration with heartbeats (the `rayrs` binary).
 //!
@@ -59,7 +59,10 @@ pub mod registry;
 mod runtime;
 mod sampler;
 mod task;
-pub mod transport;
+/// The QUIC transport, re-exported while the `rayrs` binary and tests still
+/// reach it through ray-core; new code depends on `ray-transport` directly.
+#[doc(hidden)]
+pub use ray_transport as transport;
 
 pub use actor::{ActorHandle, RawActorHandle, RemoteActor};
 pub use cluster::{Cluster, LocalClusterConfig};

@@ -113,7 +113,7 @@ fn cluster_address(config: &Config) -> Option<String> {
 
 /// What a cluster process (driver or worker) runs on.
 pub(crate) struct ClusterProcess {
-    pub(crate) endpoint: crate::transport::Endpoint,
+    pub(crate) endpoint: ray_transport::Endpoint,
     pub(crate) gcs: crate::cluster::GcsClient,
     pub(crate) worker: WorkerId,
     pub(crate) node: NodeId,
@@ -245,7 +245,7 @@ async fn connect_driver_on_io(config: Config, address: String) -> Result<Ray> {
                 .unwrap_or_else(|| "/tmp/rayrs".into())
                 .join("credentials")
         });
-    let creds = crate::transport::ClusterCredentials::load(&creds_dir).map_err(|e| {
+    let creds = ray_transport::ClusterCredentials::load(&creds_dir).map_err(|e| {
         cluster(format!(
             "cannot load cluster credentials from {}: {e}",
             creds_dir.display()
@@ -258,10 +258,10 @@ async fn connect_driver_on_io(config: Config, address: String) -> Result<Ray> {
     } else {
         std::net::Ipv6Addr::UNSPECIFIED.into()
     };
-    let endpoint = crate::transport::Endpoint::bind(
+    let endpoint = ray_transport::Endpoint::bind(
         std::net::SocketAddr::new(ip, 0),
         &creds,
-        crate::transport::EndpointConfig::new(
+        ray_transport::EndpointConfig::new(
             ray_proto::wire::Role::Driver,
             crate::cluster::control_plane_fingerprint(),
         ),

@@ -53,7 +53,7 @@ use crate::placement::Pool;
 use crate::registry::{registry, ActorClass, ActorMethod, RemoteFunction};
 use crate::runtime::Runtime;
 use crate::task::TaskSpec;
-use crate::transport::{Connections, Endpoint, Envelope, FrameReader, FrameWriter};
+use ray_transport::{Connections, Endpoint, Envelope, FrameReader, FrameWriter};
 
 /// Tasks pushed to one lease before its results come back.
 pub(crate) const PIPELINE: usize = 64;
@@ -1756,7 +1756,7 @@ impl ClusterCore {
     /// Tells the job's end to the GCS (drivers) and stops serving.
     pub(crate) fn shutdown(&self) {
         self.endpoint
-            .close(crate::transport::CloseCode::Normal, "runtime shut down");
+            .close(ray_transport::CloseCode::Normal, "runtime shut down");
     }
 
     /// Resolves once every connection's close has been sent (a runtime

@@ -12,7 +12,7 @@ use ray_proto::{ActorId, JobId, NodeId, WorkerId};
 use rkyv::util::AlignedVec;
 
 use super::{message_kind, ClusterError};
-use crate::transport::{Connection, Endpoint, TransportError};
+use ray_transport::{Connection, Endpoint, TransportError};
 
 /// The largest job binary the GCS stores: 2 GiB.
 pub const MAX_BINARY_LEN: u64 = 2 << 30;

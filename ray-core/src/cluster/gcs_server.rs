@@ -21,7 +21,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use self::service::{Action, State};
 use super::{binary_hash, DEFAULT_HEALTH_TIMEOUT, MAX_BINARY_LEN};
-use crate::transport::{CloseCode, Connection, Endpoint, IncomingRequest};
+use ray_transport::{CloseCode, Connection, Endpoint, IncomingRequest};
 
 /// Settings of a [`GcsServer`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -423,7 +423,7 @@ mod tests {
 
     use super::*;
     use crate::cluster::{control_plane_fingerprint, ClusterError, GcsClient};
-    use crate::transport::{ClusterCa, ClusterCredentials, EndpointConfig};
+    use ray_transport::{ClusterCa, ClusterCredentials, EndpointConfig};
 
     fn endpoint(creds: &ClusterCredentials, role: Role) -> Endpoint {
         let config = EndpointConfig::new(role, control_plane_fingerprint());

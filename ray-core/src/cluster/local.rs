@@ -19,8 +19,8 @@ use super::{
     NodeServiceConfig, NodeSpec,
 };
 use crate::error::{Error, Result};
-use crate::transport::{ClusterCa, ClusterCredentials, Endpoint, EndpointConfig, Role};
 use crate::{Config, Ray};
+use ray_transport::{ClusterCa, ClusterCredentials, Endpoint, EndpointConfig, Role};
 
 const VAR_KIND: &str = "RAYRS_DAEMON";
 const VAR_DIR: &str = "RAYRS_DAEMON_DIR";

@@ -7,7 +7,7 @@
 //! `rayrs` binary puts them together.
 //!
 //! Every request travels on a stream of its own and gets exactly one reply
-//! ([`Connection::request`](crate::transport::Connection::request)).
+//! ([`Connection::request`](ray_transport::Connection::request)).
 //!
 //! Jobs, workers, task execution and object transfer between nodes are not
 //! here yet.
@@ -39,7 +39,7 @@ pub(crate) use worker::job_fingerprint;
 use ray_proto::wire::{BuildFingerprint, Label, Message, ResourceAmount};
 use ray_sched::{Quantity, ResourceSet};
 
-use crate::transport::TransportError;
+use ray_transport::TransportError;
 
 /// The default time after which a node that has not heartbeated is dead.
 pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(10);

@@ -34,7 +34,7 @@ use tokio::sync::oneshot;
 use super::core::{strategy_from_wire, strategy_to_wire};
 use super::worker::WorkerEnv;
 use super::{resources_from_wire, resources_to_wire, ClusterError, NodeDaemon};
-use crate::transport::{Connections, Endpoint, Envelope, IncomingRequest};
+use ray_transport::{Connections, Endpoint, Envelope, IncomingRequest};
 
 /// How long a started worker has to report in.
 const WORKER_START_TIMEOUT: Duration = Duration::from_secs(60);

@@ -19,7 +19,7 @@ use ray_proto::{JobId, NodeId};
 use ray_sched::{Quantity, ResourceSet};
 
 use super::{control_plane_fingerprint, GcsClient};
-use crate::transport::{ClusterCredentials, Endpoint, EndpointConfig, Role};
+use ray_transport::{ClusterCredentials, Endpoint, EndpointConfig, Role};
 
 /// How long a worker that is told to stop spends shipping its last insight
 /// records (its node's grace period is longer).

@@ -11,13 +11,13 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use quinn::crypto::rustls::QuicClientConfig;
-use ray_core::transport::frame::{self, FrameDecoder, DEFAULT_MAX_FRAME_LEN};
-use ray_core::transport::{
+use ray_proto::{NodeId, WorkerId};
+use ray_transport::frame::{self, FrameDecoder, DEFAULT_MAX_FRAME_LEN};
+use ray_transport::{
     BuildFingerprint, CloseCode, ClusterCa, ClusterCredentials, Connections, Endpoint,
     EndpointConfig, Envelope, FrameError, Message, Role, TransportError, ALPN, PROTOCOL_VERSION,
     SERVER_NAME,
 };
-use ray_core::{NodeId, WorkerId};
 
 const BUILD: BuildFingerprint = BuildFingerprint([0x42; 32]);
 
@@ -43,7 +43,7 @@ fn client(creds: &ClusterCredentials, worker: u64) -> Endpoint {
 }
 
 /// Answers every `Ping` on `conn` with a `Pong`, until the connection ends.
-fn serve_pings(conn: ray_core::transport::Connection) {
+fn serve_pings(conn: ray_transport::Connection) {
     tokio::spawn(async move {
         while let Ok(envelope) = conn.recv().await {
             if let Message::Ping { seq } = envelope.body {
@@ -55,7 +55,7 @@ fn serve_pings(conn: ray_core::transport::Connection) {
     });
 }
 
-async fn ping(conn: &ray_core::transport::Connection, seq: u64) {
+async fn ping(conn: &ray_transport::Connection, seq: u64) {
     conn.send(&Message::Ping { seq }.into())
         .await
         .expect("send ping");
@@ -631,8 +631,8 @@ proptest! {
 async fn connected_pair() -> (
     Endpoint,
     Endpoint,
-    ray_core::transport::Connection,
-    ray_core::transport::Connection,
+    ray_transport::Connection,
+    ray_transport::Connection,
 ) {
     let ca = ClusterCa::generate().expect("CA");
     let (server, addr) = server(&ca.issue("node-1").expect("issue"));
@@ -662,7 +662,7 @@ struct BulkServer {
 /// Serves `conn`'s request streams: `FetchBinary` and `GetObject` get the
 /// payload, `UploadBinary` is read and answered `Ok` (or `Error`), `Ping` gets
 /// `Pong`.
-fn serve_bulk(conn: ray_core::transport::Connection, server: BulkServer) {
+fn serve_bulk(conn: ray_transport::Connection, server: BulkServer) {
     tokio::spawn(async move {
         while let Ok(mut request) = conn.accept_request().await {
             let server = server.clone();
@@ -707,7 +707,7 @@ fn pattern(len: usize) -> Vec<u8> {
         .collect()
 }
 
-async fn still_answers(conn: &ray_core::transport::Connection) {
+async fn still_answers(conn: &ray_transport::Connection) {
     let pong = conn
         .request(&Message::Ping { seq: 42 }.into())
         .await
@@ -755,7 +755,7 @@ async fn bulk_bytes_round_trip_both_ways_at_0_1_and_20_mib() {
         for request in [
             Message::FetchBinary { hash: [0; 32] },
             Message::GetObject {
-                id: ray_core::ObjectId::new(WorkerId(7), 1),
+                id: ray_proto::ObjectId::new(WorkerId(7), 1),
                 take: false,
             },
         ] {
@@ -944,7 +944,7 @@ async fn an_object_sent_shared_arrives_whole_and_packets_grow_past_ethernet_size
         accepted
     });
     let request = Message::GetObject {
-        id: ray_core::ObjectId::new(WorkerId(7), 1),
+        id: ray_proto::ObjectId::new(WorkerId(7), 1),
         take: false,
     };
     let (reply, payload) = conn

@@ -1,4 +1,4 @@
-//! The QUIC transport between ray-rs processes.
+//! ray-transport: the QUIC transport between ray-rs processes.
 //!
 //! One long-lived QUIC connection (quinn) joins each pair of processes that
 //! talk. Both ends authenticate with certificates issued by the cluster's own
@@ -12,8 +12,10 @@
 //! and a typed error, never a panic. Requests that expect one reply (the
 //! GCS service) each open a stream of their own ([`Connection::request`]).
 //!
-//! This module is the thin async shell only: it moves [`Envelope`]s and knows
-//! nothing of tasks, objects or the GCS.
+//! This crate is the thin async shell only: it moves [`Envelope`]s and knows
+//! nothing of tasks, objects or the GCS. It depends on ray-proto (the wire
+//! messages) and must not depend on ray-core or any runtime crate: the
+//! cluster code drives it, never the other way round.
 //!
 //! [`Message::Hello`]: ray_proto::wire::Message::Hello
 //! [`Message::HelloOk`]: ray_proto::wire::Message::HelloOk

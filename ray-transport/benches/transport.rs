@@ -9,19 +9,18 @@
 //! `RAYRS_TRANSPORT_PROFILE=N` skips criterion and fetches 100 MiB N times
 //! (for `perf record`), printing GB/s.
 
+// `criterion_group!` generates an undocumented public function.
+#![allow(missing_docs)]
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use ray_core::transport::{
+use ray_proto::{ObjectId, WorkerId};
+use ray_transport::{
     BuildFingerprint, ClusterCa, Connection, Endpoint, EndpointConfig, Envelope, Message, Role,
 };
-use ray_core::{ObjectId, WorkerId};
-
-// Only `configure` is used here.
-#[allow(dead_code)]
-mod support;
 
 const SIZES: [(&str, usize); 2] = [("1MiB", 1 << 20), ("100MiB", 100 << 20)];
 
@@ -154,7 +153,10 @@ fn transport(c: &mut Criterion) {
         return;
     }
     let mut group = c.benchmark_group("transport");
-    support::configure(&mut group);
+    // Few samples over a short time, as the root package's benches take.
+    group
+        .sample_size(10)
+        .measurement_time(std::time::Duration::from_secs(3));
     {
         // One frame each way on a long-lived stream between the two
         // runtimes: the floor under a cluster task's round trip.

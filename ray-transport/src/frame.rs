@@ -11,8 +11,8 @@
 //! [`FrameDecoder`] turns bytes read from anywhere into envelopes.
 //!
 //! ```
-//! use ray_core::transport::frame::{encode, FrameDecoder, DEFAULT_MAX_FRAME_LEN};
-//! use ray_core::transport::{Envelope, Message};
+//! use ray_transport::frame::{encode, FrameDecoder, DEFAULT_MAX_FRAME_LEN};
+//! use ray_transport::{Envelope, Message};
 //!
 //! let sent = Envelope::new(Message::Ping { seq: 7 });
 //! let bytes = encode(&sent, DEFAULT_MAX_FRAME_LEN)?;
@@ -21,7 +21,7 @@
 //! let mut input = &bytes[..];
 //! let received = decoder.decode_from(&mut input).expect("one whole frame")?;
 //! assert_eq!(received, sent);
-//! # Ok::<(), ray_core::transport::FrameError>(())
+//! # Ok::<(), ray_transport::FrameError>(())
 //! ```
 
 use ray_proto::wire::{Envelope, PROTOCOL_VERSION};
