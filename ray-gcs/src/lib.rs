@@ -9,6 +9,11 @@
 //! in, tables change, rows are written through to storage, and events queue
 //! up for subscribers to poll.
 //!
+//! [`service`] is the GCS service's request logic on top of the tables:
+//! `handle(state, request, now) -> Action`, one wire request in, one reply
+//! (or raw bytes to move) out; ray-core's GCS server is the async shell
+//! that serves it over QUIC.
+//!
 //! It must not know about I/O, threads or clocks: there is no tokio, quinn or
 //! `Instant::now` here, and time comes in as a `now: Duration` since an epoch
 //! the caller picks. It must not know about ray-core (the runtime drives it,
@@ -52,6 +57,7 @@ mod jobs;
 mod kv;
 mod nodes;
 mod pubsub;
+pub mod service;
 mod storage;
 mod workers;
 

@@ -155,6 +155,17 @@ pub const fn fnv1a64(bytes: &[u8]) -> u64 {
     hash
 }
 
+/// `bytes` in lowercase hex (binary hashes in paths, variables and errors).
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,6 +26,31 @@ pub use message::{ArchivedMessage, Message, MessageResolver};
 mod core;
 mod gcs;
 
+/// The largest job binary the GCS stores or serves: 2 GiB.
+pub const MAX_BINARY_LEN: u64 = 2 << 30;
+
+/// `labels` in wire form.
+pub fn labels_to_wire<'a>(
+    labels: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> Vec<Label> {
+    labels
+        .into_iter()
+        .map(|(k, v)| Label {
+            key: k.clone(),
+            value: v.clone(),
+        })
+        .collect()
+}
+
+impl Message {
+    /// The variant's name (`GetNodes`), for errors that name what came back.
+    pub fn kind(&self) -> String {
+        let debug = format!("{self:?}");
+        let end = debug.find([' ', '{', '(']).unwrap_or(debug.len());
+        debug[..end].to_owned()
+    }
+}
+
 /// The version of the control protocol this build speaks.
 ///
 /// Bump it whenever [`Message`] (or anything it contains) changes shape:

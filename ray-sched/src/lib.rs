@@ -52,6 +52,7 @@ mod quantity;
 mod resources;
 mod rng;
 mod view;
+pub mod wire;
 
 pub use error::SchedError;
 pub use local_queue::{Admission, Infeasible, LocalQueue, MAX_BYPASS};

@@ -14,8 +14,7 @@ use rkyv::util::AlignedVec;
 use super::{message_kind, ClusterError};
 use ray_transport::{Connection, Endpoint, TransportError};
 
-/// The largest job binary the GCS stores: 2 GiB.
-pub const MAX_BINARY_LEN: u64 = 2 << 30;
+pub use ray_proto::wire::MAX_BINARY_LEN;
 
 /// The largest insight export the head sends: 1 GiB.
 const MAX_EXPORT_LEN: u64 = 1 << 30;

@@ -1,11 +1,10 @@
 //! The GCS service: a [`Gcs`] served over the transport, and its health timer.
 //!
 //! This file is the async shell; what the service decides is in
-//! [`service`], without I/O. Job binaries travel as raw bytes after their
+//! [`ray_gcs::service`], without I/O. The shell holds the service's clock
+//! (the epoch of every `now`) and the notification subscribers wait on. Job binaries travel as raw bytes after their
 //! frame on the request's stream (see `transport::bulk`), and uploads are
 //! hashed off the state lock.
-
-mod service;
 
 use super::insight_hub::InsightHub;
 
@@ -19,9 +18,48 @@ use ray_proto::wire::{BuildFingerprint, Envelope, Message};
 use ray_proto::JobId;
 use tokio::task::{JoinHandle, JoinSet};
 
-use self::service::{Action, State};
 use super::{binary_hash, DEFAULT_HEALTH_TIMEOUT, MAX_BINARY_LEN};
+use ray_gcs::service::{self, Action};
 use ray_transport::{CloseCode, Connection, Endpoint, IncomingRequest};
+
+/// The service's tables as the shell serves them: with the clock their
+/// `now` is read from and the notification woken after every change.
+struct State {
+    service: service::State,
+    /// The epoch of the `now` handed to the service.
+    started: tokio::time::Instant,
+    /// Woken after every change, for subscribers waiting in a poll.
+    changed: Arc<tokio::sync::Notify>,
+}
+
+impl State {
+    fn new(service: service::State) -> Self {
+        Self {
+            service,
+            started: tokio::time::Instant::now(),
+            changed: Arc::default(),
+        }
+    }
+
+    /// The time since the service started, the clock of the tables.
+    fn now(&self) -> Duration {
+        self.started.elapsed()
+    }
+}
+
+impl std::ops::Deref for State {
+    type Target = service::State;
+
+    fn deref(&self) -> &service::State {
+        &self.service
+    }
+}
+
+impl std::ops::DerefMut for State {
+    fn deref_mut(&mut self) -> &mut service::State {
+        &mut self.service
+    }
+}
 
 /// Settings of a [`GcsServer`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,7 +123,10 @@ impl GcsServer {
                 ..GcsConfig::default()
             },
         );
-        let state = Arc::new(Mutex::new(State::new(gcs, config.heartbeat_interval())));
+        let state = Arc::new(Mutex::new(State::new(service::State::new(
+            gcs,
+            config.heartbeat_interval(),
+        ))));
         let hub = Arc::new(Mutex::new(InsightHub::new(config.insight_dir.clone())));
         let accept_loop = tokio::spawn(accept_loop(endpoint.clone(), state.clone(), hub.clone()));
         let health_loop = tokio::spawn(health_loop(state.clone(), config.check_interval()));

@@ -36,8 +36,7 @@ pub use node_service::{NodeService, NodeServiceConfig};
 pub(crate) use pg::ClusterPg;
 pub(crate) use worker::job_fingerprint;
 
-use ray_proto::wire::{BuildFingerprint, Label, Message, ResourceAmount};
-use ray_sched::{Quantity, ResourceSet};
+use ray_proto::wire::{BuildFingerprint, Message};
 
 use ray_transport::TransportError;
 
@@ -95,67 +94,19 @@ pub enum ClusterError {
     },
 }
 
-/// `resources` in wire form.
-pub fn resources_to_wire(resources: &ResourceSet) -> Vec<ResourceAmount> {
-    resources
-        .iter()
-        .map(|(name, q)| ResourceAmount {
-            name: name.to_owned(),
-            raw: q.raw(),
-        })
-        .collect()
-}
+pub use ray_proto::wire::labels_to_wire;
+pub use ray_sched::wire::{resources_from_wire, resources_to_wire};
 
-/// The [`ResourceSet`] a wire list describes.
-pub fn resources_from_wire(amounts: &[ResourceAmount]) -> ResourceSet {
-    let mut set = ResourceSet::new();
-    for a in amounts {
-        set.set(&a.name, Quantity::from_raw(a.raw));
-    }
-    set
-}
-
-/// `labels` in wire form.
-pub fn labels_to_wire<'a>(
-    labels: impl IntoIterator<Item = (&'a String, &'a String)>,
-) -> Vec<Label> {
-    labels
-        .into_iter()
-        .map(|(k, v)| Label {
-            key: k.clone(),
-            value: v.clone(),
-        })
-        .collect()
-}
-
-/// `bytes` in lowercase hex (binary hashes in paths, variables and errors).
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
-}
+pub(crate) use ray_proto::hex;
 
 /// A short name for a message, for errors.
 fn message_kind(m: &Message) -> String {
-    let debug = format!("{m:?}");
-    let end = debug.find([' ', '{', '(']).unwrap_or(debug.len());
-    debug[..end].to_owned()
+    m.kind()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn resources_round_trip_through_wire_form() {
-        let set =
-            ResourceSet::cpu(Quantity::from_units(4)).with("gpu-a", Quantity::from_raw(5_000));
-        assert_eq!(resources_from_wire(&resources_to_wire(&set)), set);
-    }
 
     #[test]
     fn message_kind_is_the_variant_name() {

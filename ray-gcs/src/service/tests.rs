@@ -1,10 +1,17 @@
 use std::collections::BTreeMap;
 
-use ray_gcs::{GcsConfig, HealthConfig};
+use crate::{GcsConfig, HealthConfig};
 use ray_proto::wire::{ActorEntry, ActorStatus, ResourceAmount, WorkerEntry};
 
 use super::*;
-use crate::cluster::{binary_hash, GcsServerConfig};
+
+/// The SHA-256 of `bytes`, as the shell hashes uploads.
+fn binary_hash(bytes: &[u8]) -> [u8; 32] {
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    let mut hash = [0; 32];
+    hash.copy_from_slice(digest.as_ref());
+    hash
+}
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
@@ -14,18 +21,15 @@ fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 }
 
 fn state(timeout: Duration) -> State {
-    let config = GcsServerConfig {
-        health_timeout: timeout,
-        ..GcsServerConfig::default()
-    };
     let gcs = Gcs::with_config(
-        ray_gcs::MemoryStorage::new(),
+        crate::MemoryStorage::new(),
         GcsConfig {
             health: HealthConfig { timeout },
             ..GcsConfig::default()
         },
     );
-    State::new(gcs, config.heartbeat_interval())
+    // Nodes heartbeat five times per timeout, as the shell tells them.
+    State::new(gcs, timeout / 5)
 }
 
 /// The reply `request` gets; panics if the service wants bytes moved.
@@ -269,7 +273,7 @@ fn uploaded_binary_is_fetched_back_and_a_second_upload_is_answered_at_once() {
     let hash = binary_hash(&binary);
     assert!(matches!(
         reply(&mut s, Message::FetchBinary { hash }, Duration::ZERO),
-        Message::Error { reason } if reason.starts_with("unknown binary ") && reason.contains(&crate::cluster::hex(&hash))
+        Message::Error { reason } if reason.starts_with("unknown binary ") && reason.contains(&hex(&hash))
     ));
     assert_eq!(upload(&mut s, hash, &binary), Message::Ok);
     match handle(&mut s, Message::FetchBinary { hash }, Duration::ZERO) {

@@ -2,34 +2,35 @@
 //!
 //! Everything the service decides happens here, against [`State`] and a
 //! `now` passed in, so tests drive it step by step. The async shell
-//! (`gcs_server.rs`) only moves bytes: it reads requests, performs the
-//! [`Action`] (a reply, or raw binary bytes in either direction) and hashes
-//! uploads off the lock.
+//! (ray-core's `cluster/gcs_server.rs`) only moves bytes: it reads
+//! requests, performs the [`Action`] (a reply, or raw binary bytes in either
+//! direction), hashes uploads off the lock, keeps the clock and wakes
+//! subscribers waiting in a long poll after every change. Nothing here
+//! knows tokio, quinn or a clock.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use hashbrown::HashMap;
-use ray_gcs::{ActorInfo, ActorState, Channel, Gcs, GcsEvent, JobInfo, NodeState, WorkerInfo};
+use ray_proto::hex;
+use ray_proto::wire::{labels_to_wire, MAX_BINARY_LEN};
 use ray_proto::wire::{
     ActorEntry, ActorStatus, BuildFingerprint, JobEntry, Message, NodeEntry, ResourceAmount,
     WireChannel, WireEvent, WorkerEntry,
 };
 use ray_proto::{ActorId, JobId, NodeId, WorkerId};
+use ray_sched::wire::{resources_from_wire, resources_to_wire};
 use rkyv::util::AlignedVec;
-use tokio::time::Instant;
 
-use crate::cluster::{
-    labels_to_wire, message_kind, resources_from_wire, resources_to_wire, MAX_BINARY_LEN,
-};
+use crate::{ActorInfo, ActorState, Channel, Gcs, GcsEvent, JobInfo, NodeState, WorkerInfo};
 
 /// The binary a job's workers run, as its driver registered it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct JobBinary {
+pub struct JobBinary {
     /// SHA-256 of the executable.
-    pub(super) hash: [u8; 32],
+    pub hash: [u8; 32],
     /// The build fingerprint its processes present in handshakes.
-    pub(super) fingerprint: BuildFingerprint,
+    pub fingerprint: BuildFingerprint,
 }
 
 /// A node's last load report.
@@ -47,12 +48,11 @@ struct ActorHome {
 }
 
 /// The GCS table state, what the tables do not hold, and the clock.
-pub(super) struct State {
-    pub(super) gcs: Gcs,
+pub struct State {
+    /// The tables.
+    pub gcs: Gcs,
     next_node: u64,
     heartbeat_interval: Duration,
-    /// The epoch of the `now` handed to [`Gcs`].
-    started: Instant,
     /// The binary of every job registered, by job.
     job_binaries: HashMap<JobId, JobBinary>,
     /// Jobs whose driver asked for insight recording (their workers record).
@@ -65,21 +65,18 @@ pub(super) struct State {
     /// The worker of each registered actor that is not dead.
     actor_homes: HashMap<ActorId, ActorHome>,
     /// Wire subscriptions: one table subscriber per channel followed.
-    subs: HashMap<u64, Vec<ray_gcs::SubscriberId>>,
+    subs: HashMap<u64, Vec<crate::SubscriberId>>,
     next_sub: u64,
-    /// Woken after every change, for subscribers waiting in a poll.
-    pub(super) changed: Arc<tokio::sync::Notify>,
 }
 
 impl State {
     /// Empty tables around `gcs`; nodes are told to heartbeat every
     /// `heartbeat_interval`.
-    pub(super) fn new(gcs: Gcs, heartbeat_interval: Duration) -> Self {
+    pub fn new(gcs: Gcs, heartbeat_interval: Duration) -> Self {
         Self {
             gcs,
             next_node: 1,
             heartbeat_interval,
-            started: Instant::now(),
             job_binaries: HashMap::new(),
             insight_jobs: hashbrown::HashSet::new(),
             binaries: HashMap::new(),
@@ -87,31 +84,25 @@ impl State {
             actor_homes: HashMap::new(),
             subs: HashMap::new(),
             next_sub: 1,
-            changed: Arc::default(),
         }
     }
 
-    /// The time since the service started, the clock of [`Gcs`].
-    pub(super) fn now(&self) -> Duration {
-        self.started.elapsed()
-    }
-
     /// Ends the wire subscription `sub` (its connection closed).
-    pub(super) fn unsubscribe(&mut self, sub: u64) {
+    pub fn unsubscribe(&mut self, sub: u64) {
         for s in self.subs.remove(&sub).unwrap_or_default() {
             self.gcs.unsubscribe(s);
         }
     }
 
     /// The binary job `job` registered, if it did.
-    pub(super) fn job_binary(&self, job: JobId) -> Option<JobBinary> {
+    pub fn job_binary(&self, job: JobId) -> Option<JobBinary> {
         self.job_binaries.get(&job).copied()
     }
 }
 
 /// What the shell does to answer one request.
 #[derive(Debug)]
-pub(super) enum Action {
+pub enum Action {
     /// Send this reply.
     Reply(Message),
     /// Read the `len` raw bytes that follow the request, hash them off the
@@ -127,14 +118,14 @@ pub(super) enum Action {
 }
 
 /// The answer to one request: the whole of the service's logic, without I/O.
-pub(super) fn handle(state: &mut State, request: Message, now: Duration) -> Action {
+pub fn handle(state: &mut State, request: Message, now: Duration) -> Action {
     let reply = match request {
         Message::UploadBinary { hash, len } => return upload(state, hash, len),
         Message::FetchBinary { hash } => {
             return match state.binaries.get(&hash) {
                 Some(bytes) => Action::SendBinary(bytes.clone()),
                 None => Action::Reply(Message::Error {
-                    reason: format!("unknown binary {}", crate::cluster::hex(&hash)),
+                    reason: format!("unknown binary {}", hex(&hash)),
                 }),
             }
         }
@@ -270,7 +261,7 @@ pub(super) fn handle(state: &mut State, request: Message, now: Duration) -> Acti
         Message::LocateActor { id } => locate_actor(state, id),
         Message::Ping { seq } => Message::Pong { seq },
         other => Message::Error {
-            reason: format!("the GCS does not serve {}", message_kind(&other)),
+            reason: format!("the GCS does not serve {}", Message::kind(&other)),
         },
     };
     Action::Reply(reply)
@@ -278,7 +269,7 @@ pub(super) fn handle(state: &mut State, request: Message, now: Duration) -> Acti
 
 /// The reply to an upload whose bytes hash to `actual`: stores them if they
 /// are what the uploader announced as `announced`.
-pub(super) fn store_binary(
+pub fn store_binary(
     state: &mut State,
     announced: [u8; 32],
     actual: [u8; 32],
@@ -288,12 +279,12 @@ pub(super) fn store_binary(
         return Message::Error {
             reason: format!(
                 "binary announced as {} hashes to {}",
-                crate::cluster::hex(&announced),
-                crate::cluster::hex(&actual)
+                hex(&announced),
+                hex(&actual)
             ),
         };
     }
-    tracing::info!(target: "ray::gcs", hash = %crate::cluster::hex(&actual), len = bytes.len(), "binary.stored");
+    tracing::info!(target: "ray::gcs", hash = %hex(&actual), len = bytes.len(), "binary.stored");
     // A concurrent upload of the same binary may have won: same bytes.
     state.binaries.entry(actual).or_insert(bytes);
     Message::Ok
@@ -301,7 +292,7 @@ pub(super) fn store_binary(
 
 /// Finishes job `job` because the connection its driver registered it on
 /// closed; a job already finished stays as it is.
-pub(super) fn driver_gone(state: &mut State, job: JobId, now: Duration) {
+pub fn driver_gone(state: &mut State, job: JobId, now: Duration) {
     match finish_job(state, job, now) {
         Ok(()) => tracing::info!(target: "ray::gcs", job = %job, "job.driver_gone"),
         Err(e) => tracing::warn!(target: "ray::gcs", job = %job, error = %e, "job.driver_gone"),
@@ -313,7 +304,7 @@ fn upload(state: &State, hash: [u8; 32], len: u64) -> Action {
         return Action::Reply(Message::Error {
             reason: format!(
                 "binary {} of {len} bytes exceeds the limit of {MAX_BINARY_LEN} bytes",
-                crate::cluster::hex(&hash)
+                hex(&hash)
             ),
         });
     }
@@ -332,7 +323,7 @@ fn register_node(
     now: Duration,
 ) -> Message {
     let id = NodeId(state.next_node);
-    let info = ray_gcs::NodeInfo {
+    let info = crate::NodeInfo {
         id,
         address,
         resources: resources_from_wire(resources),
@@ -351,7 +342,7 @@ fn register_node(
     }
 }
 
-fn node_entry(state: &State, row: &ray_gcs::NodeRow) -> NodeEntry {
+fn node_entry(state: &State, row: &crate::NodeRow) -> NodeEntry {
     let load = state.loads.get(&row.info.id);
     NodeEntry {
         id: row.info.id,
@@ -368,7 +359,7 @@ fn node_entry(state: &State, row: &ray_gcs::NodeRow) -> NodeEntry {
     }
 }
 
-fn job_entry(row: &ray_gcs::JobRow) -> JobEntry {
+fn job_entry(row: &crate::JobRow) -> JobEntry {
     JobEntry {
         id: row.info.id,
         driver: row.info.driver.clone(),
@@ -376,7 +367,7 @@ fn job_entry(row: &ray_gcs::JobRow) -> JobEntry {
     }
 }
 
-fn actor_entry(row: &ray_gcs::ActorRow) -> ActorEntry {
+fn actor_entry(row: &crate::ActorRow) -> ActorEntry {
     ActorEntry {
         id: row.info.id,
         class_name: row.info.class_name.clone(),
@@ -469,7 +460,7 @@ fn register_job(
         },
     );
     let upload = !state.binaries.contains_key(&binary_hash);
-    tracing::info!(target: "ray::gcs", job = %job, worker = %worker, binary = %crate::cluster::hex(&binary_hash), upload, "job.registered");
+    tracing::info!(target: "ray::gcs", job = %job, worker = %worker, binary = %hex(&binary_hash), upload, "job.registered");
     Message::JobRegistered {
         job,
         worker,
@@ -477,7 +468,7 @@ fn register_job(
     }
 }
 
-fn finish_job(state: &mut State, job: JobId, now: Duration) -> Result<(), ray_gcs::GcsError> {
+fn finish_job(state: &mut State, job: JobId, now: Duration) -> Result<(), crate::GcsError> {
     let killed = state.gcs.finish_job(job, now)?;
     for actor in killed {
         state.actor_homes.remove(&actor);
@@ -569,7 +560,7 @@ fn locate_actor(state: &State, id: ray_proto::ActorId) -> Message {
     })
 }
 
-fn error(e: ray_gcs::GcsError) -> Message {
+fn error(e: crate::GcsError) -> Message {
     Message::Error {
         reason: e.to_string(),
     }
