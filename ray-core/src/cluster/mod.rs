@@ -20,7 +20,6 @@ mod local;
 mod node_daemon;
 mod node_service;
 mod pg;
-mod state;
 mod worker;
 
 use std::net::SocketAddr;

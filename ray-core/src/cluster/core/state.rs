@@ -1,36 +1,17 @@
 //! The state API's answers from one driver or worker: the tasks it owns
 //! that have not finished, and the objects it owns.
 
-use ray_proto::wire::{Message, ObjectRow, TaskRow};
+use ray_proto::wire::{Message, ObjectRow};
 
-use super::core::ClusterCore;
+use super::ClusterCore;
 use crate::ownership::Value;
 
 /// Answers `ListTasks` / `ListObjects`.
 pub(super) fn answer(core: &ClusterCore, msg: Message) -> Message {
     match msg {
-        Message::ListTasks => {
-            let st = core.owner.lock();
-            let mut tasks: Vec<TaskRow> = st
-                .queued()
-                .into_iter()
-                .map(|(task, name, resources)| TaskRow {
-                    task,
-                    name: name.to_string(),
-                    state: "QUEUED".into(),
-                    node: None,
-                    resources,
-                })
-                .collect();
-            tasks.extend(st.inflight.iter().map(|(task, f)| TaskRow {
-                task: *task,
-                name: f.name.to_string(),
-                state: "RUNNING".into(),
-                node: Some(f.node),
-                resources: Vec::new(),
-            }));
-            Message::Tasks { tasks }
-        }
+        Message::ListTasks => Message::Tasks {
+            tasks: core.owner.lock().task_rows(),
+        },
         Message::ListObjects => {
             let Some(rt) = core.rt() else {
                 return Message::Objects {

@@ -1,0 +1,472 @@
+//! Actors on a cluster, owner side: creating an actor on a leased worker,
+//! the [`RemoteActor`] handle that forwards calls, adopting a handle that
+//! arrived inside a value, and finding named actors through the GCS.
+
+use super::*;
+
+/// Messages to a remote actor's task.
+/// What creating an actor on some worker needs, besides the actor.
+pub(super) struct ActorLaunch {
+    pub(super) args: Vec<TaskArg>,
+    pub(super) resources: Vec<ResourceAmount>,
+    pub(super) strategy: WireStrategy,
+    pub(super) max_concurrency: u32,
+    pub(super) detached: bool,
+    /// The creating task (`None`: the driver), for insight.
+    pub(super) creator: Option<TaskId>,
+}
+
+pub(crate) enum ActorMsg {
+    Call {
+        task: TaskId,
+        method: &'static ActorMethod,
+        args: Vec<TaskArg>,
+        /// The calling task (`None`: the driver), for insight.
+        parent: Option<TaskId>,
+    },
+    Kill,
+}
+
+/// The owner's handle on an actor living in another process.
+pub(crate) struct RemoteActor {
+    pub(crate) id: ActorId,
+    pub(crate) class: &'static ActorClass,
+    pub(super) tx: mpsc::UnboundedSender<ActorMsg>,
+    pub(super) dead: Mutex<Option<String>>,
+    /// A handle was serialized into a value that may reach another
+    /// process: the actor then lives until its job ends, not until this
+    /// process drops its handles (no distributed handle counting yet).
+    pub(super) escaped: std::sync::atomic::AtomicBool,
+}
+
+impl RemoteActor {
+    pub(super) fn new(
+        id: ActorId,
+        class: &'static ActorClass,
+        tx: mpsc::UnboundedSender<ActorMsg>,
+    ) -> Self {
+        Self {
+            id,
+            class,
+            tx,
+            dead: Mutex::new(None),
+            escaped: false.into(),
+        }
+    }
+
+    /// Marks the actor as reachable from elsewhere (see `escaped`).
+    pub(crate) fn escape(&self) {
+        self.escaped
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    pub(super) fn died(&self, cause: &str) -> Error {
+        Error::ActorDied {
+            actor: self.id,
+            class: self.class.name,
+            cause: cause.to_string(),
+        }
+    }
+
+    pub(super) fn set_dead(&self, cause: String) {
+        self.dead.lock().get_or_insert(cause);
+    }
+
+    /// Queues a call; its result completes `task`'s return object.
+    pub(crate) fn call(
+        &self,
+        rt: &Arc<Runtime>,
+        task: TaskId,
+        method: &'static ActorMethod,
+        args: Vec<TaskArg>,
+        parent: Option<TaskId>,
+    ) {
+        let dead = self.dead.lock().clone();
+        if let Some(cause) = dead {
+            rt.complete_object(task.return_object(), Err(self.died(&cause)));
+            return;
+        }
+        if let Err(mpsc::error::SendError(ActorMsg::Call { task, .. })) =
+            self.tx.send(ActorMsg::Call {
+                task,
+                method,
+                args,
+                parent,
+            })
+        {
+            rt.complete_object(task.return_object(), Err(self.died("its owner stopped")));
+        }
+    }
+
+    /// Kills the actor.
+    pub(crate) fn kill(&self) {
+        let _ = self.tx.send(ActorMsg::Kill);
+    }
+}
+
+/// Records a handle in the by-id map; entries whose handles are all gone
+/// are swept whenever the map doubles, so it stays proportional to the
+/// live handles.
+pub(super) fn remember_actor(
+    actors: &mut HashMap<ActorId, Weak<RemoteActor>>,
+    actor: &Arc<RemoteActor>,
+) {
+    if actors.len() >= 64 && actors.len().is_power_of_two() {
+        actors.retain(|_, a| a.strong_count() > 0);
+    }
+    actors.insert(actor.id, Arc::downgrade(actor));
+}
+
+impl ClusterCore {
+    /// Creates an actor somewhere in the cluster; calls queue until it lives.
+    pub(crate) fn spawn_actor(
+        self: &Arc<Self>,
+        rt: &Arc<Runtime>,
+        class: &'static ActorClass,
+        args: Vec<TaskArg>,
+        opts: &ActorOptions,
+    ) -> crate::Result<Arc<RemoteActor>> {
+        let resources = resources_to_wire(opts.validate()?);
+        let strategy = strategy_to_wire(&opts.resources.strategy);
+        let id = ActorId::new(rt.worker, rt.next_seq());
+        let (tx, rx) = mpsc::unbounded_channel();
+        let actor = Arc::new(RemoteActor::new(id, class, tx));
+        remember_actor(&mut self.actors.lock(), &actor);
+        if let Some(crate::placement::PlacementGroup {
+            inner: crate::placement::PgInner::Cluster(pg, _),
+        }) = &opts.resources.group
+        {
+            pg.adopt_actor(&actor);
+        }
+        let max_concurrency = opts.max_concurrency as u32;
+        let entry = ActorEntry {
+            id,
+            class_name: class.name.to_string(),
+            name: opts.name.clone(),
+            namespace: opts
+                .namespace
+                .clone()
+                .unwrap_or_else(|| rt.settings.namespace.clone()),
+            job: self.job,
+            detached: opts.detached,
+            status: ActorStatus::PendingCreation,
+        };
+        let launch = ActorLaunch {
+            args,
+            resources,
+            strategy,
+            max_concurrency,
+            detached: opts.detached,
+            creator: crate::context::current_trace(),
+        };
+        crate::context::before_child_submit();
+        let me = self.clone();
+        let shared = actor.clone();
+        self.tokio
+            .spawn(async move { me.run_actor(shared, rx, launch, entry).await });
+        Ok(actor)
+    }
+
+    pub(super) async fn run_actor(
+        self: Arc<Self>,
+        actor: Arc<RemoteActor>,
+        rx: mpsc::UnboundedReceiver<ActorMsg>,
+        launch: ActorLaunch,
+        entry: ActorEntry,
+    ) {
+        let detached = launch.detached;
+        let mut created = self.create_actor(&actor, launch).await;
+        if let Ok(link) = &created {
+            // The GCS's actor table: `rayrs list actors`, and names.
+            let entry = ActorEntry {
+                status: ActorStatus::Alive { node: link.node },
+                ..entry
+            };
+            let registered = self
+                .gcs
+                .register_actor(entry, link.worker, link.addr.to_string())
+                .await;
+            if let Err(e) = registered {
+                let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
+                created = Err(Error::ActorDied {
+                    actor: actor.id,
+                    class: actor.class.name,
+                    cause: format!("the GCS refused to register it: {e}"),
+                });
+            }
+        }
+        let link = match created {
+            Ok(link) => link,
+            Err(e) => {
+                let cause = match e {
+                    Error::ActorDied { cause, .. } => cause,
+                    e => e.to_string(),
+                };
+                self.fail_calls(&actor, rx, cause).await;
+                return;
+            }
+        };
+        // A detached actor is not killed when this process's handles go.
+        self.forward_calls(&actor, rx, &link, !detached).await;
+    }
+
+    /// Forwards `actor`'s calls, in order, to its worker on `link` until
+    /// every handle is gone; an `owned` actor is then killed (a handle
+    /// found by name is not the owner's and leaves it alive).
+    pub(super) async fn forward_calls(
+        self: &Arc<Self>,
+        actor: &Arc<RemoteActor>,
+        mut rx: mpsc::UnboundedReceiver<ActorMsg>,
+        link: &Arc<Link>,
+        owned: bool,
+    ) {
+        while let Some(msg) = rx.recv().await {
+            match msg {
+                ActorMsg::Call {
+                    task,
+                    method,
+                    args,
+                    parent,
+                } => {
+                    let wire = match self.wire_args(&args).await {
+                        Ok(w) => w,
+                        Err(e) => {
+                            if let Some(rt) = self.rt() {
+                                rt.complete_object(task.return_object(), Err(e));
+                            }
+                            continue;
+                        }
+                    };
+                    let f = Inflight {
+                        kind: InflightKind::ActorCall,
+                        name: method.name,
+                        link: link.addr,
+                        node: link.node,
+                        _keep: args,
+                    };
+                    let item = WorkItem::ActorCall {
+                        task,
+                        actor: actor.id,
+                        method: method.id,
+                        args: wire,
+                        parent,
+                    };
+                    if !self.push(link, task, f, item) {
+                        actor.set_dead(format!(
+                            "its node {} (worker at {}) is gone",
+                            link.node, link.addr
+                        ));
+                    }
+                }
+                ActorMsg::Kill => {
+                    let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
+                    actor.set_dead("killed by its owner".into());
+                }
+            }
+        }
+        if owned && !actor.escaped.load(std::sync::atomic::Ordering::Acquire) {
+            // Every handle is gone: the actor goes too.
+            let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
+        }
+    }
+
+    /// A handle to actor `id` of `class` (decoded from a value): this
+    /// process's own handle if it has one, else one that finds the actor
+    /// in the GCS (retrying while it is being created) and then forwards
+    /// calls; calls made meanwhile wait in order.
+    pub(crate) fn adopt_actor(
+        self: &Arc<Self>,
+        id: ActorId,
+        class: &'static ActorClass,
+    ) -> Arc<RemoteActor> {
+        let mut actors = self.actors.lock();
+        if let Some(a) = actors.get(&id).and_then(Weak::upgrade) {
+            return a;
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let actor = Arc::new(RemoteActor::new(id, class, tx));
+        remember_actor(&mut actors, &actor);
+        drop(actors);
+        let me = self.clone();
+        let shared = actor.clone();
+        self.tokio.spawn(async move {
+            match me.locate(id, class).await {
+                Ok(link) => me.forward_calls(&shared, rx, &link, false).await,
+                Err(e) => me.fail_calls(&shared, rx, e.to_string()).await,
+            }
+        });
+        actor
+    }
+
+    pub(super) async fn locate(
+        self: &Arc<Self>,
+        id: ActorId,
+        class: &'static ActorClass,
+    ) -> Result<Arc<Link>, Error> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let loc = loop {
+            match self.gcs.locate_actor(id).await {
+                Ok(loc) => break loc,
+                Err(crate::cluster::ClusterError::Refused { reason }) => {
+                    if Instant::now() > deadline {
+                        return Err(Error::ActorDied {
+                            actor: id,
+                            class: class.name,
+                            cause: reason,
+                        });
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => {
+                    return Err(Error::Cluster {
+                        cause: e.to_string(),
+                    })
+                }
+            }
+        };
+        if loc.class_name != class.name {
+            return Err(Error::ActorClassMismatch {
+                name: id.to_string(),
+                expected: class.name,
+                actual: intern(&loc.class_name),
+            });
+        }
+        let node = self
+            .actor_node(loc.id)
+            .await
+            .ok_or_else(|| Error::ActorDied {
+                actor: id,
+                class: class.name,
+                cause: format!("its worker {} is no longer alive", loc.worker),
+            })?;
+        self.link(parse_addr(&loc.address)?, node, loc.worker).await
+    }
+
+    /// The node a live actor runs on, from the GCS's actor table.
+    pub(super) async fn actor_node(&self, actor: ActorId) -> Option<NodeId> {
+        self.gcs
+            .actors()
+            .await
+            .ok()?
+            .into_iter()
+            .find(|a| a.id == actor)
+            .and_then(|a| match a.status {
+                ActorStatus::Alive { node } => Some(node),
+                _ => None,
+            })
+    }
+
+    /// Fails every call to `actor` until all its handles are gone.
+    pub(super) async fn fail_calls(
+        &self,
+        actor: &RemoteActor,
+        mut rx: mpsc::UnboundedReceiver<ActorMsg>,
+        cause: String,
+    ) {
+        actor.set_dead(cause.clone());
+        let rt = self.rt();
+        while let Some(msg) = rx.recv().await {
+            if let (ActorMsg::Call { task, .. }, Some(rt)) = (msg, &rt) {
+                rt.complete_object(task.return_object(), Err(actor.died(&cause)));
+            }
+        }
+    }
+
+    /// A handle to the live actor named `name` in `namespace`, found in
+    /// the GCS; calls go straight to the worker hosting it.
+    pub(crate) async fn find_actor(
+        self: &Arc<Self>,
+        class: &'static ActorClass,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Arc<RemoteActor>, Error> {
+        let loc = self
+            .gcs
+            .lookup_actor(namespace, name)
+            .await
+            .map_err(|e| match e {
+                crate::cluster::ClusterError::Refused { .. } => Error::ActorNotFound {
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                },
+                e => Error::Cluster {
+                    cause: e.to_string(),
+                },
+            })?;
+        if loc.class_name != class.name {
+            return Err(Error::ActorClassMismatch {
+                name: name.to_string(),
+                expected: class.name,
+                actual: intern(&loc.class_name),
+            });
+        }
+        let addr = parse_addr(&loc.address)?;
+        let node = self
+            .actor_node(loc.id)
+            .await
+            .ok_or_else(|| Error::ActorDied {
+                actor: loc.id,
+                class: class.name,
+                cause: format!("its worker {} is no longer alive", loc.worker),
+            })?;
+        let link = self.link(addr, node, loc.worker).await?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let actor = Arc::new(RemoteActor::new(loc.id, class, tx));
+        let me = self.clone();
+        let shared = actor.clone();
+        self.tokio.spawn(async move {
+            me.forward_calls(&shared, rx, &link, false).await;
+        });
+        Ok(actor)
+    }
+
+    pub(super) async fn create_actor(
+        self: &Arc<Self>,
+        actor: &Arc<RemoteActor>,
+        launch: ActorLaunch,
+    ) -> Result<Arc<Link>, Error> {
+        let ActorLaunch {
+            args,
+            resources,
+            strategy,
+            max_concurrency,
+            detached,
+            creator,
+        } = launch;
+        self.rt().ok_or(Error::ShutDown)?;
+        for d in crate::task::pending_deps(&args) {
+            let _ = d.buffer().await;
+        }
+        let wire = self.wire_args(&args).await?;
+        let (lease, node, link) = self.lease(&resources, &strategy).await?;
+        let (done_tx, done_rx) = oneshot::channel();
+        let task = TaskId::new(actor.id.owner, actor.id.seq);
+        let f = Inflight {
+            kind: InflightKind::ActorCreate(done_tx),
+            name: actor.class.name,
+            link: link.addr,
+            node,
+            _keep: args,
+        };
+        let item = WorkItem::CreateActor {
+            actor: actor.id,
+            class: actor.class.id,
+            args: wire,
+            lease,
+            resources,
+            max_concurrency,
+            detached,
+            creator,
+        };
+        self.push(&link, task, f, item);
+        match done_rx.await {
+            Ok(Ok(())) => Ok(link),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(Error::ShutDown),
+        }
+    }
+
+    // ---------------------------------------------------------------
+    // Serving peers (owners pushing work, borrowers fetching objects)
+    // ---------------------------------------------------------------
+}

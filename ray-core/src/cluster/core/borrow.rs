@@ -1,0 +1,152 @@
+//! Borrowed objects: refs owned elsewhere become local table entries filled
+//! by fetching from their owner (through the [`FetchCache`]), and the wire
+//! form of a task's arguments.
+
+use super::*;
+
+impl ClusterCore {
+    /// Fetches object `id` from the process at `addr`.
+    pub(super) async fn fetch(
+        &self,
+        addr: SocketAddr,
+        id: ObjectId,
+        take: bool,
+    ) -> Result<ObjectBuffer, Error> {
+        let lost = |cause: String| Error::ObjectLost { object: id, cause };
+        let conn = self
+            .conns
+            .get(addr)
+            .await
+            .map_err(|e| lost(format!("its holder at {addr} is unreachable: {e}")))?;
+        let request = Envelope::new(Message::GetObject { id, take });
+        let (reply, bytes) = conn
+            .request_bulk(&request, MAX_OBJECT_LEN)
+            .await
+            .map_err(|e| lost(format!("transfer from {addr} failed: {e}")))?;
+        match (reply.body, bytes) {
+            (Message::ObjectFollows { .. }, Some(bytes)) => Ok(ObjectBuffer::from_aligned(bytes)),
+            (Message::ObjectFailed { error }, _) => Err(error_from_wire(error, "")),
+            (other, _) => Err(lost(format!("{addr} answered {other:?}"))),
+        }
+    }
+
+    /// A counted ref to `id`, owned by another process: a borrowed entry of
+    /// the local table, filled by fetching the value from its owner.
+    pub(crate) fn borrow(
+        self: &Arc<Self>,
+        rt: &Arc<Runtime>,
+        id: ObjectId,
+        owner: Option<String>,
+    ) -> Arc<RefHandle> {
+        let (handle, created) = rt.objects.get_or_insert_pending(rt, id);
+        if created {
+            // Known even when the copy is kept here: a ref passed on to
+            // another process names its owner's address.
+            if let Some(o) = &owner {
+                self.worker_addrs.lock().insert(id.owner, o.clone());
+            }
+            let kept = self.fetched.lock().get(id);
+            if let Some(buf) = kept {
+                rt.complete_object(
+                    id,
+                    Ok(Encoded {
+                        buf,
+                        nested: Vec::new(),
+                    }),
+                );
+                return handle;
+            }
+            let me = self.clone();
+            let rt = rt.clone();
+            self.tokio.spawn(async move {
+                let out = match me.worker_addr(id.owner).await {
+                    Ok(addr) => me.fetch(addr, id, false).await,
+                    Err(e) => Err(e),
+                };
+                if let Ok(buf) = &out {
+                    me.fetched.lock().record(id, buf.clone());
+                }
+                rt.complete_object(
+                    id,
+                    out.map(|buf| Encoded {
+                        buf,
+                        nested: Vec::new(),
+                    }),
+                );
+            });
+        }
+        handle
+    }
+
+    pub(super) async fn worker_addr(&self, worker: WorkerId) -> Result<SocketAddr, Error> {
+        let known = self.worker_addrs.lock().get(&worker).cloned();
+        let addr = match known {
+            Some(a) => a,
+            None => {
+                let a = self
+                    .gcs
+                    .get_worker(worker)
+                    .await
+                    .map_err(|e| Error::Cluster {
+                        cause: e.to_string(),
+                    })?
+                    .ok_or_else(|| Error::Cluster {
+                        cause: format!("{worker} is not in the worker table"),
+                    })?;
+                self.worker_addrs.lock().insert(worker, a.clone());
+                a
+            }
+        };
+        parse_addr(&addr)
+    }
+
+    pub(super) fn owner_addr_now(&self, owner: WorkerId, me: WorkerId) -> Option<String> {
+        if owner == me {
+            Some(self.my_addr.clone())
+        } else {
+            self.worker_addrs.lock().get(&owner).cloned()
+        }
+    }
+
+    /// `args` in wire form if every owner address is known now.
+    pub(super) fn wire_args_now(&self, args: &[TaskArg]) -> Option<Vec<WireArg>> {
+        let rt = self.rt()?;
+        let mut out = Vec::with_capacity(args.len());
+        for a in args {
+            out.push(match &a.0 {
+                ArgKind::Value(buf, nested) => {
+                    self.pin(nested);
+                    WireArg::Value(buf.as_bytes().to_vec())
+                }
+                ArgKind::Ref(h) => WireArg::Ref {
+                    id: h.id,
+                    owner: self.owner_addr_now(h.id.owner, rt.worker)?,
+                },
+            });
+        }
+        Some(out)
+    }
+
+    /// `args` in wire form, looking up owner addresses as needed.
+    pub(super) async fn wire_args(&self, args: &[TaskArg]) -> Result<Vec<WireArg>, Error> {
+        if let Some(a) = self.wire_args_now(args) {
+            return Ok(a);
+        }
+        for a in args {
+            if let ArgKind::Ref(h) = &a.0 {
+                self.worker_addr(h.id.owner).await?;
+            }
+        }
+        self.wire_args_now(args).ok_or(Error::ShutDown)
+    }
+
+    pub(super) fn pin(&self, refs: &[Arc<RefHandle>]) {
+        if !refs.is_empty() {
+            self.pinned.lock().extend(refs.iter().cloned());
+        }
+    }
+
+    // ---------------------------------------------------------------
+    // Owner: actors
+    // ---------------------------------------------------------------
+}

@@ -1,0 +1,271 @@
+//! The data plane of one cluster process (a driver or a worker): the
+//! owner's side of the direct task transport, and the worker's side that
+//! runs what owners push.
+//!
+//! **Owner.** A submitted task waits until the arguments it owns are
+//! ready, then queues under its scheduling key (resources and strategy).
+//! For a key with queued work the owner asks its local node daemon for a
+//! lease (one at a time per key, so leases ramp up as grants come back);
+//! the daemon grants one on itself or on a node it spilled to, naming a
+//! worker of this job there. The owner pushes up to [`PIPELINE`] tasks per
+//! lease straight to that worker on one framed stream ([`Link`]) and keeps
+//! the lease while work of that shape remains; an idle lease goes back
+//! after [`LEASE_IDLE`], or after [`LEASE_IDLE_WHILE_OTHERS_WAIT`] when
+//! work of another shape waits for a lease. Results come back on the same stream: small values
+//! inline, large ones announced and then pulled (taken) from the worker.
+//!
+//! **Worker.** Pushed work runs through the process's own runtime (its
+//! pool, admission and actor mailboxes), so blocking `get`s, nesting and
+//! actor ordering work exactly as embedded. Arguments that are references
+//! become borrowed entries of the local object table, filled by fetching
+//! from the owner.
+//!
+//! **Objects crossing processes.** An owner keeps a task's argument refs
+//! until the task's result is back. Refs nested inside values that cross
+//! a process boundary are pinned until the job ends (no distributed
+//! borrower counting yet).
+
+mod actors;
+mod borrow;
+mod fetch_cache;
+mod frees;
+mod owner;
+mod push;
+mod serve;
+mod state;
+mod wire;
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use hashbrown::HashMap;
+use parking_lot::Mutex;
+use ray_proto::wire::{
+    ActorEntry, ActorStatus, BuildFingerprint, ErrorKind, Message, ResourceAmount, WireArg,
+    WireError, WireOutcome, WireStrategy, WorkItem, WorkResult,
+};
+use ray_proto::{ActorId, JobId, NodeId, ObjectId, TaskId, WorkerId};
+use ray_sched::SchedulingStrategy;
+use ray_store::ObjectBuffer;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{resources_from_wire, resources_to_wire, GcsClient};
+use crate::actor::ActorCell;
+use crate::error::{Error, UserError};
+use crate::object::Encoded;
+use crate::object_ref::{ArgKind, ObjectRef, TaskArg};
+use crate::options::{ActorOptions, ResourceRequest};
+use crate::ownership::RefHandle;
+use crate::placement::Pool;
+use crate::registry::{registry, ActorClass, ActorMethod, RemoteFunction};
+use crate::runtime::Runtime;
+use crate::task::TaskSpec;
+use ray_transport::{Connections, Endpoint, Envelope, FrameReader, FrameWriter};
+
+/// Tasks pushed to one lease before its results come back.
+pub(crate) const PIPELINE: usize = 64;
+/// How long an idle lease is kept for more work of its shape.
+pub(crate) const LEASE_IDLE: Duration = Duration::from_millis(50);
+/// How long a lease may idle while other work of this process waits for
+/// a lease: then it goes back at once, since the CPUs it holds may be the
+/// ones that work waits for (the warm-up's spread leases held a node's two
+/// CPUs for 50 ms while a batch of default tasks waited: cluster W1's
+/// first run took 2.5x as long as the next two).
+const LEASE_IDLE_WHILE_OTHERS_WAIT: Duration = Duration::from_millis(1);
+/// Work items per pushed frame, at most.
+const BATCH_ITEMS: usize = 512;
+/// The largest object accepted from a peer (it must fit in memory anyway).
+const MAX_OBJECT_LEN: u64 = 1 << 40;
+
+/// What a cluster process needs to know about its job and its node.
+pub(crate) struct CoreConfig {
+    pub(crate) job: JobId,
+    pub(crate) binary_hash: [u8; 32],
+    pub(crate) fingerprint: BuildFingerprint,
+    /// The node daemon this process asks for leases.
+    pub(crate) local_node: SocketAddr,
+    /// The address peers reach this process at.
+    pub(crate) my_addr: SocketAddr,
+}
+
+/// The cluster side of a [`Runtime`]: see the module docs.
+pub(crate) struct ClusterCore {
+    rt: OnceLock<Weak<Runtime>>,
+    pub(crate) tokio: tokio::runtime::Handle,
+    endpoint: Endpoint,
+    conns: Connections,
+    pub(crate) gcs: GcsClient,
+    pub(crate) job: JobId,
+    binary_hash: [u8; 32],
+    fingerprint: BuildFingerprint,
+    my_addr: String,
+    local_node: SocketAddr,
+    owner: Mutex<OwnerState>,
+    links: Mutex<HashMap<SocketAddr, Arc<tokio::sync::OnceCell<Arc<Link>>>>>,
+    worker_addrs: Mutex<HashMap<WorkerId, String>>,
+    node_addrs: Mutex<HashMap<NodeId, SocketAddr>>,
+    /// Large results waiting for their owner to take them (worker side).
+    held: Mutex<HashMap<ObjectId, ObjectBuffer>>,
+    /// Refs that crossed a process boundary inside values.
+    pinned: Mutex<Vec<Arc<RefHandle>>>,
+    /// Objects fetched from their owners, kept for the next borrower.
+    fetched: Mutex<FetchCache>,
+    /// Objects this process owns that others fetched (at least
+    /// [`FREE_NOTICE_MIN`] bytes), and who: told when the object is freed.
+    served: Mutex<HashMap<ObjectId, Vec<SocketAddr>>>,
+    /// Entries in `served`: releasing an object skips its lock while 0.
+    serving: AtomicUsize,
+    /// Freed objects not yet told to the processes that fetched them,
+    /// per process: one notice carries all of a burst of frees.
+    unsent_frees: Mutex<HashMap<SocketAddr, Vec<ObjectId>>>,
+    hosted: Mutex<HashMap<ActorId, Hosted>>,
+    /// Handles to remote actors this process holds, by id (a decoded
+    /// handle reuses a live one).
+    actors: Mutex<HashMap<ActorId, Weak<RemoteActor>>>,
+    /// Pushed tasks running here: local task id -> the lease they run under.
+    lease_of: Mutex<HashMap<TaskId, TaskId>>,
+    /// Tasks of each lease blocked in a `get` or `wait` right now.
+    blocked: Mutex<HashMap<TaskId, u32>>,
+    /// Block and unblock notices for the node, sent in order.
+    notices: mpsc::UnboundedSender<(TaskId, bool)>,
+    notices_rx: Mutex<Option<mpsc::UnboundedReceiver<(TaskId, bool)>>>,
+}
+
+impl ClusterCore {
+    pub(crate) fn new(
+        tokio: tokio::runtime::Handle,
+        endpoint: Endpoint,
+        gcs: GcsClient,
+        config: CoreConfig,
+    ) -> Arc<Self> {
+        let (notices, notices_rx) = mpsc::unbounded_channel();
+        Arc::new(Self {
+            rt: OnceLock::new(),
+            tokio,
+            conns: Connections::new(endpoint.clone()),
+            endpoint,
+            gcs,
+            job: config.job,
+            binary_hash: config.binary_hash,
+            fingerprint: config.fingerprint,
+            my_addr: config.my_addr.to_string(),
+            local_node: config.local_node,
+            owner: Mutex::new(OwnerState::default()),
+            links: Mutex::new(HashMap::new()),
+            worker_addrs: Mutex::new(HashMap::new()),
+            node_addrs: Mutex::new(HashMap::new()),
+            held: Mutex::new(HashMap::new()),
+            pinned: Mutex::new(Vec::new()),
+            fetched: Mutex::new(FetchCache::default()),
+            served: Mutex::new(HashMap::new()),
+            serving: AtomicUsize::new(0),
+            unsent_frees: Mutex::new(HashMap::new()),
+            hosted: Mutex::new(HashMap::new()),
+            actors: Mutex::new(HashMap::new()),
+            lease_of: Mutex::new(HashMap::new()),
+            blocked: Mutex::new(HashMap::new()),
+            notices,
+            notices_rx: Mutex::new(Some(notices_rx)),
+        })
+    }
+
+    /// A task running here started (`true`) or stopped waiting on objects.
+    /// The first blocked task of a lease lends the lease's resources back
+    /// to its node (so work it waits for can be leased there), the last
+    /// one to resume takes them again: nested tasks cannot deadlock a
+    /// node whose every CPU is leased to waiting parents.
+    pub(crate) fn task_blocked(&self, task: TaskId, blocked: bool) {
+        let Some(lease) = self.lease_of.lock().get(&task).copied() else {
+            return;
+        };
+        let notify = {
+            let mut b = self.blocked.lock();
+            let n = b.entry(lease).or_insert(0);
+            if blocked {
+                *n += 1;
+                *n == 1
+            } else {
+                *n = n.saturating_sub(1);
+                let last = *n == 0;
+                if last {
+                    b.remove(&lease);
+                }
+                last
+            }
+        };
+        if notify {
+            let _ = self.notices.send((lease, blocked));
+        }
+    }
+
+    async fn notice_loop(self: Arc<Self>) {
+        let Some(mut rx) = self.notices_rx.lock().take() else {
+            return;
+        };
+        while let Some((lease, blocked)) = rx.recv().await {
+            let _ = self
+                .ask(self.local_node, Message::LeaseBlocked { lease, blocked })
+                .await;
+        }
+    }
+
+    /// Ties the core to its runtime and starts serving peers.
+    pub(crate) fn attach(self: &Arc<Self>, rt: &Arc<Runtime>) {
+        let _ = self.rt.set(Arc::downgrade(rt));
+        let me = self.clone();
+        self.tokio.spawn(async move { me.accept_loop().await });
+        let me = self.clone();
+        self.tokio.spawn(async move { me.reap_loop().await });
+        let me = self.clone();
+        self.tokio.spawn(async move { me.notice_loop().await });
+    }
+
+    pub(super) fn rt(&self) -> Option<Arc<Runtime>> {
+        self.rt.get().and_then(Weak::upgrade)
+    }
+
+    /// The connections this process has made.
+    pub(crate) fn connections(&self) -> &Connections {
+        &self.conns
+    }
+    /// Sends `request` to `addr` on a stream of its own; one reply.
+    ///
+    /// (Used by placement groups too.)
+    pub(crate) async fn ask(&self, addr: SocketAddr, request: Message) -> Result<Message, Error> {
+        let conn = self.conns.get(addr).await.map_err(|e| Error::Cluster {
+            cause: format!("cannot reach {addr}: {e}"),
+        })?;
+        let reply = conn
+            .request(&Envelope::new(request))
+            .await
+            .map_err(|e| Error::Cluster {
+                cause: format!("request to {addr} failed: {e}"),
+            })?;
+        Ok(reply.body)
+    }
+
+    /// Tells the job's end to the GCS (drivers) and stops serving.
+    pub(crate) fn shutdown(&self) {
+        self.endpoint
+            .close(ray_transport::CloseCode::Normal, "runtime shut down");
+    }
+
+    /// Resolves once every connection's close has been sent (a runtime
+    /// that owns its I/O threads waits for this before stopping them, so
+    /// peers learn of the shutdown at once, not by an idle timeout).
+    pub(crate) fn closed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let endpoint = self.endpoint.clone();
+        async move { endpoint.wait_idle().await }
+    }
+}
+
+pub(crate) use self::actors::RemoteActor;
+use self::fetch_cache::*;
+use self::owner::*;
+use self::push::*;
+use self::serve::*;
+use self::wire::*;
+pub(crate) use self::wire::{error_from_wire, error_to_wire, strategy_from_wire, strategy_to_wire};

@@ -1,0 +1,276 @@
+//! Pushing work to a worker and taking its results: one framed stream per
+//! worker process ([`Link`]), results completed into the owner's table,
+//! everything in flight on a lost link failed with `NodeDied`.
+
+use super::*;
+
+/// A work stream to one worker process.
+pub(crate) struct Link {
+    pub(super) addr: SocketAddr,
+    pub(super) node: NodeId,
+    pub(super) worker: WorkerId,
+    pub(super) tx: mpsc::UnboundedSender<WorkItem>,
+    /// Set (before the inflight scan) when the link is lost: work pushed
+    /// after that fails at once instead of waiting for an answer.
+    pub(super) dead: std::sync::atomic::AtomicBool,
+}
+
+impl Link {
+    pub(super) fn is_dead(&self) -> bool {
+        self.dead.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+/// Sends what arrives on `rx` as batch frames of up to [`BATCH_ITEMS`]
+/// (`batch` wraps them in a message): whatever queued while a frame was
+/// being sent goes in the next one. Both directions of a work stream run
+/// it: pushed [`WorkItem`]s to a worker, [`WorkResult`]s back to the owner.
+pub(super) async fn send_batches<T>(
+    mut w: FrameWriter,
+    mut rx: mpsc::UnboundedReceiver<T>,
+    batch: fn(Vec<T>) -> Message,
+) {
+    while let Some(first) = rx.recv().await {
+        let mut items = vec![first];
+        while items.len() < BATCH_ITEMS {
+            match rx.try_recv() {
+                Ok(i) => items.push(i),
+                Err(_) => break,
+            }
+        }
+        if w.send(&Envelope::new(batch(items))).await.is_err() {
+            return;
+        }
+    }
+    w.finish();
+}
+
+impl ClusterCore {
+    pub(in crate::cluster) async fn node_addr(&self, node: NodeId) -> Result<SocketAddr, Error> {
+        if let Some(a) = self.node_addrs.lock().get(&node) {
+            return Ok(*a);
+        }
+        let nodes = self.gcs.nodes().await.map_err(|e| Error::Cluster {
+            cause: e.to_string(),
+        })?;
+        let mut map = self.node_addrs.lock();
+        for n in nodes {
+            if let Ok(a) = n.address.parse() {
+                map.insert(n.id, a);
+            }
+        }
+        map.get(&node).copied().ok_or(Error::NodeDied {
+            node,
+            cause: "not in the node table".into(),
+        })
+    }
+
+    // ---------------------------------------------------------------
+    // Owner: links and results
+    // ---------------------------------------------------------------
+
+    /// The work stream to the worker at `addr`, opened on first use.
+    pub(super) async fn link(
+        self: &Arc<Self>,
+        addr: SocketAddr,
+        node: NodeId,
+        worker: WorkerId,
+    ) -> Result<Arc<Link>, Error> {
+        let cell = self.links.lock().entry(addr).or_default().clone();
+        let me = self.clone();
+        cell.get_or_try_init(|| async move {
+            let conn = me.conns.get(addr).await.map_err(|e| Error::NodeDied {
+                node,
+                cause: format!("cannot reach its worker at {addr}: {e}"),
+            })?;
+            let (writer, reader) = conn.open_frames().await.map_err(|e| Error::NodeDied {
+                node,
+                cause: format!("cannot open a work stream to {addr}: {e}"),
+            })?;
+            let (tx, rx) = mpsc::unbounded_channel();
+            let link = Arc::new(Link {
+                addr,
+                node,
+                worker,
+                tx,
+                dead: false.into(),
+            });
+            me.tokio
+                .spawn(send_batches(writer, rx, |items| Message::WorkBatch {
+                    items,
+                }));
+            let me2 = me.clone();
+            let watched = link.clone();
+            me.tokio
+                .spawn(async move { me2.read_results(watched, reader).await });
+            Ok(link)
+        })
+        .await
+        .cloned()
+    }
+
+    pub(super) async fn read_results(self: Arc<Self>, link: Arc<Link>, mut reader: FrameReader) {
+        let addr = link.addr;
+        let cause = loop {
+            match reader.recv().await {
+                Ok(Some(env)) => match env.body {
+                    Message::WorkDone { results } => self.on_results(addr, results),
+                    other => break format!("unexpected message on a work stream: {other:?}"),
+                },
+                Ok(None) => break "the worker closed its work stream".to_string(),
+                Err(e) => break format!("its worker at {addr} is unreachable: {e}"),
+            }
+        };
+        self.link_died(&link, cause);
+    }
+
+    pub(super) fn on_results(self: &Arc<Self>, addr: SocketAddr, results: Vec<WorkResult>) {
+        let Some(rt) = self.rt() else { return };
+        let mut touched: Vec<SchedKey> = Vec::new();
+        let mut done = Vec::with_capacity(results.len());
+        {
+            let mut st = self.owner.lock();
+            let OwnerState { keys, inflight } = &mut *st;
+            for r in results {
+                let Some(f) = inflight.remove(&r.task) else {
+                    continue;
+                };
+                if let InflightKind::Task { key, lease } = &f.kind {
+                    if let Some(ks) = keys.get_mut(key) {
+                        if let Some(l) = ks.leases.iter_mut().find(|l| l.id == *lease) {
+                            l.inflight -= 1;
+                            if l.inflight == 0 {
+                                l.idle_since = Some(Instant::now());
+                            }
+                        }
+                        if !ks.queue.is_empty() && !touched.contains(key) {
+                            touched.push(key.clone());
+                        }
+                    }
+                }
+                done.push((r, f));
+            }
+        }
+        for key in &touched {
+            self.pump(key);
+        }
+        for (r, f) in done {
+            match r.outcome {
+                WireOutcome::Value(bytes) => {
+                    let buf = ObjectBuffer::from_aligned(aligned(&bytes));
+                    self.finish(&rt, r.task, f, Ok(buf));
+                }
+                WireOutcome::Failed(e) => {
+                    let err = error_from_wire(e, f.name);
+                    self.finish(&rt, r.task, f, Err(err));
+                }
+                WireOutcome::Stored { .. } => {
+                    let me = self.clone();
+                    let rt = rt.clone();
+                    self.tokio.spawn(async move {
+                        let out = me.fetch(addr, r.task.return_object(), true).await;
+                        me.finish(&rt, r.task, f, out);
+                    });
+                }
+            }
+        }
+    }
+
+    pub(super) fn finish(
+        &self,
+        rt: &Arc<Runtime>,
+        task: TaskId,
+        f: Inflight,
+        out: Result<ObjectBuffer, Error>,
+    ) {
+        match f.kind {
+            InflightKind::ActorCreate(done) => {
+                let _ = done.send(out.map(|_| ()));
+            }
+            _ => {
+                let out = out.map(|buf| Encoded {
+                    buf,
+                    nested: Vec::new(),
+                });
+                rt.complete_object(task.return_object(), out);
+            }
+        }
+    }
+
+    /// Everything pushed on the link to `addr` fails: its worker or node died.
+    pub(super) fn link_died(self: &Arc<Self>, link: &Link, cause: String) {
+        let (addr, node) = (link.addr, link.node);
+        link.dead.store(true, std::sync::atomic::Ordering::Release);
+        self.links.lock().remove(&addr);
+        let failed: Vec<(TaskId, Inflight)> = {
+            let mut st = self.owner.lock();
+            let OwnerState { keys, inflight } = &mut *st;
+            for ks in keys.values_mut() {
+                ks.leases.retain(|l| l.link.addr != addr);
+            }
+            let ids: Vec<TaskId> = inflight
+                .iter()
+                .filter(|(_, f)| f.link == addr)
+                .map(|(id, _)| *id)
+                .collect();
+            ids.into_iter()
+                .filter_map(|id| inflight.remove(&id).map(|f| (id, f)))
+                .collect()
+        };
+        if failed.is_empty() {
+            return;
+        }
+        tracing::warn!(target: "ray::cluster", node = %node, %addr, cause = %cause, failed = failed.len(), "worker.lost");
+        if let Some(rt) = self.rt() {
+            for (task, f) in failed {
+                let err = Error::NodeDied {
+                    node: f.node,
+                    cause: cause.clone(),
+                };
+                self.finish(&rt, task, f, Err(err));
+            }
+        }
+    }
+
+    /// Pushes one item on `link`, registered as inflight first; if the
+    /// link is already lost the item fails at once. The check and the
+    /// insert happen under the owner lock that `link_died` scans under, so
+    /// every item is answered by its worker or failed exactly once.
+    pub(super) fn push(
+        self: &Arc<Self>,
+        link: &Link,
+        task: TaskId,
+        f: Inflight,
+        item: WorkItem,
+    ) -> bool {
+        let mut st = self.owner.lock();
+        if link.is_dead() {
+            drop(st);
+            if let Some(rt) = self.rt() {
+                let err = Error::NodeDied {
+                    node: link.node,
+                    cause: format!("its worker at {} is gone", link.addr),
+                };
+                self.finish(&rt, task, f, Err(err));
+            }
+            return false;
+        }
+        st.inflight.insert(task, f);
+        if matches!(item, WorkItem::Task { .. } | WorkItem::ActorCall { .. }) {
+            tracing::trace!(
+                name: "task.scheduled",
+                target: "ray::task",
+                task_id = task.as_u128(),
+                node_id = link.node.0,
+                worker_id = link.worker.0
+            );
+        }
+        // Sent under the lock: items keep their order on the link.
+        let _ = link.tx.send(item);
+        true
+    }
+
+    // ---------------------------------------------------------------
+    // Objects
+    // ---------------------------------------------------------------
+}
