@@ -3,18 +3,22 @@
 //!
 //! [`GcsServer`] serves a [`ray_gcs::Gcs`] to cluster processes and declares
 //! nodes dead when their heartbeats stop; [`GcsClient`] is the typed way to
-//! ask it things; [`NodeDaemon`] registers one node and keeps it alive. The
-//! `rayrs` binary puts them together.
+//! ask it things; [`NodeDaemon`] registers one node and keeps it alive.
+//! [`Head`] puts a GCS, the head's node and the dashboard together, once,
+//! for both the `rayrs` binary and [`Cluster::local`]; [`start_node`]
+//! starts any other node.
 //!
 //! Every request travels on a stream of its own and gets exactly one reply
 //! ([`Connection::request`](crate::transport::Connection::request)).
 //!
-//! Jobs, workers, task execution and object transfer between nodes are not
-//! here yet.
+//! On top of it, the owner and worker sides of task execution
+//! (`core.rs`), the node's lease server ([`NodeService`]) and placement
+//! groups (`pg.rs`).
 
 mod core;
 mod gcs_client;
 mod gcs_server;
+mod head;
 mod insight_hub;
 mod local;
 mod node_daemon;
@@ -28,6 +32,10 @@ use std::time::Duration;
 
 pub use gcs_client::{binary_hash, ActorLocation, GcsClient, MAX_BINARY_LEN};
 pub use gcs_server::{GcsServer, GcsServerConfig};
+pub use head::{
+    start_node, Head, HeadConfig, NodeConfig, StartError, ADDRESS_FILE, CREDENTIALS_DIR,
+    DASHBOARD_FILE,
+};
 pub use node_daemon::{NodeDaemon, NodeSpec};
 
 pub(crate) use self::core::{ClusterCore, CoreConfig, RemoteActor};
