@@ -1,65 +1,324 @@
-//! Command-line parsing, by hand: a handful of subcommands and flags.
+//! The command line, as clap derives it from the types below: their doc
+//! comments are `rayrs --help` and each subcommand's `--help`.
+//!
+//! clap checks the syntax of each value; what depends on several flags (a
+//! view and its format, the CPUs a node offers) is checked when the parsed
+//! line becomes a [`Command`], with the same one-line errors and exit
+//! status 2.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::error::ErrorKind;
+use clap::{ArgGroup, Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use ray_core::{Quantity, ResourceSet};
-
 use ray_insight::export::{parse_metric, ExportFormat, ViewKind};
+use ray_insight::views::FlameMetric;
 
 use crate::insight;
 use crate::CliError;
 
-/// The usage text `rayrs --help` prints.
-pub const USAGE: &str = "\
-usage:
-  rayrs start --head [--host IP] [--port P] [--num-cpus N] [--resources JSON]
-                     [--labels JSON] [--dir D] [--health-timeout-ms MS] [--block]
-                     [--dashboard-host IP] [--dashboard-port P]
-  rayrs start --address HOST:PORT [--credentials DIR] [--num-cpus N]
-                     [--resources JSON] [--labels JSON] [--dir D] [--block]
-  rayrs status [--address HOST:PORT] [--credentials DIR] [--dir D]
-  rayrs list nodes|jobs|actors|tasks|objects [--format table|json]
-                     [--address HOST:PORT] [--credentials DIR] [--dir D]
-  rayrs stop [--dir D]
-  rayrs insight export --view logical|physical|stack|flame|gantt
-                     (--log FILE | [--job N] [--address HOST:PORT]
-                      [--credentials DIR] [--dir D])
-                     [--format F] [--at SECONDS] [--filter KEY=VALUE]
-                     [--metric self|running|waiting] [--out FILE]
-  rayrs insight diff --before A --after B [--format folded|svg]
-                     [--metric self|running|waiting] [--out FILE]
-  rayrs insight serve --log FILE [--dashboard-host IP] [--dashboard-port P]
+/// Start, inspect and stop a ray-rs cluster; export the insight views of a
+/// recorded job.
+///
+/// Every failure is one line on stderr.
+#[derive(Debug, Parser)]
+#[command(name = "rayrs", version, after_help = EXIT_STATUS)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: CliCommand,
+}
 
-The head serves the insight dashboard on 127.0.0.1 (a free port unless
---dashboard-port says) and prints its URL, access token included; another
-interface only with --dashboard-host.
-D defaults to $RAYRS_DIR, else /tmp/rayrs. The head writes the cluster CA to
-D/ca, the credentials to copy to other hosts to D/credentials, and its address
-to D/gcs_address; status and list read those unless told otherwise.
---timeout-ms MS bounds connecting and each request (default 5000).
-list tasks and list objects ask every worker and driver (up to 2 s each);
-one that does not answer is named on stderr and the others are listed.
-
-insight export replays an event log (whole, or as it stood --at SECONDS after
-the log's epoch), or without --log asks the running cluster's head for job N
-(default: the latest job that recorded; --at SECONDS after the job started
-replays the head's log of it), and writes one view to --out FILE or stdout, as: logical
-json|dot, physical json, stack text|json, flame folded|svg, gantt chrome|json
-(the first is the default; chrome and json are the same Chrome trace).
---filter keeps the tasks with that context label; --metric picks the flame
-graph's time (default self). insight diff compares two flame graphs; A and B
-are folded files or event logs (folded by --metric). insight serve replays
-an event log and serves its dashboard (the time slider replays any moment of
-it) until Ctrl-C.
-
+/// The exit statuses, under every help text.
+const EXIT_STATUS: &str = "\
 Exit status: 0 done, 1 failed, 2 bad command line, 3 the log is truncated or
 corrupt: the output covers the records before the damage, and one
 `rayrs: warning:` line on stderr says where it is.";
 
-/// A parsed command line.
+/// The subcommands of `rayrs`.
+#[derive(Debug, Subcommand)]
+pub enum CliCommand {
+    /// Start a head (`--head`) or join a node (`--address`), in the foreground
+    ///
+    /// The head runs the GCS, its own node and the insight dashboard, and
+    /// prints the dashboard's URL (access token included; also written to
+    /// D/dashboard_url, mode 0600). It writes the cluster CA to D/ca, the
+    /// credentials to copy to other hosts to D/credentials, and its address
+    /// to D/gcs_address. Runs until SIGTERM (`rayrs stop`), Ctrl-C, or the
+    /// GCS going away.
+    #[command(
+        args_override_self = true,
+        group(ArgGroup::new("mode").required(true).args(["head", "address"]))
+    )]
+    Start(StartCli),
+    /// Print the nodes (resources used/total), then job and actor counts
+    #[command(args_override_self = true)]
+    Status(QueryCli),
+    /// Print one table: nodes, jobs, actors, tasks or objects
+    ///
+    /// `list tasks` and `list objects` ask every worker and driver (up to
+    /// 2 s each); one that does not answer is named on stderr and the
+    /// others are listed.
+    #[command(args_override_self = true)]
+    List(ListCli),
+    /// Stop what `rayrs start --dir D` started on this host
+    ///
+    /// Sends SIGTERM to each and waits up to 10 s for them to exit.
+    #[command(args_override_self = true)]
+    Stop(StopCli),
+    /// Export, compare or serve the insight views of a recorded job
+    #[command(subcommand)]
+    Insight(InsightCli),
+    /// Print a completion script for a shell
+    ///
+    /// For example: `rayrs completions bash > /etc/bash_completion.d/rayrs`.
+    Completions {
+        /// The shell to complete in.
+        shell: clap_complete::Shell,
+    },
+}
+
+/// `--dir`, shared by every command that uses the cluster directory.
+#[derive(Debug, Args)]
+pub struct DirCli {
+    /// The cluster directory [default: $RAYRS_DIR, else /tmp/rayrs]
+    #[arg(long, value_name = "D")]
+    pub dir: Option<PathBuf>,
+}
+
+impl DirCli {
+    /// `--dir`, else `$RAYRS_DIR`, else `/tmp/rayrs`.
+    fn resolve(self) -> PathBuf {
+        self.dir
+            .or_else(|| std::env::var_os("RAYRS_DIR").map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from("/tmp/rayrs"))
+    }
+}
+
+/// How `status`, `list` and `insight export` reach the GCS.
+#[derive(Debug, Args)]
+pub struct QueryCli {
+    /// The GCS [default: the address in D/gcs_address]
+    #[arg(long, value_name = "HOST:PORT", value_parser = resolve)]
+    pub address: Option<SocketAddr>,
+    /// The cluster's credentials directory (or a file in it) [default: D/credentials]
+    #[arg(long, value_name = "DIR")]
+    pub credentials: Option<PathBuf>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub dir: DirCli,
+    /// Bounds connecting and each request
+    #[arg(long, value_name = "MS", default_value_t = 5_000)]
+    pub timeout_ms: u64,
+}
+
+/// `rayrs start`.
+#[derive(Debug, Args)]
+pub struct StartCli {
+    /// Start a head: the GCS, its node and the dashboard
+    #[arg(long, conflicts_with = "credentials")]
+    pub head: bool,
+    /// Join the cluster whose GCS is at HOST:PORT
+    #[arg(long, value_name = "HOST:PORT", value_parser = resolve)]
+    pub address: Option<SocketAddr>,
+    /// The cluster's credentials directory (or a file in it) [default: D/credentials]
+    #[arg(long, value_name = "DIR")]
+    pub credentials: Option<PathBuf>,
+    /// The IP or host name the GCS listens on (head)
+    #[arg(
+        long,
+        value_name = "IP",
+        default_value = "127.0.0.1",
+        requires = "head"
+    )]
+    pub host: String,
+    /// The port the GCS listens on; 0 picks a free one (head)
+    #[arg(long, value_name = "P", default_value_t = 6379, requires = "head")]
+    pub port: u16,
+    /// CPUs this node offers [default: the CPU of --resources, else every core]
+    #[arg(long, value_name = "N", value_parser = quantity)]
+    pub num_cpus: Option<Quantity>,
+    /// Resources this node offers, as a JSON object: {"GPU": 1, "disk": 0.5}
+    #[arg(long, value_name = "JSON", value_parser = parse_resources)]
+    pub resources: Option<ResourceSet>,
+    /// This node's labels, as a JSON object of strings: {"zone": "a"}
+    #[arg(long, value_name = "JSON", value_parser = parse_labels)]
+    pub labels: Option<BTreeMap<String, String>>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub dir: DirCli,
+    /// A node silent this long is dead (head)
+    #[arg(long, value_name = "MS", default_value_t = 10_000, requires = "head")]
+    pub health_timeout_ms: u64,
+    /// Bounds connecting to the GCS and each TLS handshake
+    #[arg(long, value_name = "MS", default_value_t = 5_000)]
+    pub timeout_ms: u64,
+    /// Accepted for scripts written for Ray; `rayrs start` always stays in the foreground
+    #[arg(long)]
+    pub block: bool,
+    /// The interface the dashboard listens on; only loopback unless set (head)
+    #[arg(
+        long,
+        value_name = "IP",
+        default_value = "127.0.0.1",
+        requires = "head"
+    )]
+    pub dashboard_host: IpAddr,
+    /// The dashboard's port; 0 picks a free one (head)
+    #[arg(long, value_name = "P", default_value_t = 0, requires = "head")]
+    pub dashboard_port: u16,
+}
+
+/// The tables `rayrs list` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Table {
+    /// Nodes, alive or dead, with their resources.
+    Nodes,
+    /// Jobs, running or finished, with their drivers.
+    Jobs,
+    /// Actors with their state, class and name.
+    Actors,
+    /// Unfinished tasks, as their owners report them.
+    Tasks,
+    /// Objects, as their owners report them.
+    Objects,
+}
+
+/// How `rayrs list` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Aligned columns, one row a line.
+    Table,
+    /// One JSON array of objects.
+    Json,
+}
+
+/// `rayrs list`.
+#[derive(Debug, Args)]
+pub struct ListCli {
+    /// What to list
+    #[arg(value_enum)]
+    pub table: Table,
+    /// How to print it
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub query: QueryCli,
+}
+
+/// `rayrs stop`.
+#[derive(Debug, Args)]
+pub struct StopCli {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub dir: DirCli,
+}
+
+/// `rayrs insight …`.
+#[derive(Debug, Subcommand)]
+pub enum InsightCli {
+    /// Write one view of a job, from an event log or the running cluster's head
+    ///
+    /// With --log, replays the event log (whole, or as it stood --at SECONDS
+    /// after the log's epoch). Without it, asks the running cluster's head
+    /// for job N (default: the latest job that recorded; --at SECONDS after
+    /// the job started replays the head's log of it). Formats per view (the
+    /// first is the default): logical json|dot, physical json, stack
+    /// text|json, flame folded|svg, gantt chrome|json (chrome and json are
+    /// the same Chrome trace).
+    #[command(args_override_self = true)]
+    Export(ExportCli),
+    /// Compare two flame graphs: folded files or event logs
+    #[command(args_override_self = true)]
+    Diff(DiffCli),
+    /// Replay an event log and serve its dashboard until Ctrl-C
+    ///
+    /// The time slider replays any moment of the log.
+    #[command(args_override_self = true)]
+    Serve(ServeCli),
+}
+
+/// `rayrs insight export`.
+#[derive(Debug, Args)]
+pub struct ExportCli {
+    /// The event log to read, instead of asking a live cluster
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with_all = ["job", "address", "credentials", "dir", "timeout_ms"]
+    )]
+    pub log: Option<PathBuf>,
+    /// The view to write
+    #[arg(long, value_name = "VIEW", value_parser = view_parser())]
+    pub view: ViewKind,
+    /// The format to write it in [default: the view's first]
+    #[arg(long, value_name = "F", value_parser = format_parser(&ExportFormat::ALL))]
+    pub format: Option<ExportFormat>,
+    /// Replay only what happened up to this many seconds after the start
+    #[arg(long, value_name = "SECONDS", value_parser = seconds_as_nanos)]
+    pub at: Option<u64>,
+    /// Keep only the tasks with this context label
+    #[arg(long, value_name = "KEY=VALUE", value_parser = key_value)]
+    pub filter: Option<(String, String)>,
+    /// The flame graph's time (flame only) [default: self]
+    #[arg(long, value_name = "METRIC", value_parser = metric_parser())]
+    pub metric: Option<FlameMetric>,
+    /// Write to FILE instead of stdout
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// The job to ask the head for [default: the latest that recorded]
+    #[arg(long, value_name = "N")]
+    pub job: Option<u32>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub query: QueryCli,
+}
+
+/// `rayrs insight diff`.
+#[derive(Debug, Args)]
+pub struct DiffCli {
+    /// The baseline: a folded file or an event log
+    #[arg(long, value_name = "A")]
+    pub before: PathBuf,
+    /// The run to compare: a folded file or an event log
+    #[arg(long, value_name = "B")]
+    pub after: PathBuf,
+    /// The format to write the difference in
+    #[arg(
+        long,
+        value_name = "F",
+        value_parser = format_parser(&[ExportFormat::Folded, ExportFormat::Svg]),
+        default_value = "folded"
+    )]
+    pub format: ExportFormat,
+    /// The time an event log is folded by [default: self]
+    #[arg(long, value_name = "METRIC", value_parser = metric_parser())]
+    pub metric: Option<FlameMetric>,
+    /// Write to FILE instead of stdout
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+/// `rayrs insight serve`.
+#[derive(Debug, Args)]
+pub struct ServeCli {
+    /// The event log to serve
+    #[arg(long, value_name = "FILE")]
+    pub log: PathBuf,
+    /// The interface the dashboard listens on; only loopback unless set
+    #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
+    pub dashboard_host: IpAddr,
+    /// The dashboard's port; 0 picks a free one
+    #[arg(long, value_name = "P", default_value_t = 0)]
+    pub dashboard_port: u16,
+}
+
+/// A parsed and checked command line.
 #[derive(Debug)]
 pub enum Command {
     /// `rayrs start --head`.
@@ -71,7 +330,10 @@ pub enum Command {
     /// `rayrs list WHAT`.
     List(QueryArgs, Table, Format),
     /// `rayrs stop`.
-    Stop { dir: PathBuf },
+    Stop {
+        /// The cluster directory.
+        dir: PathBuf,
+    },
     /// `rayrs insight export`.
     InsightExport(insight::ExportArgs),
     /// `rayrs insight diff`.
@@ -83,20 +345,28 @@ pub enum Command {
         /// Where to serve (default 127.0.0.1:0).
         dashboard: SocketAddr,
     },
-    /// `rayrs --help`.
-    Help,
+    /// `rayrs completions SHELL`.
+    Completions(clap_complete::Shell),
 }
 
 /// What `rayrs start` was asked for.
 #[derive(Debug)]
 pub struct StartArgs {
+    /// The cluster directory.
     pub dir: PathBuf,
+    /// The GCS's host (head).
     pub host: String,
+    /// The GCS's port (head).
     pub port: u16,
+    /// What the node offers, CPUs included.
     pub resources: ResourceSet,
+    /// The node's labels.
     pub labels: BTreeMap<String, String>,
+    /// `--credentials` (join).
     pub credentials: Option<PathBuf>,
+    /// A node silent this long is dead (head).
     pub health_timeout: Duration,
+    /// Bounds connecting and each handshake.
     pub timeout: Duration,
     /// Where the head serves the insight dashboard (default 127.0.0.1:0).
     pub dashboard: SocketAddr,
@@ -105,480 +375,276 @@ pub struct StartArgs {
 /// How `status` and `list` reach the GCS.
 #[derive(Debug)]
 pub struct QueryArgs {
+    /// The cluster directory.
     pub dir: PathBuf,
+    /// `--address`, else the one in the cluster directory.
     pub address: Option<SocketAddr>,
+    /// `--credentials`, else the cluster directory's.
     pub credentials: Option<PathBuf>,
+    /// Bounds connecting and each request.
     pub timeout: Duration,
 }
 
-/// The table `rayrs list` prints.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Table {
-    Nodes,
-    Jobs,
-    Actors,
-    /// Unfinished tasks, as their owners report them.
-    Tasks,
-    /// Objects, as their owners report them.
-    Objects,
-}
-
-/// How `rayrs list` prints.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    Table,
-    Json,
-}
-
-/// Flags as `--name value` pairs (and bare `--name` switches), in order.
-struct Flags {
-    command: &'static str,
-    pairs: Vec<(String, Option<String>)>,
-}
-
-/// Flags that take no value.
-const SWITCHES: &[&str] = &["--head", "--block"];
-
-impl Flags {
-    /// Splits `args` into flags, failing on any flag not in `known`.
-    fn parse(command: &'static str, args: &[String], known: &[&str]) -> Result<Self, CliError> {
-        let mut pairs = Vec::new();
-        let mut it = args.iter();
-        while let Some(arg) = it.next() {
-            if !arg.starts_with("--") {
-                return Err(CliError::usage(format!(
-                    "unexpected argument `{arg}` for `rayrs {command}`"
-                )));
+impl Cli {
+    /// The checked command: what clap cannot check alone.
+    ///
+    /// # Errors
+    ///
+    /// A usage error (exit status 2) for values that do not fit together.
+    pub fn into_command(self) -> Result<Command, CliError> {
+        Ok(match self.command {
+            CliCommand::Start(start) => start.command(),
+            CliCommand::Status(query) => Command::Status(query.into()),
+            CliCommand::List(list) => Command::List(list.query.into(), list.table, list.format),
+            CliCommand::Stop(stop) => Command::Stop {
+                dir: stop.dir.resolve(),
+            },
+            CliCommand::Insight(InsightCli::Export(export)) => export.command()?,
+            CliCommand::Insight(InsightCli::Diff(diff)) => {
+                Command::InsightDiff(insight::DiffArgs {
+                    before: diff.before,
+                    after: diff.after,
+                    format: diff.format,
+                    metric: diff.metric.unwrap_or(FlameMetric::SelfTime),
+                    out: diff.out,
+                })
             }
-            let (name, inline) = match arg.split_once('=') {
-                Some((n, v)) => (n.to_owned(), Some(v.to_owned())),
-                None => (arg.clone(), None),
-            };
-            if !known.contains(&name.as_str()) {
-                return Err(unknown_flag(&name, command));
-            }
-            if SWITCHES.contains(&name.as_str()) {
-                pairs.push((name, None));
-                continue;
-            }
-            let value = match inline {
-                Some(v) => v,
-                None => it
-                    .next()
-                    .cloned()
-                    .ok_or_else(|| CliError::usage(format!("{name} needs a value")))?,
-            };
-            pairs.push((name, Some(value)));
-        }
-        Ok(Self { command, pairs })
+            CliCommand::Insight(InsightCli::Serve(serve)) => Command::InsightServe {
+                log: serve.log,
+                dashboard: SocketAddr::new(serve.dashboard_host, serve.dashboard_port),
+            },
+            CliCommand::Completions { shell } => Command::Completions(shell),
+        })
     }
+}
 
-    /// Fails on any flag not in `allowed`.
-    fn only(&self, allowed: &[&str]) -> Result<(), CliError> {
-        match self
-            .pairs
-            .iter()
-            .find(|(n, _)| !allowed.contains(&n.as_str()))
-        {
-            Some((name, _)) => Err(unknown_flag(name, self.command)),
-            None => Ok(()),
+impl From<QueryCli> for QueryArgs {
+    fn from(query: QueryCli) -> Self {
+        QueryArgs {
+            dir: query.dir.resolve(),
+            address: query.address,
+            credentials: query.credentials,
+            timeout: Duration::from_millis(query.timeout_ms.max(1)),
         }
     }
+}
 
-    fn has(&self, name: &str) -> bool {
-        self.pairs.iter().any(|(n, _)| n == name)
-    }
-
-    fn get(&self, name: &str) -> Option<&str> {
-        self.pairs
-            .iter()
-            .rev()
-            .find(|(n, _)| n == name)
-            .and_then(|(_, v)| v.as_deref())
-    }
-
-    fn parsed<T: std::str::FromStr>(&self, name: &str, what: &str) -> Result<Option<T>, CliError> {
-        self.get(name)
-            .map(|v| {
-                v.parse()
-                    .map_err(|_| CliError::usage(format!("{name} must be {what}, got `{v}`")))
-            })
-            .transpose()
-    }
-
-    fn dir(&self) -> PathBuf {
-        self.get("--dir")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("RAYRS_DIR").map(PathBuf::from))
-            .unwrap_or_else(|| PathBuf::from("/tmp/rayrs"))
-    }
-
-    fn timeout(&self) -> Result<Duration, CliError> {
-        let ms = self
-            .parsed::<u64>("--timeout-ms", "a number of milliseconds")?
-            .unwrap_or(5_000);
-        Ok(Duration::from_millis(ms.max(1)))
-    }
-
-    fn address(&self) -> Result<Option<SocketAddr>, CliError> {
-        self.get("--address").map(resolve).transpose()
+impl StartCli {
+    fn command(self) -> Command {
+        let mut resources = self.resources.unwrap_or_default();
+        let cpus = match self.num_cpus {
+            Some(n) => n,
+            None if resources.get("CPU").is_zero() => Quantity::from_units(
+                std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
+            ),
+            None => resources.get("CPU"),
+        };
+        resources.set("CPU", cpus);
+        let args = StartArgs {
+            dir: self.dir.resolve(),
+            host: self.host,
+            port: self.port,
+            resources,
+            labels: self.labels.unwrap_or_default(),
+            credentials: self.credentials,
+            health_timeout: Duration::from_millis(self.health_timeout_ms.max(1)),
+            timeout: Duration::from_millis(self.timeout_ms.max(1)),
+            dashboard: SocketAddr::new(self.dashboard_host, self.dashboard_port),
+        };
+        match self.address {
+            // clap's group: exactly one of --head and --address.
+            Some(addr) if !self.head => Command::Join(args, addr),
+            _ => Command::Head(args),
+        }
     }
 }
 
-fn unknown_flag(name: &str, command: &str) -> CliError {
-    CliError::usage(format!(
-        "unknown flag {name} for `rayrs {command}` (see rayrs --help)"
-    ))
+impl ExportCli {
+    fn command(self) -> Result<Command, CliError> {
+        let usage = |e: ray_insight::export::ExportError| CliError::usage(e.to_string());
+        let format = match self.format {
+            Some(format) => self.view.check(format).map_err(usage)?,
+            None => self.view.default_format(),
+        };
+        if self.metric.is_some() && self.view != ViewKind::Flame {
+            return Err(CliError::usage(
+                "--metric applies to --view flame only".into(),
+            ));
+        }
+        let source = match self.log {
+            Some(log) => insight::Source::Log(log),
+            None => insight::Source::Cluster {
+                query: self.query.into(),
+                job: self.job,
+            },
+        };
+        Ok(Command::InsightExport(insight::ExportArgs {
+            source,
+            view: self.view,
+            format,
+            at_nanos: self.at,
+            filter: self.filter,
+            metric: self.metric.unwrap_or(FlameMetric::SelfTime),
+            out: self.out,
+        }))
+    }
 }
 
 /// `HOST:PORT` as a socket address.
-pub fn resolve(address: &str) -> Result<SocketAddr, CliError> {
+///
+/// # Errors
+///
+/// When it names no address.
+pub fn resolve(address: &str) -> Result<SocketAddr, String> {
     address
         .to_socket_addrs()
         .ok()
         .and_then(|mut addrs| addrs.next())
-        .ok_or_else(|| CliError::usage(format!("--address must be HOST:PORT, got `{address}`")))
+        .ok_or_else(|| format!("must be HOST:PORT, got `{address}`"))
 }
 
-/// What `rayrs list` lists, for its error messages.
-const LISTABLE: &str = "nodes, jobs, actors, tasks or objects";
-
-const QUERY_FLAGS: &[&str] = &["--address", "--credentials", "--dir", "--timeout-ms"];
-
-const JOIN_FLAGS: &[&str] = &[
-    "--address",
-    "--credentials",
-    "--num-cpus",
-    "--resources",
-    "--labels",
-    "--dir",
-    "--block",
-    "--timeout-ms",
-];
-
-const HEAD_ONLY_FLAGS: &[&str] = &[
-    "--head",
-    "--host",
-    "--port",
-    "--health-timeout-ms",
-    "--dashboard-host",
-    "--dashboard-port",
-];
-
-/// Parses `args` (without the program name).
-pub fn parse(args: &[String]) -> Result<Command, CliError> {
-    let Some(command) = args.first() else {
-        return Err(CliError::usage(
-            "no command given (see rayrs --help)".into(),
-        ));
-    };
-    let rest = &args[1..];
-    match command.as_str() {
-        "--help" | "-h" | "help" => Ok(Command::Help),
-        "start" => {
-            let known = [JOIN_FLAGS, HEAD_ONLY_FLAGS].concat();
-            parse_start(&Flags::parse("start", rest, &known)?)
-        }
-        "status" => {
-            let flags = Flags::parse("status", rest, QUERY_FLAGS)?;
-            Ok(Command::Status(query(&flags)?))
-        }
-        "list" => {
-            let table = match rest.first().map(String::as_str) {
-                Some("nodes") => Table::Nodes,
-                Some("jobs") => Table::Jobs,
-                Some("actors") => Table::Actors,
-                Some("tasks") => Table::Tasks,
-                Some("objects") => Table::Objects,
-                Some(other) => {
-                    return Err(CliError::usage(format!(
-                        "cannot list `{other}`: choose {LISTABLE}"
-                    )))
-                }
-                None => return Err(CliError::usage(format!("list what? {LISTABLE}"))),
-            };
-            let known = [QUERY_FLAGS, &["--format"]].concat();
-            let flags = Flags::parse("list", &rest[1..], &known)?;
-            let format = match flags.get("--format") {
-                None | Some("table") => Format::Table,
-                Some("json") => Format::Json,
-                Some(other) => {
-                    return Err(CliError::usage(format!(
-                        "--format must be table or json, got `{other}`"
-                    )))
-                }
-            };
-            Ok(Command::List(query(&flags)?, table, format))
-        }
-        "stop" => {
-            let flags = Flags::parse("stop", rest, &["--dir"])?;
-            Ok(Command::Stop { dir: flags.dir() })
-        }
-        "insight" => parse_insight(rest),
-        other => Err(CliError::usage(format!(
-            "unknown command `{other}` (see rayrs --help)"
-        ))),
-    }
+/// A non-negative number as a [`Quantity`].
+fn quantity(text: &str) -> Result<Quantity, String> {
+    text.parse::<f64>()
+        .ok()
+        .and_then(|n| Quantity::from_f64(n).ok())
+        .ok_or_else(|| format!("must be a non-negative number, got `{text}`"))
 }
 
-const INSIGHT_EXPORT_FLAGS: &[&str] = &[
-    "--log",
-    "--view",
-    "--format",
-    "--at",
-    "--filter",
-    "--metric",
-    "--out",
-    "--job",
-    "--address",
-    "--credentials",
-    "--dir",
-    "--timeout-ms",
-];
-
-const INSIGHT_DIFF_FLAGS: &[&str] = &["--before", "--after", "--format", "--metric", "--out"];
-
-const INSIGHT_SERVE_FLAGS: &[&str] = &["--log", "--dashboard-host", "--dashboard-port"];
-
-/// `--dashboard-host` and `--dashboard-port`: loopback and a free port
-/// unless told otherwise.
-fn dashboard_addr(flags: &Flags) -> Result<SocketAddr, CliError> {
-    let host = flags.get("--dashboard-host").unwrap_or("127.0.0.1");
-    let port = flags
-        .parsed::<u16>("--dashboard-port", "a port number")?
-        .unwrap_or(0);
-    let ip: std::net::IpAddr = host.parse().map_err(|_| {
-        CliError::usage(format!(
-            "--dashboard-host must be an IP address, got `{host}`"
-        ))
-    })?;
-    Ok(SocketAddr::new(ip, port))
-}
-
-/// `rayrs insight export|diff …`.
-fn parse_insight(args: &[String]) -> Result<Command, CliError> {
-    let usage = |e: ray_insight::export::ExportError| CliError::usage(e.to_string());
-    let required = |flags: &Flags, name: &str| {
-        flags
-            .get(name)
-            .map(str::to_owned)
-            .ok_or_else(|| CliError::usage(format!("`rayrs {}` needs {name}", flags.command)))
-    };
-    let metric = |flags: &Flags| match flags.get("--metric") {
-        Some(name) => parse_metric(name).map_err(usage),
-        None => Ok(ray_insight::views::FlameMetric::SelfTime),
-    };
-    let out = |flags: &Flags| flags.get("--out").map(PathBuf::from);
-    match args.first().map(String::as_str) {
-        Some("export") => {
-            let flags = Flags::parse("insight export", &args[1..], INSIGHT_EXPORT_FLAGS)?;
-            let view: ViewKind = required(&flags, "--view")?.parse().map_err(usage)?;
-            let format = match flags.get("--format") {
-                Some(name) => view.check(name.parse().map_err(usage)?).map_err(usage)?,
-                None => view.default_format(),
-            };
-            if flags.has("--metric") && view != ViewKind::Flame {
-                return Err(CliError::usage(
-                    "--metric applies to --view flame only".into(),
-                ));
-            }
-            let at_nanos = flags
-                .parsed::<f64>("--at", "a number of seconds")?
-                .map(|secs| {
-                    if secs.is_finite() && secs >= 0.0 {
-                        // Saturates at u64::MAX nanoseconds (585 years).
-                        Ok((secs * 1e9).round() as u64)
-                    } else {
-                        Err(CliError::usage(format!(
-                            "--at must be a number of seconds >= 0, got {secs}"
-                        )))
-                    }
-                })
-                .transpose()?;
-            let filter = flags
-                .get("--filter")
-                .map(|kv| match kv.split_once('=') {
-                    Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
-                    _ => Err(CliError::usage(format!(
-                        "--filter must be KEY=VALUE, got `{kv}`"
-                    ))),
-                })
-                .transpose()?;
-            let source = match flags.get("--log") {
-                Some(log) => {
-                    if let Some(f) = [
-                        "--job",
-                        "--address",
-                        "--credentials",
-                        "--dir",
-                        "--timeout-ms",
-                    ]
-                    .into_iter()
-                    .find(|f| flags.has(f))
-                    {
-                        return Err(CliError::usage(format!(
-                            "{f} asks a live cluster; --log reads a file: give one or the other"
-                        )));
-                    }
-                    insight::Source::Log(PathBuf::from(log))
-                }
-                None => insight::Source::Cluster {
-                    query: query(&flags)?,
-                    job: flags.parsed::<u32>("--job", "a job number")?,
-                },
-            };
-            Ok(Command::InsightExport(insight::ExportArgs {
-                source,
-                view,
-                format,
-                at_nanos,
-                filter,
-                metric: metric(&flags)?,
-                out: out(&flags),
-            }))
-        }
-        Some("diff") => {
-            let flags = Flags::parse("insight diff", &args[1..], INSIGHT_DIFF_FLAGS)?;
-            let format = match flags.get("--format") {
-                None => ExportFormat::Folded,
-                Some(name) => match name.parse().map_err(usage)? {
-                    f @ (ExportFormat::Folded | ExportFormat::Svg) => f,
-                    other => {
-                        return Err(CliError::usage(format!(
-                            "`rayrs insight diff` cannot write {other}: choose folded or svg"
-                        )))
-                    }
-                },
-            };
-            Ok(Command::InsightDiff(insight::DiffArgs {
-                before: PathBuf::from(required(&flags, "--before")?),
-                after: PathBuf::from(required(&flags, "--after")?),
-                format,
-                metric: metric(&flags)?,
-                out: out(&flags),
-            }))
-        }
-        Some("serve") => {
-            let flags = Flags::parse("insight serve", &args[1..], INSIGHT_SERVE_FLAGS)?;
-            Ok(Command::InsightServe {
-                log: PathBuf::from(required(&flags, "--log")?),
-                dashboard: dashboard_addr(&flags)?,
-            })
-        }
-        Some(other) => Err(CliError::usage(format!(
-            "unknown insight command `{other}`: choose export, diff or serve"
-        ))),
-        None => Err(CliError::usage(
-            "insight what? export, diff or serve (see rayrs --help)".into(),
-        )),
-    }
-}
-
-fn query(flags: &Flags) -> Result<QueryArgs, CliError> {
-    Ok(QueryArgs {
-        dir: flags.dir(),
-        address: flags.address()?,
-        credentials: flags.get("--credentials").map(PathBuf::from),
-        timeout: flags.timeout()?,
-    })
-}
-
-fn parse_start(flags: &Flags) -> Result<Command, CliError> {
-    let head = flags.has("--head");
-    if head {
-        // A head makes its own credentials and is the address.
-        let allowed: Vec<&str> = JOIN_FLAGS
-            .iter()
-            .chain(HEAD_ONLY_FLAGS)
-            .copied()
-            .filter(|f| !matches!(*f, "--address" | "--credentials"))
-            .collect();
-        flags.only(&allowed)?;
-    } else {
-        flags.only(JOIN_FLAGS)?;
-    }
-    let mut resources = match flags.get("--resources") {
-        Some(json) => parse_resources(json)?,
-        None => ResourceSet::new(),
-    };
-    let cpus = match flags.parsed::<f64>("--num-cpus", "a number")? {
-        Some(n) => Quantity::from_f64(n).map_err(|_| {
-            CliError::usage(format!("--num-cpus must be a non-negative number, got {n}"))
-        })?,
-        None if resources.get("CPU").is_zero() => {
-            Quantity::from_units(std::thread::available_parallelism().map_or(1, |n| n.get() as u64))
-        }
-        None => resources.get("CPU"),
-    };
-    resources.set("CPU", cpus);
-    let health_ms = flags
-        .parsed::<u64>("--health-timeout-ms", "a number of milliseconds")?
-        .unwrap_or(10_000);
-    let args = StartArgs {
-        dir: flags.dir(),
-        host: flags.get("--host").unwrap_or("127.0.0.1").to_owned(),
-        port: flags
-            .parsed::<u16>("--port", "a port number")?
-            .unwrap_or(6379),
-        resources,
-        labels: match flags.get("--labels") {
-            Some(json) => parse_labels(json)?,
-            None => BTreeMap::new(),
-        },
-        credentials: flags.get("--credentials").map(PathBuf::from),
-        health_timeout: Duration::from_millis(health_ms.max(1)),
-        timeout: flags.timeout()?,
-        dashboard: dashboard_addr(flags)?,
-    };
-    if head {
-        return Ok(Command::Head(args));
-    }
-    match flags.address()? {
-        Some(addr) => Ok(Command::Join(args, addr)),
-        None => Err(CliError::usage(
-            "`rayrs start` needs --head or --address HOST:PORT".into(),
-        )),
-    }
-}
-
-fn json_object(
-    flag: &str,
-    json: &str,
-) -> Result<serde_json::Map<String, serde_json::Value>, CliError> {
+/// A JSON object.
+fn json_object(json: &str) -> Result<serde_json::Map<String, serde_json::Value>, String> {
     match serde_json::from_str(json) {
         Ok(serde_json::Value::Object(map)) => Ok(map),
-        _ => Err(CliError::usage(format!(
-            "{flag} must be a JSON object, got `{json}`"
-        ))),
+        _ => Err(format!("must be a JSON object, got `{json}`")),
     }
 }
 
 /// `{"CPU": 2, "GPU": 1, "disk": 0.5}` as a resource set.
-fn parse_resources(json: &str) -> Result<ResourceSet, CliError> {
+fn parse_resources(json: &str) -> Result<ResourceSet, String> {
     let mut set = ResourceSet::new();
-    for (name, value) in json_object("--resources", json)? {
+    for (name, value) in json_object(json)? {
         let q = value
             .as_f64()
             .and_then(|x| Quantity::from_f64(x).ok())
-            .ok_or_else(|| {
-                CliError::usage(format!(
-                    "--resources: `{name}` must be a non-negative number, got {value}"
-                ))
-            })?;
+            .ok_or_else(|| format!("`{name}` must be a non-negative number, got {value}"))?;
         set.set(&name, q);
     }
     Ok(set)
 }
 
 /// `{"zone": "a"}` as labels.
-fn parse_labels(json: &str) -> Result<BTreeMap<String, String>, CliError> {
-    json_object("--labels", json)?
+fn parse_labels(json: &str) -> Result<BTreeMap<String, String>, String> {
+    json_object(json)?
         .into_iter()
         .map(|(k, v)| match v {
             serde_json::Value::String(s) => Ok((k, s)),
-            other => Err(CliError::usage(format!(
-                "--labels: `{k}` must be a string, got {other}"
-            ))),
+            other => Err(format!("`{k}` must be a string, got {other}")),
         })
         .collect()
+}
+
+/// Seconds `>= 0` as nanoseconds.
+fn seconds_as_nanos(text: &str) -> Result<u64, String> {
+    match text.parse::<f64>() {
+        // Saturates at u64::MAX nanoseconds (585 years).
+        Ok(secs) if secs.is_finite() && secs >= 0.0 => Ok((secs * 1e9).round() as u64),
+        _ => Err(format!("must be a number of seconds >= 0, got `{text}`")),
+    }
+}
+
+/// `KEY=VALUE` with a non-empty key.
+fn key_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("must be KEY=VALUE, got `{text}`")),
+    }
+}
+
+/// The view names, completed and listed in `--help`.
+fn view_parser() -> impl TypedValueParser<Value = ViewKind> {
+    PossibleValuesParser::new(ViewKind::ALL.map(ViewKind::as_str))
+        .try_map(|name| name.parse::<ViewKind>())
+}
+
+/// The names of `formats`.
+fn format_parser(formats: &[ExportFormat]) -> impl TypedValueParser<Value = ExportFormat> {
+    PossibleValuesParser::new(formats.iter().map(|f| f.as_str()))
+        .try_map(|name| name.parse::<ExportFormat>())
+}
+
+/// The flame graph metrics.
+fn metric_parser() -> impl TypedValueParser<Value = FlameMetric> {
+    PossibleValuesParser::new(
+        [
+            FlameMetric::SelfTime,
+            FlameMetric::Running,
+            FlameMetric::Waiting,
+        ]
+        .map(FlameMetric::as_str),
+    )
+    .try_map(|name| parse_metric(&name))
+}
+
+/// A clap error as one line: its message, the lines that detail it, and
+/// which `--help` to read.
+pub fn one_line(error: &clap::Error) -> String {
+    let text = error.render().to_string();
+    let command = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Usage: "))
+        .map_or_else(|| "rayrs".to_owned(), command_path);
+    if matches!(
+        error.kind(),
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand
+    ) {
+        let choices = subcommands_of(&command);
+        let of = if command == "rayrs" {
+            String::new()
+        } else {
+            format!(" for `{command}`")
+        };
+        return format!("no command given{of}: choose {choices} (see {command} --help)");
+    }
+    let mut message = String::new();
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if line.starts_with("Usage:") || line.starts_with("For more information") {
+            continue;
+        }
+        let line = line.strip_prefix("error: ").unwrap_or(line);
+        if !message.is_empty() {
+            message.push_str(if line.starts_with("tip:") { "; " } else { " " });
+        }
+        message.push_str(line);
+    }
+    format!("{message} (see {command} --help)")
+}
+
+/// `rayrs insight` of `rayrs insight export [OPTIONS] --view <VIEW>`.
+fn command_path(usage: &str) -> String {
+    usage
+        .split_whitespace()
+        .take_while(|w| !w.starts_with(['[', '<', '-']))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The subcommands of `path` (`rayrs insight`), as `a, b or c`.
+fn subcommands_of(path: &str) -> String {
+    let mut command = Cli::command();
+    for name in path.split_whitespace().skip(1) {
+        match command.find_subcommand(name) {
+            Some(sub) => command = sub.clone(),
+            None => break,
+        }
+    }
+    let names: Vec<&str> = command
+        .get_subcommands()
+        .map(clap::Command::get_name)
+        .filter(|n| *n != "help")
+        .collect();
+    match names.split_last() {
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => "a command".to_owned(),
+    }
 }

@@ -1,10 +1,22 @@
-//! `rayrs`: start, inspect and stop a ray-rs cluster's control plane.
+//! `rayrs`: the command that starts, inspects and stops a ray-rs cluster's
+//! control plane, and exports the insight views of a recorded job.
 //!
-//! `rayrs start --head` runs the GCS and the head's node daemon in the
-//! foreground; `rayrs start --address` joins a node; `rayrs status` and
-//! `rayrs list` read the GCS tables (and, for tasks and objects, ask every
-//! owner); `rayrs stop` ends what this host started; `rayrs insight` exports
-//! the insight views of a recorded job. Every failure is one line on stderr and a non-zero exit.
+//! This crate owns the command line and nothing the runtime needs: the
+//! arguments (clap, derived from the types in `args.rs`, whose doc
+//! comments are the `--help` texts; `rayrs completions SHELL`), the files
+//! of the cluster directory only the command uses (`ca/`, `pids/`), what
+//! each command prints, and its exit status. What it runs lives in
+//! ray-core: `rayrs start --head` starts a [`ray_core::cluster::Head`] (the
+//! GCS, the head's node and the dashboard, assembled as `Cluster::local`
+//! assembles them), `rayrs start --address` a node
+//! ([`ray_core::cluster::start_node`]); `status` and `list` ask the GCS
+//! through [`ray_core::cluster::GcsClient`] (and, for tasks and objects,
+//! every owner); `stop` signals what `start` recorded; `insight` replays
+//! event logs with ray-insight or asks the head.
+//!
+//! Every failure is one line on stderr, `rayrs: …`, and a non-zero exit
+//! status: 1 failed, 2 bad command line (clap's errors included), 3 a
+//! damaged event log whose readable prefix was used.
 
 mod args;
 mod insight;
@@ -17,6 +29,7 @@ mod stop;
 use std::process::ExitCode;
 
 use args::Command;
+use clap::{CommandFactory, Parser};
 
 /// A failure to report: one line, and the exit code.
 #[derive(Debug)]
@@ -41,22 +54,38 @@ impl CliError {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args::parse(&args).and_then(run) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            // One line, whatever the error's text holds.
-            let line = e.message.replace(['\n', '\r'], " ");
-            eprintln!("rayrs: {line}");
-            ExitCode::from(e.code)
+    let cli = match args::Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version: printed on stdout, a success.
+        Err(e) if !e.use_stderr() => {
+            // Nothing to do if stdout is gone.
+            let _ = e.print();
+            return ExitCode::SUCCESS;
         }
+        Err(e) => return report(CliError::usage(args::one_line(&e))),
+    };
+    match cli.into_command().and_then(run) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => report(e),
     }
+}
+
+/// Prints `e` as one line on stderr, whatever its text holds.
+fn report(e: CliError) -> ExitCode {
+    let line = e.message.replace(['\n', '\r'], " ");
+    eprintln!("rayrs: {line}");
+    ExitCode::from(e.code)
 }
 
 fn run(command: Command) -> Result<(), CliError> {
     match command {
-        Command::Help => {
-            println!("{}", args::USAGE);
+        Command::Completions(shell) => {
+            clap_complete::generate(
+                shell,
+                &mut args::Cli::command(),
+                "rayrs",
+                &mut std::io::stdout(),
+            );
             Ok(())
         }
         Command::Stop { dir } => stop::stop(&dir),
@@ -75,7 +104,7 @@ fn run(command: Command) -> Result<(), CliError> {
                     Command::Join(args, addr) => start::join(args, addr).await,
                     Command::Status(args) => query::status(args).await,
                     Command::List(args, table, format) => query::list(args, table, format).await,
-                    Command::Help
+                    Command::Completions(_)
                     | Command::Stop { .. }
                     | Command::InsightExport(_)
                     | Command::InsightDiff(_)

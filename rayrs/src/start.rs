@@ -15,7 +15,13 @@ use crate::{layout, query, CliError};
 pub async fn head(args: StartArgs) -> Result<(), CliError> {
     let creds = layout::head_credentials(&args.dir)?;
     let bind = resolve(&format!("{}:{}", args.host, args.port))
-        .or_else(|_| resolve(&format!("[{}]:{}", args.host, args.port)))?;
+        .or_else(|_| resolve(&format!("[{}]:{}", args.host, args.port)))
+        .map_err(|_| {
+            CliError::usage(format!(
+                "--host must be an IP address or host name, got `{}`",
+                args.host
+            ))
+        })?;
     let creds_dir = layout::credentials_dir(&args.dir);
     // Watched and recorded before the address appears, so a `rayrs stop`
     // that finds the address finds this process and stops it cleanly.
