@@ -56,8 +56,8 @@ pub struct HeadConfig {
     /// Bounds each TLS handshake and the head's node connecting to the GCS.
     pub timeout: Duration,
     /// Where to serve the insight dashboard on the GCS's collector; `None`
-    /// serves none. `rayrs start --head` serves one; [`Cluster::local`]
-    /// (super::Cluster::local) does not.
+    /// serves none. `rayrs start --head` serves one;
+    /// [`Cluster::local`](super::Cluster::local) does not.
     pub dashboard: Option<SocketAddr>,
 }
 
@@ -127,8 +127,9 @@ pub struct Head {
     address_file: PathBuf,
     dashboard_file: Option<PathBuf>,
     dashboard: Option<Dashboard>,
-    // Dropped in this order: the GCS, then the head's node.
-    server: GcsServer,
+    // Held to keep serving; dropped in this order: the GCS, then the
+    // head's node.
+    _server: GcsServer,
     node: NodeService,
 }
 
@@ -208,7 +209,7 @@ impl Head {
             address_file: config.dir.join(ADDRESS_FILE),
             dashboard_file: None,
             dashboard,
-            server,
+            _server: server,
             node,
         };
         if let Some(url) = head.dashboard_url() {
@@ -237,11 +238,6 @@ impl Head {
     /// The head's own node.
     pub fn node(&self) -> &NodeService {
         &self.node
-    }
-
-    /// The GCS service.
-    pub fn gcs(&self) -> &GcsServer {
-        &self.server
     }
 
     /// The dashboard's URL, access token included; `None` without one.
