@@ -129,7 +129,7 @@ wait_for() {
 }
 
 step "build rayrs and the worker_tree example (debug)"
-cargo build -p ray-core --bin rayrs
+cargo build -p rayrs
 cargo build --example worker_tree
 TARGET=$(realpath "${CARGO_TARGET_DIR:-target}")
 RAYRS=$TARGET/debug/rayrs

@@ -59,10 +59,6 @@ pub mod registry;
 mod runtime;
 mod sampler;
 mod task;
-/// The QUIC transport, re-exported while the `rayrs` binary and tests still
-/// reach it through ray-core; new code depends on `ray-transport` directly.
-#[doc(hidden)]
-pub use ray_transport as transport;
 
 pub use actor::{ActorHandle, RawActorHandle, RemoteActor};
 pub use cluster::{Cluster, LocalClusterConfig};

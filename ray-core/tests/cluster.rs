@@ -335,29 +335,6 @@ async fn killing_second_node(mut cluster: Cluster, ray: Ray) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_of_another_build_is_refused() {
-    let cluster = Cluster::local(1).await.expect("cluster starts");
-    // The job claims the `rayrs` binary as its executable: its workers
-    // start, but report another build fingerprint (no remote functions).
-    let config = ray_core::Config {
-        executable: Some(env!("CARGO_BIN_EXE_rayrs").into()),
-        ..cluster.config()
-    };
-    let ray = ray_core::init_with(config).await.expect("driver joins");
-    let err = where_am_i::remote(&ray, 1)
-        .unwrap()
-        .get_timeout(Duration::from_secs(60))
-        .await
-        .unwrap_err();
-    let text = err.to_string();
-    assert!(
-        matches!(err, Error::Cluster { .. }) && text.contains("was built as"),
-        "expected a fingerprint refusal, got {err:?}"
-    );
-    ray.shutdown();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_detached_actor_outlives_its_driver_and_a_plain_one_does_not() {
     let cluster = Cluster::local(1).await.expect("cluster starts");
     let first = cluster.connect().await.expect("first driver joins");

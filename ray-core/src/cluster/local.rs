@@ -1,22 +1,23 @@
 //! [`Cluster::local`]: a real multi-process cluster on loopback, for tests,
 //! benches and the workload harness.
 //!
-//! The head (GCS and a node daemon) and every other node are separate
-//! processes: the current executable started again with `RAYRS_DAEMON_*`
+//! The head (GCS and a node daemon, assembled by [`Head::start`] as for
+//! `rayrs start --head`, without the dashboard) and every other node
+//! ([`start_node`]) are separate processes: the current executable started again with `RAYRS_DAEMON_*`
 //! variables, which the same pre-`main` hook that makes workers (see
 //! [`super::worker`]) turns into a daemon. So no other binary has to be
 //! built first, and the daemons speak exactly this build's protocol.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ray_sched::{Quantity, ResourceSet, CPU};
 
 use super::{
-    control_plane_fingerprint, GcsClient, GcsServer, GcsServerConfig, NodeDaemon, NodeService,
-    NodeServiceConfig, NodeSpec,
+    control_plane_fingerprint, start_node, GcsClient, Head, HeadConfig, NodeConfig, ADDRESS_FILE,
+    CREDENTIALS_DIR,
 };
 use crate::error::{Error, Result};
 use crate::{Config, Ray};
@@ -27,6 +28,8 @@ const VAR_DIR: &str = "RAYRS_DAEMON_DIR";
 const VAR_CPUS: &str = "RAYRS_DAEMON_CPUS";
 const VAR_ADDRESS: &str = "RAYRS_DAEMON_ADDRESS";
 const VAR_HEALTH_MS: &str = "RAYRS_DAEMON_HEALTH_MS";
+/// Bounds a daemon's TLS handshakes and its connecting to the GCS.
+const DAEMON_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How [`Cluster::local_with`] sets the cluster up.
 #[derive(Debug, Clone)]
@@ -93,7 +96,7 @@ impl Cluster {
             .issue("ray-rs-local")
             .map_err(|e| cluster(e.to_string()))?;
         creds
-            .save(&dir.join("credentials"))
+            .save(&dir.join(CREDENTIALS_DIR))
             .map_err(|e| cluster(e.to_string()))?;
         let mut me = Cluster {
             dir,
@@ -102,7 +105,7 @@ impl Cluster {
         };
         let deadline = Instant::now() + config.start_timeout;
         me.nodes.push(Some(me.spawn("head", None, &config)?));
-        let addr_file = me.dir.join("gcs_address");
+        let addr_file = me.dir.join(ADDRESS_FILE);
         me.address = loop {
             if let Some(a) = std::fs::read_to_string(&addr_file)
                 .ok()
@@ -205,7 +208,7 @@ impl Cluster {
 
     /// The directory of the cluster credentials.
     pub fn credentials(&self) -> PathBuf {
-        self.dir.join("credentials")
+        self.dir.join(CREDENTIALS_DIR)
     }
 
     /// A driver configuration that joins this cluster.
@@ -357,72 +360,46 @@ fn run_daemon(kind: &str) -> std::result::Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start tokio: {e}"))?;
     tokio.block_on(async move {
-        let creds_dir = dir.join("credentials");
-        let creds = ClusterCredentials::load(&creds_dir).map_err(|e| e.to_string())?;
-        let loopback = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
-        let bind = |role| {
-            Endpoint::bind(
-                loopback,
-                &creds,
-                EndpointConfig::new(role, control_plane_fingerprint()),
-            )
-            .map_err(|e| e.to_string())
-        };
-        let (_server, gcs_addr) = if kind == "head" {
-            let endpoint = bind(Role::Gcs)?;
-            let addr = endpoint.local_addr().map_err(|e| e.to_string())?;
-            let server = GcsServer::start(
-                endpoint,
-                GcsServerConfig {
-                    health_timeout: Duration::from_millis(health_ms),
-                    insight_dir: Some(dir.join("insight")),
-                },
-            );
-            (Some(server), addr)
-        } else {
-            let addr = std::env::var(VAR_ADDRESS)
-                .ok()
-                .and_then(|a| a.parse().ok())
-                .ok_or(format!("{VAR_ADDRESS} is not set"))?;
-            (None, addr)
-        };
-        let endpoint = bind(Role::Node)?;
-        let client = GcsClient::connect(&endpoint, gcs_addr, Duration::from_secs(10))
-            .await
-            .map_err(|e| e.to_string())?;
-        let local = endpoint.local_addr().map_err(|e| e.to_string())?;
+        let creds =
+            ClusterCredentials::load(&dir.join(CREDENTIALS_DIR)).map_err(|e| e.to_string())?;
         let resources = ResourceSet::new().with(
             CPU,
             Quantity::from_f64(cpus).map_err(|e| format!("{VAR_CPUS}: {e}"))?,
         );
-        let spec = NodeSpec {
-            address: local.to_string(),
-            resources: resources.clone(),
-            labels: Default::default(),
-        };
-        let daemon = NodeDaemon::register(client, &spec)
+        if kind == "head" {
+            let head = Head::start(
+                HeadConfig {
+                    bind: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+                    dir,
+                    resources,
+                    labels: Default::default(),
+                    health_timeout: Duration::from_millis(health_ms),
+                    timeout: DAEMON_TIMEOUT,
+                    dashboard: None,
+                },
+                &creds,
+            )
             .await
             .map_err(|e| e.to_string())?;
-        let service = NodeService::start(
-            daemon,
-            endpoint,
-            resources,
-            Default::default(),
-            NodeServiceConfig {
-                credentials_dir: creds_dir.clone(),
-                cache_dir: dir.join("binaries"),
-                bind_ip: local.ip(),
-            },
-        );
-        if kind == "head" {
-            write_atomically(&dir.join("gcs_address"), &gcs_addr.to_string())?;
+            return Err(head.run().await.to_string());
         }
-        Err(service.run().await.to_string())
+        let gcs = std::env::var(VAR_ADDRESS)
+            .ok()
+            .and_then(|a| a.parse().ok())
+            .ok_or(format!("{VAR_ADDRESS} is not set"))?;
+        let node = start_node(
+            NodeConfig {
+                gcs,
+                credentials_dir: dir.join(CREDENTIALS_DIR),
+                dir,
+                resources,
+                labels: Default::default(),
+                timeout: DAEMON_TIMEOUT,
+            },
+            &creds,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        Err(node.run().await.to_string())
     })
-}
-
-fn write_atomically(path: &Path, text: &str) -> std::result::Result<(), String> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }

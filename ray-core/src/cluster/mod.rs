@@ -1,20 +1,25 @@
 //! The cluster's control plane over the QUIC transport: the GCS service, its
-//! client, and the node daemon's registration and heartbeats.
+//! client, the node daemons, and the owner and worker sides of task
+//! execution.
 //!
-//! [`GcsServer`] serves a [`ray_gcs::Gcs`] to cluster processes and declares
-//! nodes dead when their heartbeats stop; [`GcsClient`] is the typed way to
-//! ask it things; [`NodeDaemon`] registers one node and keeps it alive. The
-//! `rayrs` binary puts them together.
+//! [`Head`] puts a GCS, the head's node and the dashboard together, once,
+//! for both the `rayrs` binary and [`Cluster::local`]; [`start_node`]
+//! starts any other node; [`GcsClient`] is the typed way to ask the GCS
+//! things. Their parts are public but hidden from these docs:
+//! `GcsServer` serves a [`ray_gcs::Gcs`] to cluster processes and declares
+//! nodes dead when their heartbeats stop, `NodeDaemon` registers one node
+//! and keeps it alive, and [`NodeService`] serves that node's leases.
 //!
 //! Every request travels on a stream of its own and gets exactly one reply
 //! ([`Connection::request`](ray_transport::Connection::request)).
 //!
-//! Jobs, workers, task execution and object transfer between nodes are not
-//! here yet.
+//! On top of it, the owner and worker sides of task execution
+//! (`core.rs`) and placement groups (`pg.rs`).
 
 mod core;
 mod gcs_client;
 mod gcs_server;
+mod head;
 mod insight_hub;
 mod local;
 mod node_daemon;
@@ -26,12 +31,23 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 pub use gcs_client::{binary_hash, ActorLocation, GcsClient, MAX_BINARY_LEN};
+// The head's and nodes' parts: `Head` and `start_node` put them together.
+// Public for tests and tools that assemble them differently; hidden from
+// the docs, as they are not meant for users.
+#[doc(hidden)]
 pub use gcs_server::{GcsServer, GcsServerConfig};
+pub use head::{
+    start_node, Head, HeadConfig, NodeConfig, StartError, ADDRESS_FILE, CREDENTIALS_DIR,
+    DASHBOARD_FILE,
+};
+#[doc(hidden)]
 pub use node_daemon::{NodeDaemon, NodeSpec};
 
 pub(crate) use self::core::{ClusterCore, CoreConfig, RemoteActor};
 pub use local::{Cluster, LocalClusterConfig};
-pub use node_service::{NodeService, NodeServiceConfig};
+pub use node_service::NodeService;
+#[doc(hidden)]
+pub use node_service::NodeServiceConfig;
 pub(crate) use pg::ClusterPg;
 pub(crate) use worker::job_fingerprint;
 

@@ -4,11 +4,12 @@
 //! exported, filtered, replayed at a time, damaged and diffed by the real
 //! binary.
 
+#[path = "../../ray-core/tests/common/mod.rs"]
 mod common;
 #[allow(dead_code)] // the dashboard-handle helpers serve ray-insight's tests
 #[path = "../../ray-insight/tests/common/http.rs"]
 mod http;
-#[path = "common/recording.rs"]
+#[path = "../../ray-core/tests/common/recording.rs"]
 mod recording;
 
 use std::path::{Path, PathBuf};

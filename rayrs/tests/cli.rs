@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use ray_core::transport::ClusterCa;
+use ray_transport::ClusterCa;
 use serde_json::Value;
 
 const RAYRS: &str = env!("CARGO_BIN_EXE_rayrs");
@@ -378,7 +378,7 @@ fn json_rows(out: &Output) -> Vec<Value> {
 /// as a worker that exited without a word would look to the GCS.
 async fn register_silent_worker(cluster: &ray_core::Cluster) -> (ray_core::WorkerId, String) {
     use ray_core::cluster::{control_plane_fingerprint, GcsClient};
-    use ray_core::transport::{ClusterCredentials, Endpoint, EndpointConfig, Role};
+    use ray_transport::{ClusterCredentials, Endpoint, EndpointConfig, Role};
 
     let creds = ClusterCredentials::load(&cluster.credentials()).expect("credentials");
     let endpoint = Endpoint::bind(

@@ -7,9 +7,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 
 use ray_core::cluster::{control_plane_fingerprint, resources_from_wire, ClusterError, GcsClient};
-use ray_core::transport::{Endpoint, EndpointConfig, Role, TransportError};
 use ray_core::Quantity;
 use ray_proto::wire::{ActorEntry, ActorStatus, JobEntry, NodeEntry, ResourceAmount};
+use ray_transport::{Endpoint, EndpointConfig, Role, TransportError};
 use serde_json::{json, Value};
 
 use crate::args::{Format, QueryArgs, Table};

@@ -11,8 +11,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use ray_core::cluster::GcsClient;
-use ray_core::transport::{CloseCode, Endpoint, TransportError};
 use ray_proto::wire::{Envelope, Message, ObjectRow, TaskRow, WorkerEntry};
+use ray_transport::{CloseCode, Endpoint, TransportError};
 use serde_json::{json, Value};
 
 use crate::query::amounts_json;

@@ -1,9 +1,12 @@
-//! Where `rayrs` keeps its files under the cluster directory.
+//! Where `rayrs` keeps its files under the cluster directory (the head
+//! itself writes the address and dashboard files: see
+//! [`ray_core::cluster::Head`]).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use ray_core::transport::{ClusterCa, ClusterCredentials};
+use ray_core::cluster::{ADDRESS_FILE, CREDENTIALS_DIR};
+use ray_transport::{ClusterCa, ClusterCredentials};
 
 use crate::CliError;
 
@@ -14,18 +17,12 @@ pub fn ca_dir(dir: &Path) -> PathBuf {
 
 /// The credentials every process of the cluster uses; copy it to join hosts.
 pub fn credentials_dir(dir: &Path) -> PathBuf {
-    dir.join("credentials")
+    dir.join(CREDENTIALS_DIR)
 }
 
 /// The GCS address the head wrote.
 pub fn address_file(dir: &Path) -> PathBuf {
-    dir.join("gcs_address")
-}
-
-/// Where the head writes its dashboard URL (token included; the file is
-/// only readable where the credentials are).
-pub fn dashboard_file(dir: &Path) -> PathBuf {
-    dir.join("dashboard_url")
+    dir.join(ADDRESS_FILE)
 }
 
 /// One file per process `rayrs start` runs on this host, named by pid.

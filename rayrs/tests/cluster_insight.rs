@@ -1,0 +1,162 @@
+//! `rayrs insight export --address` against a real cluster: the head
+//! builds a recording job's views from the records every process shipped,
+//! and the binary prints them (the head's side is tested in ray-core's
+//! `cluster_insight.rs`).
+
+use std::time::{Duration, Instant};
+
+use ray_core::insight::InsightOptions;
+use ray_core::prelude::*;
+use ray_core::{Cluster, Config};
+use serde_json::Value;
+
+#[remote]
+fn leaf(x: u64) -> u64 {
+    std::thread::sleep(Duration::from_millis(5));
+    x + 1
+}
+
+/// Submits `n` leaves from inside a task (another process than the driver).
+#[remote]
+fn parent(n: u64) -> u64 {
+    let ray = Ray::current().expect("in a task");
+    let refs: Vec<_> = (0..n)
+        .map(|i| leaf::remote(&ray, i).expect("submit"))
+        .collect();
+    refs.iter()
+        .map(|r| r.get_blocking().expect("leaf result"))
+        .sum()
+}
+
+#[remote]
+struct Tally {
+    n: u64,
+}
+
+#[remote]
+impl Tally {
+    fn new() -> Self {
+        Tally { n: 0 }
+    }
+    fn add(&mut self, by: u64) -> u64 {
+        self.n += by;
+        self.n
+    }
+}
+
+/// The count of the call edge whose callee name ends with `to`, from a
+/// logical view whose caller key contains `from`.
+fn edge(logical: &Value, from: &str, to: &str) -> u64 {
+    logical["call_edges"]
+        .as_array()
+        .expect("call_edges")
+        .iter()
+        .filter(|e| {
+            e["from"].as_str().is_some_and(|f| f.contains(from))
+                && e["name"].as_str().is_some_and(|n| n.ends_with(to))
+        })
+        .map(|e| e["count"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rayrs_insight_export_prints_the_heads_views_of_a_cluster_job() {
+    let cluster = Cluster::local(2).await.expect("cluster starts");
+    let ray = ray_core::init_with(Config {
+        insight: Some(InsightOptions::default()),
+        ..cluster.config()
+    })
+    .await
+    .expect("driver joins, recording");
+    let insight = ray.insight().expect("the driver records");
+
+    // 3 parents spread over the nodes, each submitting 4 leaves from its
+    // worker process; 2 actors spread over the nodes, called 5 times each.
+    let parents: Vec<_> = (0..3)
+        .map(|_| parent::options().spread().remote(&ray, 4).unwrap())
+        .collect();
+    for p in &parents {
+        assert_eq!(p.get().await.unwrap(), 1 + 2 + 3 + 4);
+    }
+    let tallies: Vec<_> = (0..2)
+        .map(|_| Tally::options().spread().remote(&ray).unwrap())
+        .collect();
+    for t in &tallies {
+        for _ in 0..5 {
+            t.add(1).unwrap().get().await.unwrap();
+        }
+    }
+    insight.flush().await;
+
+    // Processes ship every 50 ms, an I/O thread's records when it parks:
+    // wait until the head has every call and the owners' placements.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = cluster
+            .insight_export(None, "logical", "json", None, None)
+            .await
+            .expect("the head exports the logical view");
+        let logical: Value = serde_json::from_str(&text).expect("JSON");
+        let gantt = cluster
+            .insight_export(None, "gantt", "chrome", None, None)
+            .await
+            .expect("the head exports the Gantt view");
+        if edge(&logical, "driver", "::parent") == 3
+            && edge(&logical, "parent", "::leaf") == 12
+            && edge(&logical, "driver", "::add") == 10
+            && gantt.contains("\"scheduled ")
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the head never had every call and placement: {logical:#}\n{gantt}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // `rayrs insight export` asks the same head: the flame graph's paths
+    // run from the driver through a parent (in one worker) to its leaves.
+    let rayrs = |args: &[&str]| {
+        let creds = cluster.credentials();
+        let address = cluster.address();
+        let mut all = vec!["insight", "export", "--address", &address];
+        all.extend(["--credentials", creds.to_str().expect("utf-8 path")]);
+        all.extend(args);
+        std::process::Command::new(env!("CARGO_BIN_EXE_rayrs"))
+            .args(&all)
+            .output()
+            .expect("rayrs runs")
+    };
+    let flame = rayrs(&["--view", "flame", "--format", "folded"]);
+    let folded = String::from_utf8_lossy(&flame.stdout);
+    assert!(
+        flame.status.success(),
+        "{}",
+        String::from_utf8_lossy(&flame.stderr)
+    );
+    assert!(
+        folded
+            .lines()
+            .any(|l| l.starts_with("driver;") && l.contains("::parent;") && l.contains("::leaf ")),
+        "{folded}"
+    );
+    // Pushed work shows its placement: submitted, scheduled (pushed to a
+    // worker), then running.
+    let gantt = rayrs(&["--view", "gantt"]);
+    let trace = String::from_utf8_lossy(&gantt.stdout);
+    assert!(gantt.status.success());
+    assert!(
+        trace.contains("\"scheduled "),
+        "no scheduled slice in {trace}"
+    );
+    let missing = rayrs(&["--view", "logical", "--job", "999"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("no insight records"),
+        "{}",
+        String::from_utf8_lossy(&missing.stderr)
+    );
+    drop(tallies);
+    ray.shutdown();
+}
