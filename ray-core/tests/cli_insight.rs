@@ -5,8 +5,8 @@
 //! binary.
 
 mod common;
-#[allow(dead_code)] // the dashboard-handle helpers serve ray-insight's tests
-#[path = "../../ray-insight/tests/common/http.rs"]
+#[allow(dead_code)] // the dashboard-handle helpers serve ray-dashboard's tests
+#[path = "../../ray-dashboard/tests/common/http.rs"]
 mod http;
 #[path = "common/recording.rs"]
 mod recording;

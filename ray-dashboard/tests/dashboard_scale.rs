@@ -9,8 +9,8 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ray_insight::dashboard::summary::patch;
-use ray_insight::dashboard::{Dashboard, DashboardConfig, SummaryLimits, ViewsSource};
+use ray_dashboard::summary::patch;
+use ray_dashboard::{Dashboard, DashboardConfig, SummaryLimits, ViewsSource};
 use ray_insight::{FieldValue, Fields, Record, RecordKind, Views};
 use serde_json::{Map, Value};
 
@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 mod http;
 // The generator is shared; this test uses only part of it.
 #[allow(dead_code)]
-#[path = "common/workload.rs"]
+#[path = "../../ray-insight/tests/common/workload.rs"]
 mod workload;
 
 use http::{get, post, request};

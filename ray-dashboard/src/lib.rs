@@ -34,8 +34,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::export::{ExportFormat, ViewKind};
-use crate::views::FlameMetric;
+use ray_insight::export::{ExportFormat, ViewKind};
+use ray_insight::views::FlameMetric;
 pub use summary::{SummaryLimits, SummaryParams};
 
 /// One job the dashboard can show.
@@ -102,11 +102,11 @@ pub trait Source: Send + Sync + 'static {
 /// A time asked for with no log, a log that cannot be read, or an export
 /// the view does not have.
 pub fn render(
-    views: &crate::Views,
+    views: &ray_insight::Views,
     log: Option<&std::path::Path>,
     query: &ViewQuery,
 ) -> Result<String, String> {
-    let export = |views: &crate::Views| {
+    let export = |views: &ray_insight::Views| {
         let snapshot = match &query.filter {
             Some((k, v)) => views.filter(k, v),
             None => views.snapshot(),
@@ -116,27 +116,30 @@ pub fn render(
                 summary::summarize(&snapshot, query.view, params, &SummaryLimits::default())
                     .map(|v| v.to_string())
             }
-            None => {
-                crate::export::export_with_metric(&snapshot, query.view, query.format, query.metric)
-                    .map_err(|e| e.to_string())
-            }
+            None => ray_insight::export::export_with_metric(
+                &snapshot,
+                query.view,
+                query.format,
+                query.metric,
+            )
+            .map_err(|e| e.to_string()),
         }
     };
     match query.at_nanos {
         None => export(views),
         Some(at) => {
             let path = log.ok_or("no event log is kept here, so no time can be replayed")?;
-            let contents = crate::log::read_log(path)
+            let contents = ray_insight::log::read_log(path)
                 .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-            let mut replay = crate::log::Replay::new(views.limits().clone(), Some(at));
-            crate::Sink::accept(&mut replay, &contents.records);
+            let mut replay = ray_insight::log::Replay::new(views.limits().clone(), Some(at));
+            ray_insight::Sink::accept(&mut replay, &contents.records);
             export(replay.views())
         }
     }
 }
 
 /// The counters every [`Source::stats`] reports, from `views`.
-pub fn stats_json(views: &crate::Views, job: &str, version: u64) -> Value {
+pub fn stats_json(views: &ray_insight::Views, job: &str, version: u64) -> Value {
     let stats = views.stats();
     serde_json::json!({
         "job": job,
@@ -290,13 +293,13 @@ fn random_token() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The simplest [`Source`]: one job's [`Views`](crate::Views) held here, with
+/// The simplest [`Source`]: one job's [`Views`](ray_insight::Views) held here, with
 /// the version bumped by every [`ViewsSource::accept`] — what serves a
 /// replayed event log (`rayrs insight serve`), or views a program builds
 /// itself.
 pub struct ViewsSource {
     job: String,
-    views: std::sync::Mutex<crate::Views>,
+    views: std::sync::Mutex<ray_insight::Views>,
     log: Option<std::path::PathBuf>,
     version: std::sync::atomic::AtomicU64,
 }
@@ -304,7 +307,7 @@ pub struct ViewsSource {
 impl ViewsSource {
     /// Serves `views` as job `job`; `log`, when given, is the event log that
     /// times are replayed from.
-    pub fn new(job: &str, views: crate::Views, log: Option<std::path::PathBuf>) -> Arc<Self> {
+    pub fn new(job: &str, views: ray_insight::Views, log: Option<std::path::PathBuf>) -> Arc<Self> {
         Arc::new(Self {
             job: job.to_owned(),
             views: std::sync::Mutex::new(views),
@@ -315,13 +318,13 @@ impl ViewsSource {
 
     /// Applies `records` to the views; the page's live tabs receive what
     /// changed.
-    pub fn accept(&self, records: &[crate::Record]) {
-        crate::Sink::accept(&mut *self.views(), records);
+    pub fn accept(&self, records: &[ray_insight::Record]) {
+        ray_insight::Sink::accept(&mut *self.views(), records);
         self.version.fetch_add(1, Ordering::AcqRel);
     }
 
     /// The views, locked (the server waits while they are held).
-    pub fn views(&self) -> std::sync::MutexGuard<'_, crate::Views> {
+    pub fn views(&self) -> std::sync::MutexGuard<'_, ray_insight::Views> {
         // A panic elsewhere while holding the views leaves them usable.
         self.views
             .lock()

@@ -31,8 +31,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::{json, Map, Value};
 
-use crate::export::ViewKind;
-use crate::views::{
+use ray_insight::export::ViewKind;
+use ray_insight::views::{
     CallKind, GanttFlow, GanttSlice, GanttView, LogicalNode, LogicalView, Snapshot,
 };
 

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::{summary, Shared, SummaryParams, ViewQuery, EVENT_EVERY};
-use crate::export::{parse_metric, ExportFormat, ViewKind};
-use crate::views::{diff_svg, FlameMetric};
+use crate::{summary, Shared, SummaryParams, ViewQuery, EVENT_EVERY};
+use ray_insight::export::{parse_metric, ExportFormat, ViewKind};
+use ray_insight::views::{diff_svg, FlameMetric};
 
 /// The page and its assets, compiled in.
 const INDEX_HTML: &str = include_str!("assets/index.html");
