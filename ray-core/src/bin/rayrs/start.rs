@@ -43,7 +43,8 @@ pub async fn head(args: StartArgs) -> Result<(), CliError> {
     std::fs::write(&address_file, format!("{gcs_addr}\n"))
         .map_err(|e| CliError::failed(format!("cannot write {}: {e}", address_file.display())))?;
     let _pid = PidFile::create(&args.dir)?;
-    let dashboard = ray_dashboard::Dashboard::start(
+    let dashboard = ray_dashboard::Dashboard::start_on(
+        &tokio::runtime::Handle::current(),
         ray_dashboard::DashboardConfig {
             bind: args.dashboard,
             ..Default::default()
