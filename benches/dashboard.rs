@@ -14,7 +14,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use ray_insight::dashboard::summary::{summarize, SummaryLimits, SummaryParams};
+use ray_dashboard::summary::{summarize, SummaryLimits, SummaryParams};
 use ray_insight::export::{export, ExportFormat, ViewKind};
 use ray_insight::Views;
 

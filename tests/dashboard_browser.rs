@@ -240,9 +240,9 @@ fn the_dashboard_shows_ten_thousand_actors_as_summaries() {
         &mut views,
     );
     eprintln!("{records} records fed in {:.2?}", fed.elapsed());
-    let source = ray_insight::dashboard::ViewsSource::new("job-1", views, None);
-    let dashboard = ray_insight::dashboard::Dashboard::start(Default::default(), source)
-        .expect("the dashboard starts");
+    let source = ray_dashboard::ViewsSource::new("job-1", views, None);
+    let dashboard =
+        ray_dashboard::Dashboard::start(Default::default(), source).expect("the dashboard starts");
     let shots = screenshots();
     for tab in ["logical", "physical", "stack", "gantt"] {
         let page = format!("{}#{tab}", dashboard.url());

@@ -26,7 +26,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use ray_insight::dashboard::{self, Dashboard, DashboardConfig, JobEntry, Source, ViewQuery};
+use ray_dashboard::{self as dashboard, Dashboard, DashboardConfig, JobEntry, Source, ViewQuery};
 use ray_insight::export::{self, ExportFormat, ViewKind};
 use ray_insight::log::{encode_records, LogWriter};
 use ray_insight::{

@@ -9,8 +9,8 @@ use ray_core::prelude::*;
 use ray_core::Config;
 use serde_json::Value;
 
-#[allow(dead_code)] // the dashboard-handle helpers serve ray-insight's tests
-#[path = "../../ray-insight/tests/common/http.rs"]
+#[allow(dead_code)] // the dashboard-handle helpers serve ray-dashboard's tests
+#[path = "../../ray-dashboard/tests/common/http.rs"]
 mod http;
 use http::get_url as get;
 

@@ -33,14 +33,16 @@
 //!   `rayrs insight` command prints), including flame graph SVGs and
 //!   differential flame graphs drawn with `inferno`.
 //!
-//! Later: the dashboard.
+//! The browser dashboard that serves these views is `ray-dashboard`, a crate
+//! above this one.
 //!
 //! # What it must not know about
 //!
-//! ray-insight depends on `tracing` (and `serde_json` and `inferno` for the view exports) only. It knows no runtime types (no ray-core,
-//! ray-proto, scheduler or store types); it reads span and event names and
-//! their fields (`task_id`, `object_id`, `bytes`, …). The runtime never depends
-//! on ray-insight: it only emits spans.
+//! ray-insight depends on `tracing` (and `serde_json` and `inferno` for the
+//! view exports) only: no async runtime, no sockets, no HTTP. It knows no
+//! runtime types (no ray-core, ray-proto, scheduler or store types); it reads
+//! span and event names and their fields (`task_id`, `object_id`, `bytes`, …).
+//! The runtime never depends on ray-insight: it only emits spans.
 //!
 //! # Example
 //!
@@ -63,7 +65,6 @@
 //! assert_eq!(sink.records()[0].field("task_id").and_then(|v| v.as_u64()), Some(7));
 //! ```
 
-pub mod dashboard;
 pub mod export;
 mod layer;
 pub mod log;

@@ -155,13 +155,10 @@ pub fn serve(log: &Path, bind: std::net::SocketAddr) -> Result<(), CliError> {
     let job = log
         .file_stem()
         .map_or_else(|| "log".to_owned(), |s| s.to_string_lossy().into_owned());
-    let source = ray_insight::dashboard::ViewsSource::new(
-        &job,
-        replay.into_views(),
-        Some(log.to_path_buf()),
-    );
-    let dashboard = ray_insight::dashboard::Dashboard::start(
-        ray_insight::dashboard::DashboardConfig {
+    let source =
+        ray_dashboard::ViewsSource::new(&job, replay.into_views(), Some(log.to_path_buf()));
+    let dashboard = ray_dashboard::Dashboard::start(
+        ray_dashboard::DashboardConfig {
             bind,
             ..Default::default()
         },

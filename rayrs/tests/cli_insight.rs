@@ -6,8 +6,8 @@
 
 #[path = "../../ray-core/tests/common/mod.rs"]
 mod common;
-#[allow(dead_code)] // the dashboard-handle helpers serve ray-insight's tests
-#[path = "../../ray-insight/tests/common/http.rs"]
+#[allow(dead_code)] // the dashboard-handle helpers serve ray-dashboard's tests
+#[path = "../../ray-dashboard/tests/common/http.rs"]
 mod http;
 #[path = "../../ray-core/tests/common/recording.rs"]
 mod recording;

@@ -149,8 +149,8 @@ impl GcsServer {
     }
 
     /// The head's insight collector as a dashboard source: what
-    /// `ray_insight::dashboard::Dashboard::start` serves on the head.
-    pub fn insight_source(&self) -> Arc<dyn ray_insight::dashboard::Source> {
+    /// `ray_dashboard::Dashboard::start_on` serves on the head.
+    pub fn insight_source(&self) -> Arc<dyn ray_dashboard::Source> {
         Arc::new(super::insight_hub::HubSource(self.hub.clone()))
     }
 

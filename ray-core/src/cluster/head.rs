@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ray_insight::dashboard::{Dashboard, DashboardConfig};
+use ray_dashboard::{Dashboard, DashboardConfig};
 use ray_sched::ResourceSet;
 
 use super::{
@@ -194,7 +194,8 @@ impl Head {
         let dashboard = config
             .dashboard
             .map(|bind| {
-                Dashboard::start(
+                Dashboard::start_on(
+                    &tokio::runtime::Handle::current(),
                     DashboardConfig {
                         bind,
                         ..Default::default()

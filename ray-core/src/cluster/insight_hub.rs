@@ -24,7 +24,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use ray_insight::dashboard::{self, JobEntry as DashboardJob, Source, ViewQuery};
+use ray_dashboard::{self as dashboard, JobEntry as DashboardJob, Source, ViewQuery};
 use ray_insight::export::{self, ExportFormat, ViewKind};
 use ray_insight::log::{decode_records, LogWriter};
 use ray_insight::views::FlameMetric;

@@ -26,13 +26,20 @@
 //! counts), and every item of its arrays has an `id`, so that [`diff`]
 //! can send only what changed and [`patch`] (mirrored in the page's
 //! JavaScript) can apply it.
+//!
+//! Why here and not in ray-insight: this is pure computation over
+//! ray-insight's views (no I/O, no clock), but its output is a contract
+//! with the page — [`patch`] is mirrored in `assets/app.js`, and the limits
+//! are what the page can draw — so it changes with the page, in this
+//! crate. ray-insight keeps the format-neutral exports, and the arrow
+//! points one way: ray-dashboard reads ray-insight's views.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::{json, Map, Value};
 
-use crate::export::ViewKind;
-use crate::views::{
+use ray_insight::export::ViewKind;
+use ray_insight::views::{
     CallKind, GanttFlow, GanttSlice, GanttView, LogicalNode, LogicalView, Snapshot,
 };
 

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use ray_insight::dashboard::Dashboard;
+use ray_dashboard::Dashboard;
 
 /// One raw HTTP exchange with the server at `addr`: the status code and
 /// the body.

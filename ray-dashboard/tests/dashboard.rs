@@ -7,7 +7,7 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ray_insight::dashboard::{Dashboard, DashboardConfig, ViewsSource};
+use ray_dashboard::{Dashboard, DashboardConfig, ViewsSource};
 use ray_insight::{FieldValue, Record, RecordKind, Sink, Views};
 use serde_json::Value;
 

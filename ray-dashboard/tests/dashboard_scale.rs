@@ -9,8 +9,8 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ray_insight::dashboard::summary::patch;
-use ray_insight::dashboard::{Dashboard, DashboardConfig, SummaryLimits, ViewsSource};
+use ray_dashboard::summary::patch;
+use ray_dashboard::{Dashboard, DashboardConfig, SummaryLimits, ViewsSource};
 use ray_insight::{FieldValue, Fields, Record, RecordKind, Views};
 use serde_json::{Map, Value};
 
@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 mod http;
 // The generator is shared; this test uses only part of it.
 #[allow(dead_code)]
-#[path = "common/workload.rs"]
+#[path = "../../ray-insight/tests/common/workload.rs"]
 mod workload;
 
 use http::{get, post, request};
@@ -261,10 +261,14 @@ fn every_summary_of_a_large_job_is_bounded_and_right() {
     }
 }
 
-/// A server-sent events stream, read one message at a time.
+/// A server-sent events stream, read one message at a time (its chunked
+/// transfer encoding undone).
 struct Events {
     stream: TcpStream,
     buffer: String,
+    /// Bytes read but not yet decoded (a chunk not yet whole).
+    raw: Vec<u8>,
+    chunked: bool,
 }
 
 impl Events {
@@ -277,10 +281,20 @@ impl Events {
         let mut events = Self {
             stream,
             buffer: String::new(),
+            raw: Vec::new(),
+            chunked: false,
         };
         let head = events.until("\r\n\r\n");
         assert!(head.starts_with("HTTP/1.1 200"), "{head}");
         assert!(head.contains("text/event-stream"), "{head}");
+        if head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+        {
+            events.chunked = true;
+            events.raw = std::mem::take(&mut events.buffer).into_bytes();
+            events.dechunk();
+        }
         events
     }
 
@@ -295,7 +309,29 @@ impl Events {
             }
             let n = self.stream.read(&mut chunk).expect("events keep coming");
             assert!(n > 0, "the stream ended: {}", self.buffer);
-            self.buffer.push_str(&String::from_utf8_lossy(&chunk[..n]));
+            if self.chunked {
+                self.raw.extend_from_slice(&chunk[..n]);
+                self.dechunk();
+            } else {
+                self.buffer.push_str(&String::from_utf8_lossy(&chunk[..n]));
+            }
+        }
+    }
+
+    /// Moves every whole chunk read so far into `buffer`.
+    fn dechunk(&mut self) {
+        while let Some(line) = self.raw.windows(2).position(|w| w == b"\r\n") {
+            let size = std::str::from_utf8(&self.raw[..line])
+                .ok()
+                .and_then(|s| usize::from_str_radix(s.trim(), 16).ok())
+                .expect("a chunk size");
+            let (start, end) = (line + 2, line + 2 + size);
+            if self.raw.len() < end + 2 {
+                return;
+            }
+            let data = String::from_utf8_lossy(&self.raw[start..end]).into_owned();
+            self.buffer.push_str(&data);
+            self.raw.drain(..end + 2);
         }
     }
 

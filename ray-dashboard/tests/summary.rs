@@ -1,4 +1,4 @@
-//! The dashboard's summaries (`ray_insight::dashboard::summary`) against the
+//! The dashboard's summaries (`ray_dashboard::summary`) against the
 //! full views they narrow: the logical graph keeps every node and call count
 //! while it is small and collapses actor classes when it is large, the Gantt
 //! chart merges narrow slices without losing count of them and keeps the
@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ray_insight::dashboard::summary::{summarize, SummaryLimits, SummaryParams};
+use ray_dashboard::summary::{summarize, SummaryLimits, SummaryParams};
 use ray_insight::export::{export, ExportFormat, ViewKind};
 use ray_insight::{FieldValue, Fields, Limits, Record, RecordKind, Sink, Views};
 use serde_json::Value;

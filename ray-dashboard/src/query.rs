@@ -1,0 +1,196 @@
+//! A request's target, decoded: its path and query parameters, and the
+//! view queries they ask for.
+
+use ray_insight::export::{parse_metric, ViewKind};
+use ray_insight::views::FlameMetric;
+
+use crate::{SummaryParams, ViewQuery};
+
+/// A request's path and query parameters, percent-decoded.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Target {
+    /// The path (`/api/view`).
+    pub(crate) path: String,
+    /// The query's `name=value` pairs, in order.
+    pub(crate) query: Vec<(String, String)>,
+}
+
+impl Target {
+    /// Decodes a request target's `path` and `query` (without the `?`).
+    pub(crate) fn parse(path: &str, query: Option<&str>) -> Self {
+        Self {
+            path: decode(path),
+            query: query
+                .unwrap_or("")
+                .split('&')
+                .filter(|p| !p.is_empty())
+                .map(|p| {
+                    let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                    (decode(k), decode(v))
+                })
+                .collect(),
+        }
+    }
+
+    /// The first value of parameter `name`.
+    pub(crate) fn param(&self, name: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The job asked for (`None`: the latest).
+    pub(crate) fn job(&self) -> Option<&str> {
+        self.param("job").filter(|j| !j.is_empty())
+    }
+}
+
+/// The view query of `/api/view` (and the base of the others).
+pub(crate) fn view_query(target: &Target) -> Result<ViewQuery, String> {
+    let view: ViewKind = target
+        .param("view")
+        .ok_or("view= is missing")?
+        .parse()
+        .map_err(|e| format!("{e}"))?;
+    let format = match target.param("format") {
+        Some(f) => view
+            .check(f.parse().map_err(|e| format!("{e}"))?)
+            .map_err(|e| format!("{e}"))?,
+        None => view.default_format(),
+    };
+    let at_nanos = match target.param("at").filter(|a| !a.is_empty()) {
+        Some(a) => Some(
+            a.parse::<u64>()
+                .map_err(|_| format!("bad at={a}: nanoseconds"))?,
+        ),
+        None => None,
+    };
+    let filter = match target.param("filter").filter(|f| !f.is_empty()) {
+        Some(f) => {
+            let (k, v) = f
+                .split_once('=')
+                .ok_or_else(|| format!("bad filter {f:?}: key=value"))?;
+            Some((k.to_owned(), v.to_owned()))
+        }
+        None => None,
+    };
+    let metric = match target.param("metric").filter(|m| !m.is_empty()) {
+        Some(m) => parse_metric(m).map_err(|e| e.to_string())?,
+        None => FlameMetric::SelfTime,
+    };
+    Ok(ViewQuery {
+        job: target.job().map(str::to_owned),
+        view,
+        format,
+        at_nanos,
+        filter,
+        metric,
+        summary: None,
+    })
+}
+
+/// A summary query (`/api/summary`, `/api/events`): a view query (its
+/// format is ignored) with the summary's own parameters.
+pub(crate) fn summary_query(target: &Target) -> Result<ViewQuery, String> {
+    let nanos = |name: &str| -> Result<Option<u64>, String> {
+        match target.param(name).filter(|v| !v.is_empty()) {
+            Some(v) => v
+                .parse::<u64>()
+                .map(Some)
+                .map_err(|_| format!("bad {name}={v}: nanoseconds")),
+            None => Ok(None),
+        }
+    };
+    let params = SummaryParams {
+        expand: target
+            .param("expand")
+            .filter(|c| !c.is_empty())
+            .map(str::to_owned),
+        from_nanos: nanos("from")?,
+        to_nanos: nanos("to")?,
+    };
+    if let (Some(from), Some(to)) = (params.from_nanos, params.to_nanos) {
+        if from >= to {
+            return Err(format!(
+                "bad window from={from} to={to}: from must be before to"
+            ));
+        }
+    }
+    let mut query = view_query(target)?;
+    if query.view == ViewKind::Flame {
+        return Err("the flame graph has no summary: ask /api/view for its svg".into());
+    }
+    query.summary = Some(params);
+    Ok(query)
+}
+
+/// The flame query of a diff request (`/api/flamediff` names no view or
+/// format: always the folded flame graph).
+pub(crate) fn flame_query(target: &Target) -> Result<ViewQuery, String> {
+    let mut flame = target.clone();
+    flame.query.retain(|(k, _)| k != "view" && k != "format");
+    flame.query.push(("view".into(), "flame".into()));
+    flame.query.push(("format".into(), "folded".into()));
+    view_query(&flame)
+}
+
+/// Percent-decoding, with `+` as a space; invalid escapes are kept as they are.
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let pair = &bytes[i + 1..i + 3];
+                // Two hex digits exactly (from_str_radix would take "+1").
+                let hex = pair
+                    .iter()
+                    .all(u8::is_ascii_hexdigit)
+                    .then(|| std::str::from_utf8(pair).ok())
+                    .flatten()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
+                match hex {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decoding_handles_escapes_plus_and_bad_escapes() {
+        assert_eq!(decode("dp_rank%3D0"), "dp_rank=0");
+        assert_eq!(decode("a+b"), "a b");
+        assert_eq!(decode("100%"), "100%");
+        assert_eq!(decode("%zz%4"), "%zz%4");
+        assert_eq!(decode("%E2%9C%93"), "✓");
+        // A sign is not a hex digit: `%` stays, `+` is a space as ever.
+        assert_eq!(decode("%+1x"), "% 1x");
+    }
+
+    #[test]
+    fn a_target_decodes_its_path_and_parameters() {
+        let target = Target::parse("/api/view", Some("view=flame&filter=rank%3D0&job=&flag"));
+        assert_eq!(target.path, "/api/view");
+        assert_eq!(target.param("filter"), Some("rank=0"));
+        assert_eq!(target.param("flag"), Some(""));
+        assert_eq!(target.job(), None);
+        let flame = flame_query(&target).unwrap();
+        assert_eq!(flame.view, ViewKind::Flame);
+        assert_eq!(flame.filter, Some(("rank".into(), "0".into())));
+    }
+}
