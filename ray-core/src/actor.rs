@@ -343,30 +343,6 @@ impl Drop for ActorCell {
     }
 }
 
-/// Runs `f` to completion on the cluster's tokio runtime from sync code:
-/// directly on a thread outside any runtime (pool threads, the blocking
-/// facade), through `block_in_place` on a multi-thread runtime's worker.
-/// A current-thread runtime cannot wait for its own I/O: that is an error.
-fn block_on_cluster<F: std::future::Future>(
-    tokio: &tokio::runtime::Handle,
-    f: F,
-) -> Result<F::Output> {
-    match tokio::runtime::Handle::try_current() {
-        Err(_) => {
-            let _guard = context::begin_blocking(&[]);
-            Ok(tokio.block_on(f))
-        }
-        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            Ok(tokio::task::block_in_place(|| tokio.block_on(f)))
-        }
-        Ok(_) => Err(Error::InvalidArgument(
-            "get_actor on a cluster waits for the GCS: call it from a multi-thread tokio \
-             runtime or outside one"
-                .into(),
-        )),
-    }
-}
-
 /// Says once whether an actor's constructor succeeded (`Err`: why it died).
 pub(crate) type Created = tokio::sync::oneshot::Receiver<std::result::Result<(), String>>;
 
@@ -471,7 +447,7 @@ pub(crate) enum Target {
     /// In this process.
     Local(Arc<ActorCell>),
     /// In another process of the cluster.
-    Remote(Arc<crate::cluster::RemoteActor>, Arc<Runtime>),
+    Remote(Arc<dyn crate::remote::RemoteActorRef>, Arc<Runtime>),
 }
 
 impl RawActorHandle {
@@ -517,7 +493,7 @@ impl RawActorHandle {
     pub fn id(&self) -> ActorId {
         match &self.target {
             Target::Local(cell) => cell.id,
-            Target::Remote(actor, _) => actor.id,
+            Target::Remote(actor, _) => actor.id(),
         }
     }
 
@@ -578,9 +554,9 @@ impl<A: RemoteActor> ActorHandle<A> {
     /// Creates an actor (generated code calls this).
     #[doc(hidden)]
     pub fn __spawn(ray: &crate::Ray, args: Vec<TaskArg>, opts: ActorOptions) -> Result<Self> {
-        if let Some(core) = ray.rt.cluster.get() {
+        if let Some(remote) = ray.rt.remote.get() {
             ray.rt.check_running()?;
-            let actor = core.spawn_actor(&ray.rt, A::CLASS, args, &opts)?;
+            let actor = remote.spawn_actor(&ray.rt, A::CLASS, args, &opts)?;
             return Ok(Self::from_raw(RawActorHandle {
                 target: Target::Remote(actor, ray.rt.clone()),
             }));
@@ -606,9 +582,8 @@ pub(crate) fn lookup<A: RemoteActor>(
     name: &str,
     namespace: &str,
 ) -> Result<ActorHandle<A>> {
-    if let Some(core) = rt.cluster.get() {
-        let find = core.find_actor(A::CLASS, namespace, name);
-        let actor = block_on_cluster(&core.tokio, find)??;
+    if let Some(remote) = rt.remote.get() {
+        let actor = remote.find_actor(A::CLASS, namespace, name)?;
         return Ok(ActorHandle::from_raw(RawActorHandle {
             target: Target::Remote(actor, rt.clone()),
         }));
@@ -704,9 +679,9 @@ fn from_id<A: RemoteActor>(rt: &Arc<Runtime>, id: ActorId) -> Result<ActorHandle
             target: Target::Local(cell),
         }));
     }
-    match rt.cluster.get() {
-        Some(core) => Ok(ActorHandle::from_raw(RawActorHandle {
-            target: Target::Remote(core.adopt_actor(id, A::CLASS), rt.clone()),
+    match rt.remote.get() {
+        Some(remote) => Ok(ActorHandle::from_raw(RawActorHandle {
+            target: Target::Remote(remote.adopt_actor(id, A::CLASS), rt.clone()),
         })),
         None => Err(Error::ActorDied {
             actor: id,

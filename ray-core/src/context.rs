@@ -107,7 +107,7 @@ pub(crate) fn current_trace() -> Option<TaskId> {
 /// span above all) go to the collector, so they reach the views before any
 /// record of its children, which other threads or processes emit.
 pub(crate) fn before_child_submit() {
-    if !crate::recording::is_active() {
+    if !crate::hooks::recording() {
         return;
     }
     let first = CURRENT.with(|c| {
@@ -116,7 +116,7 @@ pub(crate) fn before_child_submit() {
             .is_some_and(|ctx| !std::mem::replace(&mut ctx.announced, true))
     });
     if first {
-        crate::recording::flush_if_recording();
+        crate::hooks::flush();
     }
 }
 
@@ -148,8 +148,8 @@ pub(crate) fn begin_blocking(objects: &[ray_proto::ObjectId]) -> Option<BlockGua
     if let Some((pool, res)) = &resources {
         rt.release_to(pool, res);
     }
-    if let Some(core) = rt.cluster.get() {
-        core.task_blocked(task, true);
+    if let Some(remote) = rt.remote.get() {
+        remote.task_blocked(task, true);
     }
     rt.pool.begin_blocking();
     let span = if tracing::enabled!(target: "ray::wait", tracing::Level::TRACE) {
@@ -169,7 +169,7 @@ pub(crate) fn begin_blocking(objects: &[ray_proto::ObjectId]) -> Option<BlockGua
     // The task's own records (its run span, its children's submits) go to
     // the collector now, before its children's: views built from several
     // processes then see a parent before the children it waits for.
-    crate::recording::flush_if_recording();
+    crate::hooks::flush();
     Some(BlockGuard {
         rt,
         task,
@@ -189,8 +189,8 @@ impl Drop for BlockGuard {
         if let Some((pool, res)) = &self.resources {
             self.rt.acquire_forced_in(pool, res);
         }
-        if let Some(core) = self.rt.cluster.get() {
-            core.task_blocked(self.task, false);
+        if let Some(remote) = self.rt.remote.get() {
+            remote.task_blocked(self.task, false);
         }
     }
 }

@@ -286,10 +286,10 @@ where
         match rt.objects.handle(id) {
             Some(handle) => Ok(ObjectRef::from_handle(handle)),
             // Owned by another process of the cluster: borrow it.
-            None if id.owner != rt.worker && rt.cluster.get().is_some() => {
-                let core = rt.cluster.get().expect("checked above");
-                Ok(ObjectRef::from_handle(core.borrow(&rt, id, None)))
-            }
+            None if id.owner != rt.worker => match rt.remote.get() {
+                Some(remote) => Ok(ObjectRef::from_handle(remote.borrow(&rt, id))),
+                None => Err(D::Error::new(NestedRefError(id, "no longer exists"))),
+            },
             None => Err(D::Error::new(NestedRefError(id, "no longer exists"))),
         }
     }

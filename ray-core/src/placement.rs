@@ -273,7 +273,7 @@ pub(crate) enum PgInner {
     /// On the embedded node.
     Local(Arc<PgCell>),
     /// On a cluster, placed by this process.
-    Cluster(Arc<crate::cluster::ClusterPg>, Arc<Runtime>),
+    Cluster(Arc<dyn crate::remote::RemotePg>, Arc<Runtime>),
 }
 
 impl std::fmt::Debug for PlacementGroup {
@@ -292,7 +292,7 @@ impl PlacementGroup {
     pub fn id(&self) -> PlacementGroupId {
         match &self.inner {
             PgInner::Local(cell) => cell.id,
-            PgInner::Cluster(pg, _) => pg.id,
+            PgInner::Cluster(pg, _) => pg.id(),
         }
     }
 
@@ -314,7 +314,7 @@ impl PlacementGroup {
     fn changed(&self) -> &tokio::sync::Notify {
         match &self.inner {
             PgInner::Local(cell) => &cell.changed,
-            PgInner::Cluster(pg, _) => &pg.changed,
+            PgInner::Cluster(pg, _) => pg.changed(),
         }
     }
 
@@ -343,8 +343,8 @@ impl PlacementGroup {
         match &self.inner {
             PgInner::Local(cell) => cell.remove(&ray.rt, "removed by its owner"),
             PgInner::Cluster(pg, rt) => {
-                if let Some(core) = rt.cluster.get() {
-                    core.remove_pg(pg, "removed by its owner");
+                if let Some(remote) = rt.remote.get() {
+                    remote.remove_placement_group(pg, "removed by its owner");
                 }
             }
         }
@@ -387,9 +387,9 @@ pub(crate) fn create(
 ) -> Result<PlacementGroup> {
     rt.check_running()?;
     let sets = bundle_sets(&bundles)?;
-    if let Some(core) = rt.cluster.get() {
+    if let Some(remote) = rt.remote.get() {
         let id = PlacementGroupId::new(rt.worker, rt.next_seq());
-        let pg = core.create_pg(id, sets, strategy);
+        let pg = remote.create_placement_group(id, sets, strategy);
         return Ok(PlacementGroup {
             inner: PgInner::Cluster(pg, rt.clone()),
         });

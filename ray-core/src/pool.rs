@@ -258,12 +258,12 @@ fn worker_loop(inner: Arc<Inner>) {
                 continue;
             }
         }
-        if crate::recording::is_active() {
+        if crate::hooks::recording() {
             // About to sleep: hand insight this thread's partial batch
             // first (outside the pool's lock), or a quiet job's last
             // records would wait in it.
             drop(st);
-            crate::recording::flush_if_recording();
+            crate::hooks::flush();
             st = inner.state.lock();
             if (!st.queue.is_empty() && st.running < st.limit) || st.shutdown {
                 continue;

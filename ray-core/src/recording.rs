@@ -14,7 +14,7 @@
 //!
 //! Nothing here runs on an instrumented thread except the layer itself (no
 //! lock, no I/O). Pool threads hand over their partial batch when they go
-//! idle ([`flush_if_recording`]), so a quiet job's last records are not left
+//! idle (`crate::hooks::flush`), so a quiet job's last records are not left
 //! sitting in a thread's buffer.
 
 use std::collections::VecDeque;
@@ -64,10 +64,6 @@ pub const ENV_INSIGHT_LOG: &str = "RAYRS_INSIGHT_LOG";
 /// Environment variable that serves the dashboard (turns recording on):
 /// `1` for a free loopback port, or an address (`127.0.0.1:8265`).
 pub const ENV_DASHBOARD: &str = "RAYRS_DASHBOARD";
-
-/// Whether this process records: pool threads then hand over their partial
-/// batch when they go idle.
-static ACTIVE: AtomicBool = AtomicBool::new(false);
 
 /// The process's recording, once installed.
 static RECORDING: OnceLock<Insight> = OnceLock::new();
@@ -181,19 +177,6 @@ impl Sink for Take {
     }
 }
 
-/// Whether this process records.
-pub(crate) fn is_active() -> bool {
-    ACTIVE.load(Ordering::Relaxed)
-}
-
-/// Hands the calling thread's partial batch over, if this process records.
-/// Called by pool threads about to go idle; costs one atomic load otherwise.
-pub(crate) fn flush_if_recording() {
-    if is_active() {
-        InsightLayer::flush_current_thread();
-    }
-}
-
 /// Asks the calling tokio runtime's worker threads to hand over their
 /// partial batches: a few tiny tasks per worker, which the scheduler spreads
 /// over them (not guaranteed to reach every one; runtimes ray-core builds
@@ -268,7 +251,8 @@ pub(crate) fn install(options: &InsightOptions) -> Result<Insight> {
     if let Some(addr) = options.dashboard {
         insight.serve_dashboard(addr)?;
     }
-    ACTIVE.store(true, Ordering::Relaxed);
+    // The runtime hands over a thread's partial batch when it goes idle.
+    crate::hooks::set_recorder(InsightLayer::flush_current_thread);
     let pump = Arc::downgrade(&insight.inner);
     std::thread::Builder::new()
         .name("rayrs-insight".into())

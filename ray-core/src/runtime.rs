@@ -73,8 +73,8 @@ pub(crate) struct Runtime {
     pub(crate) sampling: Mutex<Option<crate::insight::ResourceSampling>>,
     pub(crate) settings: Settings,
     /// The cluster side, when this runtime is a driver or worker of a
-    /// cluster (unset when embedded).
-    pub(crate) cluster: std::sync::OnceLock<Arc<crate::cluster::ClusterCore>>,
+    /// cluster (unset when embedded): see [`crate::remote`].
+    pub(crate) remote: std::sync::OnceLock<Arc<dyn crate::remote::Remote>>,
     shut_down: AtomicBool,
 }
 
@@ -114,7 +114,7 @@ impl Runtime {
             owned_tokio: Mutex::new(None),
             sampling: Mutex::new(None),
             settings,
-            cluster: std::sync::OnceLock::new(),
+            remote: std::sync::OnceLock::new(),
             shut_down: AtomicBool::new(false),
         }
     }
@@ -417,8 +417,8 @@ impl Runtime {
             self.store.delete(id);
         });
         if removed.is_some() {
-            if let Some(cluster) = self.cluster.get() {
-                cluster.object_freed(id);
+            if let Some(remote) = self.remote.get() {
+                remote.object_freed(id);
             }
         }
         // `removed` drops here, outside every lock: nested refs it held may
@@ -454,10 +454,7 @@ impl Runtime {
         let pinned: Vec<_> = self.pinned_actors.lock().drain().collect();
         drop(pinned);
         self.objects.fail_pending(&Error::ShutDown);
-        let closed = self.cluster.get().map(|core| {
-            core.shutdown();
-            core.closed()
-        });
+        let closed = self.remote.get().map(|remote| remote.shutdown());
         let io = self.owned_tokio.lock().take();
         match (io, closed) {
             (Some(io), Some(closed)) => io.retire_after(closed),
@@ -521,7 +518,7 @@ pub(crate) fn io_runtime(worker_threads: usize) -> std::io::Result<OwnedTokio> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(worker_threads)
         .thread_name("ray-io")
-        .on_thread_park(crate::recording::flush_if_recording)
+        .on_thread_park(crate::hooks::flush)
         .enable_all()
         .build()
         .map(|rt| OwnedTokio {

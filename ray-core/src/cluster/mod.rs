@@ -21,6 +21,7 @@ mod gcs_client;
 mod gcs_server;
 mod head;
 mod insight_hub;
+mod join;
 mod local;
 mod node_daemon;
 mod node_service;
@@ -43,7 +44,8 @@ pub use head::{
 #[doc(hidden)]
 pub use node_daemon::{NodeDaemon, NodeSpec};
 
-pub(crate) use self::core::{ClusterCore, CoreConfig, RemoteActor};
+pub(crate) use self::core::{ClusterCore, ClusterRemote, CoreConfig};
+pub(crate) use join::connect_driver;
 pub use local::{Cluster, LocalClusterConfig};
 pub use node_service::NodeService;
 #[doc(hidden)]

@@ -179,7 +179,7 @@ async fn serve(env: WorkerEnv) -> Result<(), String> {
         .register_worker(env.job, env.node_id, my_addr.to_string())
         .await
         .map_err(|e| e.to_string())?;
-    let ray = crate::ray::start_cluster_process(crate::ray::ClusterProcess {
+    let (ray, core) = super::join::start_cluster_process(super::join::ClusterProcess {
         endpoint,
         gcs,
         worker,
@@ -192,7 +192,6 @@ async fn serve(env: WorkerEnv) -> Result<(), String> {
         insight,
     })
     .map_err(|e| e.to_string())?;
-    let core = ray.rt.cluster.get().cloned().ok_or("no cluster core")?;
     let reply = core
         .ask(
             env.node,

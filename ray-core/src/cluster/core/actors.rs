@@ -136,7 +136,13 @@ impl ClusterCore {
             inner: crate::placement::PgInner::Cluster(pg, _),
         }) = &opts.resources.group
         {
-            pg.adopt_actor(&actor);
+            if let Ok(pg) = pg
+                .clone()
+                .into_any()
+                .downcast::<crate::cluster::ClusterPg>()
+            {
+                pg.adopt_actor(&actor);
+            }
         }
         let max_concurrency = opts.max_concurrency as u32;
         let entry = ActorEntry {

@@ -1,0 +1,155 @@
+//! The cluster side of the runtime's seam ([`crate::remote`]): a
+//! [`ClusterCore`] answering what the runtime asks of a cluster, and the
+//! cluster's actor and placement-group handles behind the runtime's traits.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use ray_proto::PlacementGroupId;
+use ray_sched::{PlacementStrategy, ResourceSet};
+
+use super::*;
+use crate::cluster::ClusterPg;
+use crate::remote::{Remote, RemoteActorRef, RemotePg};
+
+/// The [`Remote`] a cluster process installs in its runtime.
+pub(crate) struct ClusterRemote(pub(crate) Arc<ClusterCore>);
+
+impl Remote for ClusterRemote {
+    fn submit_task(&self, spec: TaskSpec, strategy: &SchedulingStrategy) {
+        self.0.submit_task(spec, strategy);
+    }
+
+    fn spawn_actor(
+        &self,
+        rt: &Arc<Runtime>,
+        class: &'static ActorClass,
+        args: Vec<TaskArg>,
+        opts: &ActorOptions,
+    ) -> crate::Result<Arc<dyn RemoteActorRef>> {
+        let actor: Arc<dyn RemoteActorRef> = self.0.spawn_actor(rt, class, args, opts)?;
+        Ok(actor)
+    }
+
+    fn find_actor(
+        &self,
+        class: &'static ActorClass,
+        namespace: &str,
+        name: &str,
+    ) -> crate::Result<Arc<dyn RemoteActorRef>> {
+        let find = self.0.find_actor(class, namespace, name);
+        let actor: Arc<dyn RemoteActorRef> = block_on_cluster(&self.0.tokio, find)??;
+        Ok(actor)
+    }
+
+    fn adopt_actor(&self, id: ActorId, class: &'static ActorClass) -> Arc<dyn RemoteActorRef> {
+        self.0.adopt_actor(id, class)
+    }
+
+    fn borrow(&self, rt: &Arc<Runtime>, id: ObjectId) -> Arc<RefHandle> {
+        self.0.borrow(rt, id, None)
+    }
+
+    fn object_freed(&self, id: ObjectId) {
+        self.0.object_freed(id);
+    }
+
+    fn task_blocked(&self, task: TaskId, blocked: bool) {
+        self.0.task_blocked(task, blocked);
+    }
+
+    fn fetch_counts(&self) -> (u64, u64, u64) {
+        self.0.fetch_counts()
+    }
+
+    fn create_placement_group(
+        &self,
+        id: PlacementGroupId,
+        bundles: Vec<ResourceSet>,
+        strategy: PlacementStrategy,
+    ) -> Arc<dyn RemotePg> {
+        self.0.create_pg(id, bundles, strategy)
+    }
+
+    fn remove_placement_group(&self, pg: &Arc<dyn RemotePg>, why: &str) {
+        if let Ok(pg) = pg.clone().into_any().downcast::<ClusterPg>() {
+            self.0.remove_pg(&pg, why);
+        }
+    }
+
+    fn shutdown(&self) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        self.0.shutdown();
+        Box::pin(self.0.closed())
+    }
+}
+
+impl RemoteActorRef for RemoteActor {
+    fn id(&self) -> ActorId {
+        self.id
+    }
+
+    fn call(
+        &self,
+        rt: &Arc<Runtime>,
+        task: TaskId,
+        method: &'static ActorMethod,
+        args: Vec<TaskArg>,
+        parent: Option<TaskId>,
+    ) {
+        RemoteActor::call(self, rt, task, method, args, parent);
+    }
+
+    fn kill(&self) {
+        RemoteActor::kill(self);
+    }
+
+    fn escape(&self) {
+        RemoteActor::escape(self);
+    }
+}
+
+impl RemotePg for ClusterPg {
+    fn id(&self) -> PlacementGroupId {
+        self.id
+    }
+
+    fn bundle_count(&self) -> usize {
+        ClusterPg::bundle_count(self)
+    }
+
+    fn outcome(&self) -> Option<crate::Result<()>> {
+        ClusterPg::outcome(self)
+    }
+
+    fn changed(&self) -> &tokio::sync::Notify {
+        &self.changed
+    }
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
+    }
+}
+
+/// Runs `f` to completion on the cluster's tokio runtime from sync code:
+/// directly on a thread outside any runtime (pool threads, the blocking
+/// facade), through `block_in_place` on a multi-thread runtime's worker.
+/// A current-thread runtime cannot wait for its own I/O: that is an error.
+pub(super) fn block_on_cluster<F: std::future::Future>(
+    tokio: &tokio::runtime::Handle,
+    f: F,
+) -> crate::Result<F::Output> {
+    match tokio::runtime::Handle::try_current() {
+        Err(_) => {
+            let _guard = crate::context::begin_blocking(&[]);
+            Ok(tokio.block_on(f))
+        }
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            Ok(tokio::task::block_in_place(|| tokio.block_on(f)))
+        }
+        Ok(_) => Err(Error::InvalidArgument(
+            "get_actor on a cluster waits for the GCS: call it from a multi-thread tokio \
+             runtime or outside one"
+                .into(),
+        )),
+    }
+}
