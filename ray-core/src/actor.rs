@@ -81,6 +81,7 @@ impl ActorCell {
     /// Runs a call another process pushed to this worker's actor: under a
     /// local id (`task`), recorded by insight as the owner's `trace` id
     /// with the owner's `parent`; the owner already recorded the submit.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
     pub(crate) fn call_pushed(
         self: &Arc<Self>,
         method: &'static ActorMethod,

@@ -173,6 +173,7 @@ impl UserError {
     }
 
     /// The archive of the error value.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
     pub(crate) fn payload(&self) -> &ObjectBuffer {
         &self.payload
     }

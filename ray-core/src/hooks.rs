@@ -16,6 +16,7 @@ static FLUSH: OnceLock<fn()> = OnceLock::new();
 
 /// Installs the recorder's per-thread flush; from now on [`recording`] is
 /// true. The first recorder stays (a process records at most once).
+#[cfg_attr(not(feature = "insight"), allow(dead_code))] // called by the recorder
 pub(crate) fn set_recorder(flush: fn()) {
     let _ = FLUSH.set(flush);
     RECORDING.store(true, Ordering::Relaxed);

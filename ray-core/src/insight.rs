@@ -7,7 +7,57 @@
 //! `RAYRS_INSIGHT_LOG=FILE`); [`Ray::insight`](crate::Ray::insight) then
 //! gives the [`Insight`] handle on the views.
 
-pub use crate::recording::{Insight, InsightOptions, ENV_INSIGHT, ENV_INSIGHT_LOG, PUMP_EVERY};
+use std::path::PathBuf;
+
+#[cfg(feature = "insight")]
+pub use crate::recording::{Insight, PUMP_EVERY};
+
+/// Environment variable that turns recording on (`1`, `true`, `on`).
+pub const ENV_INSIGHT: &str = "RAYRS_INSIGHT";
+
+/// Environment variable naming an event log file to record into (turns
+/// recording on).
+pub const ENV_INSIGHT_LOG: &str = "RAYRS_INSIGHT_LOG";
+
+/// Environment variable that serves the dashboard (turns recording on):
+/// `1` for a free loopback port, or an address (`127.0.0.1:8265`).
+pub const ENV_DASHBOARD: &str = "RAYRS_DASHBOARD";
+
+/// How the runtime records for insight ([`Config::insight`](crate::Config::insight)).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InsightOptions {
+    /// Embedded: also append every record to this event log file (created,
+    /// or truncated), for `rayrs insight export --log FILE`. On a cluster
+    /// the head keeps the job's log.
+    pub log: Option<PathBuf>,
+    /// Embedded: serve the insight dashboard on this address (`127.0.0.1:0`
+    /// picks a free loopback port); its URL, with the access token, is
+    /// printed on stderr and given by [`Insight::dashboard_url`]. On a
+    /// cluster the head serves it (`rayrs start --head` prints the URL).
+    pub dashboard: Option<std::net::SocketAddr>,
+}
+
+impl InsightOptions {
+    /// What the environment asks for: `RAYRS_INSIGHT_LOG=FILE` (recording
+    /// into that log) or `RAYRS_INSIGHT=1`; `None` when neither is set.
+    pub fn from_env() -> Option<Self> {
+        let log = std::env::var_os(ENV_INSIGHT_LOG)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from);
+        let on = std::env::var(ENV_INSIGHT)
+            .is_ok_and(|v| matches!(v.trim(), "1" | "true" | "on" | "yes"));
+        let dashboard = std::env::var(ENV_DASHBOARD)
+            .ok()
+            .and_then(|v| match v.trim() {
+                "" | "0" | "false" | "off" => None,
+                "1" | "true" | "on" | "yes" => {
+                    Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
+                }
+                addr => addr.parse().ok(),
+            });
+        (on || log.is_some() || dashboard.is_some()).then_some(Self { log, dashboard })
+    }
+}
 
 /// Labels the current task (or the driver, outside any task) with
 /// `key = value` pairs, e.g. `context(&[("dp_rank", "0")])`.
@@ -86,6 +136,7 @@ pub fn context(labels: &[(&str, &str)]) {
 /// // … run the workload; the physical view fills with samples …
 /// drop(sampling); // stops the sampler
 /// ```
+#[cfg(feature = "insight")]
 pub fn sample_resources(ray: &crate::Ray, period: std::time::Duration) -> ResourceSampling {
     ResourceSampling {
         inner: crate::sampler::start(&ray.rt, period),
@@ -95,10 +146,12 @@ pub fn sample_resources(ray: &crate::Ray, period: std::time::Duration) -> Resour
 /// The guard of a runtime's resource sampler (see [`sample_resources`]):
 /// sampling stops when the last guard for the runtime is dropped.
 #[must_use = "sampling stops when the guard is dropped"]
+#[cfg(feature = "insight")]
 pub struct ResourceSampling {
     inner: Option<std::sync::Arc<crate::sampler::Sampling>>,
 }
 
+#[cfg(feature = "insight")]
 impl ResourceSampling {
     /// Whether the sampler thread runs: false for an inert guard, and once
     /// the runtime has shut down (the thread then ends within a period).
@@ -112,6 +165,7 @@ impl ResourceSampling {
     }
 }
 
+#[cfg(feature = "insight")]
 impl std::fmt::Debug for ResourceSampling {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ResourceSampling")

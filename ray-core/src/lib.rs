@@ -43,6 +43,7 @@
 extern crate self as ray_core;
 
 mod actor;
+#[cfg(feature = "cluster")]
 pub mod cluster;
 mod context;
 mod error;
@@ -55,14 +56,17 @@ mod ownership;
 mod placement;
 mod pool;
 mod ray;
+#[cfg(feature = "insight")]
 mod recording;
 pub mod registry;
 mod remote;
 mod runtime;
+#[cfg(feature = "insight")]
 mod sampler;
 mod task;
 
 pub use actor::{ActorHandle, RawActorHandle, RemoteActor};
+#[cfg(feature = "cluster")]
 pub use cluster::{Cluster, LocalClusterConfig};
 pub use error::{Error, Result, UserError};
 pub use object::Object;

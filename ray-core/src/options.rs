@@ -29,6 +29,7 @@ impl ResourceRequest {
 
     /// A request for nothing (bundles start from it).
     /// A request for exactly `set`, placed by the default strategy.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
     pub(crate) fn from_set(set: ResourceSet) -> Self {
         Self {
             set,

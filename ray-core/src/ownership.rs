@@ -327,6 +327,7 @@ impl ObjectTable {
     /// A counted ref to `id`, registering it as pending if it is not in
     /// the table; `true` when it was registered now (a borrowed object the
     /// caller must fetch).
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
     pub(crate) fn get_or_insert_pending(
         &self,
         rt: &Arc<Runtime>,
@@ -362,6 +363,7 @@ impl ObjectTable {
     }
 
     /// Takes the refs nested in `id`'s value (their holder keeps them).
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
     pub(crate) fn take_contained(&self, id: ObjectId) -> Vec<Arc<RefHandle>> {
         self.shard(id)
             .lock()
@@ -434,6 +436,7 @@ impl ObjectTable {
     }
 
     /// Every object and its value, if it has one (the state API).
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
     pub(crate) fn snapshot(&self) -> Vec<(ObjectId, Option<Value>)> {
         let mut out = Vec::new();
         for shard in &self.shards {

@@ -97,7 +97,13 @@ pub async fn init_with(config: Config) -> Result<Ray> {
     let handle = tokio::runtime::Handle::try_current()
         .map_err(|_| Error::NoRuntime("init() must be called inside a tokio runtime"))?;
     match cluster_address(&config) {
+        #[cfg(feature = "cluster")]
         Some(address) => crate::cluster::connect_driver(config, address).await,
+        #[cfg(not(feature = "cluster"))]
+        Some(address) => Err(Error::InvalidArgument(format!(
+            "cannot join the cluster at {address}: this build of ray-core has no cluster \
+             support (its `cluster` feature is off)"
+        ))),
         None => start(config, handle),
     }
 }
@@ -173,7 +179,7 @@ fn start(config: Config, handle: tokio::runtime::Handle) -> Result<Ray> {
     };
     let insight = insight_options(&config.insight);
     if let Some(options) = &insight {
-        crate::recording::install(options)?;
+        install_recording(options)?;
     }
     let rt = Runtime::new(
         WorkerId(1),
@@ -187,6 +193,8 @@ fn start(config: Config, handle: tokio::runtime::Handle) -> Result<Ray> {
         settings,
     );
     let ray = Ray { rt: Arc::new(rt) };
+    // (Without the feature, asking for insight failed above.)
+    #[cfg(feature = "insight")]
     if insight.is_some() {
         ray.start_sampling();
     }
@@ -194,6 +202,23 @@ fn start(config: Config, handle: tokio::runtime::Handle) -> Result<Ray> {
 }
 
 /// The insight recording asked for: the config's, else the environment's.
+/// Installs the process's recording as `options` ask.
+#[cfg(feature = "insight")]
+fn install_recording(options: &crate::insight::InsightOptions) -> Result<()> {
+    crate::recording::install(options).map(drop)
+}
+
+/// Without the `insight` feature there is nothing to record with: asking
+/// for it is an error rather than a silent no-op.
+#[cfg(not(feature = "insight"))]
+fn install_recording(_: &crate::insight::InsightOptions) -> Result<()> {
+    Err(Error::InvalidArgument(
+        "insight recording was asked for (Config::insight or RAYRS_INSIGHT*), but this \
+         build of ray-core has no insight support (its `insight` feature is off)"
+            .into(),
+    ))
+}
+
 pub(crate) fn insight_options(
     configured: &Option<crate::insight::InsightOptions>,
 ) -> Option<crate::insight::InsightOptions> {
@@ -390,6 +415,7 @@ impl Ray {
 
     /// Samples this process's resource use for insight's physical view
     /// until the runtime shuts down.
+    #[cfg(feature = "insight")]
     pub(crate) fn start_sampling(&self) {
         let guard = crate::insight::sample_resources(self, crate::recording::SAMPLE_EVERY);
         *self.rt.sampling.lock() = Some(guard);
@@ -398,6 +424,7 @@ impl Ray {
     /// The insight recording of this process, when the runtime records
     /// ([`Config::insight`], `RAYRS_INSIGHT`): the views, their exports and
     /// the drop counters.
+    #[cfg(feature = "insight")]
     pub fn insight(&self) -> Option<crate::insight::Insight> {
         crate::recording::current()
     }

@@ -136,5 +136,6 @@ pub(crate) trait RemotePg: Send + Sync + 'static {
     fn changed(&self) -> &tokio::sync::Notify;
 
     /// The concrete group, for the cluster code that made it.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }

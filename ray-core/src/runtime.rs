@@ -70,6 +70,7 @@ pub(crate) struct Runtime {
     pub(crate) owned_tokio: Mutex<Option<OwnedTokio>>,
     /// The resource sampler started because the runtime records for
     /// insight (dropped, so stopped, with the runtime).
+    #[cfg(feature = "insight")]
     pub(crate) sampling: Mutex<Option<crate::insight::ResourceSampling>>,
     pub(crate) settings: Settings,
     /// The cluster side, when this runtime is a driver or worker of a
@@ -112,6 +113,7 @@ impl Runtime {
             pgs: Mutex::new(HashMap::new()),
             tokio,
             owned_tokio: Mutex::new(None),
+            #[cfg(feature = "insight")]
             sampling: Mutex::new(None),
             settings,
             remote: std::sync::OnceLock::new(),

@@ -17,6 +17,13 @@
 //! idle (`crate::hooks::flush`), so a quiet job's last records are not left
 //! sitting in a thread's buffer.
 
+#[cfg(feature = "dashboard")]
+mod dashboard;
+#[cfg(feature = "cluster")]
+mod ship;
+#[cfg(feature = "cluster")]
+pub(crate) use ship::ship_to_head;
+
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::BufWriter;
@@ -26,7 +33,6 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use ray_dashboard::{self as dashboard, Dashboard, DashboardConfig, JobEntry, Source, ViewQuery};
 use ray_insight::export::{self, ExportFormat, ViewKind};
 use ray_insight::log::{encode_records, LogWriter};
 use ray_insight::{
@@ -36,6 +42,7 @@ use ray_proto::{JobId, WorkerId};
 use tracing_subscriber::layer::SubscriberExt;
 
 use crate::error::{Error, Result};
+use crate::insight::InsightOptions;
 
 /// How often the drain thread moves recorded batches on.
 pub const PUMP_EVERY: Duration = Duration::from_millis(50);
@@ -54,55 +61,8 @@ const SHIP_CHUNK_RECORDS: usize = 4096;
 /// How long [`Insight::flush`] waits for shipped batches to be acknowledged.
 const SHIP_WAIT: Duration = Duration::from_secs(10);
 
-/// Environment variable that turns recording on (`1`, `true`, `on`).
-pub const ENV_INSIGHT: &str = "RAYRS_INSIGHT";
-
-/// Environment variable naming an event log file to record into (turns
-/// recording on).
-pub const ENV_INSIGHT_LOG: &str = "RAYRS_INSIGHT_LOG";
-
-/// Environment variable that serves the dashboard (turns recording on):
-/// `1` for a free loopback port, or an address (`127.0.0.1:8265`).
-pub const ENV_DASHBOARD: &str = "RAYRS_DASHBOARD";
-
 /// The process's recording, once installed.
 static RECORDING: OnceLock<Insight> = OnceLock::new();
-
-/// How the runtime records for insight ([`Config::insight`](crate::Config::insight)).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct InsightOptions {
-    /// Embedded: also append every record to this event log file (created,
-    /// or truncated), for `rayrs insight export --log FILE`. On a cluster
-    /// the head keeps the job's log.
-    pub log: Option<PathBuf>,
-    /// Embedded: serve the insight dashboard on this address (`127.0.0.1:0`
-    /// picks a free loopback port); its URL, with the access token, is
-    /// printed on stderr and given by [`Insight::dashboard_url`]. On a
-    /// cluster the head serves it (`rayrs start --head` prints the URL).
-    pub dashboard: Option<std::net::SocketAddr>,
-}
-
-impl InsightOptions {
-    /// What the environment asks for: `RAYRS_INSIGHT_LOG=FILE` (recording
-    /// into that log) or `RAYRS_INSIGHT=1`; `None` when neither is set.
-    pub fn from_env() -> Option<Self> {
-        let log = std::env::var_os(ENV_INSIGHT_LOG)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from);
-        let on = std::env::var(ENV_INSIGHT)
-            .is_ok_and(|v| matches!(v.trim(), "1" | "true" | "on" | "yes"));
-        let dashboard = std::env::var(ENV_DASHBOARD)
-            .ok()
-            .and_then(|v| match v.trim() {
-                "" | "0" | "false" | "off" => None,
-                "1" | "true" | "on" | "yes" => {
-                    Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
-                }
-                addr => addr.parse().ok(),
-            });
-        (on || log.is_some() || dashboard.is_some()).then_some(Self { log, dashboard })
-    }
-}
 
 /// A handle on this process's insight recording: what [`Ray::insight`](crate::Ray::insight)
 /// returns when the runtime records.
@@ -132,7 +92,8 @@ struct Inner {
     /// The layer's drop count already reported in the record stream.
     reported_dropped: AtomicU64,
     /// The dashboard this process serves, if asked.
-    dashboard: Mutex<Option<Dashboard>>,
+    #[cfg(feature = "dashboard")]
+    dashboard: Mutex<Option<ray_dashboard::Dashboard>>,
     /// Held by a pump from drain to delivery: two pumps (the drain thread
     /// and a reader flushing) never deliver batches out of order.
     pumping: Mutex<()>,
@@ -147,7 +108,9 @@ struct Local {
     version: u64,
 }
 
-/// Ships encoded batches of one job to the head.
+/// Ships encoded batches of one job to the head (only a cluster process
+/// has one).
+#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
 struct Shipper {
     job: JobId,
     worker: WorkerId,
@@ -239,6 +202,7 @@ pub(crate) fn install(options: &InsightOptions) -> Result<Insight> {
             local: Mutex::new(Local::default()),
             ship: Mutex::new(None),
             reported_dropped: AtomicU64::new(0),
+            #[cfg(feature = "dashboard")]
             dashboard: Mutex::new(None),
             pumping: Mutex::new(()),
         }),
@@ -265,60 +229,6 @@ pub(crate) fn install(options: &InsightOptions) -> Result<Insight> {
         })
         .map_err(|e| Error::InvalidArgument(format!("insight: cannot start its thread: {e}")))?;
     Ok(insight)
-}
-
-/// Makes this cluster process ship its records of `job` to the head through
-/// `gcs`, on `tokio`.
-pub(crate) fn ship_to_head(
-    insight: &Insight,
-    job: JobId,
-    worker: WorkerId,
-    gcs: crate::cluster::GcsClient,
-    tokio: &tokio::runtime::Handle,
-) {
-    let shipper = Arc::new(Shipper {
-        job,
-        worker,
-        epoch_unix_nanos: insight.inner.collector.epoch_unix_nanos(),
-        queue: Mutex::new(VecDeque::new()),
-        queued: tokio::sync::Notify::new(),
-        drained: tokio::sync::Notify::new(),
-        lost_records: AtomicU64::new(0),
-        in_flight: AtomicBool::new(false),
-    });
-    *insight.inner.ship.lock() = Some(shipper.clone());
-    let weak = Arc::downgrade(&shipper);
-    drop(shipper);
-    tokio.spawn(async move {
-        loop {
-            let Some(shipper) = weak.upgrade() else {
-                return;
-            };
-            // Marked in flight before the queue shows it gone, so `flush`
-            // never sees an empty queue and nothing in flight too early.
-            shipper.in_flight.store(true, Ordering::Release);
-            let next = shipper.queue.lock().pop_front();
-            match next {
-                Some((records, bytes)) => {
-                    let sent = gcs
-                        .insight_batch(shipper.job, shipper.worker, shipper.epoch_unix_nanos, bytes)
-                        .await;
-                    if let Err(e) = sent {
-                        shipper.lost_records.fetch_add(records, Ordering::Relaxed);
-                        tracing::debug!(target: "ray::insight", error = %e, "insight.ship_failed");
-                    }
-                }
-                None => {
-                    shipper.in_flight.store(false, Ordering::Release);
-                    shipper.drained.notify_waiters();
-                    // A batch queued meanwhile left a permit: no wake-up is
-                    // lost. The timeout lets a dropped shipper end the loop.
-                    let queued = shipper.queued.notified();
-                    let _ = tokio::time::timeout(Duration::from_secs(1), queued).await;
-                }
-            }
-        }
-    });
 }
 
 impl Inner {
@@ -382,6 +292,30 @@ impl Inner {
 }
 
 impl Insight {
+    /// The dashboard's URL (access token included), when this process
+    /// serves one ([`InsightOptions::dashboard`]).
+    pub fn dashboard_url(&self) -> Option<String> {
+        #[cfg(feature = "dashboard")]
+        return self
+            .inner
+            .dashboard
+            .lock()
+            .as_ref()
+            .map(ray_dashboard::Dashboard::url);
+        #[cfg(not(feature = "dashboard"))]
+        None
+    }
+
+    /// Without the `dashboard` feature there is no dashboard to serve:
+    /// asking for one is an error rather than a silent no-op.
+    #[cfg(not(feature = "dashboard"))]
+    fn serve_dashboard(&self, addr: std::net::SocketAddr) -> Result<()> {
+        Err(Error::InvalidArgument(format!(
+            "insight: cannot serve the dashboard on {addr}: this build of ray-core has no \
+             dashboard (its `dashboard` feature is off)"
+        )))
+    }
+
     fn open_log(&self, path: &Path) -> Result<()> {
         let writer =
             LogWriter::create(path, self.inner.collector.epoch_unix_nanos()).map_err(|e| {
@@ -536,99 +470,8 @@ impl Insight {
         self.inner.collector.dropped() + views + shipped
     }
 
-    /// The dashboard's URL (access token included), when this process
-    /// serves one ([`InsightOptions::dashboard`]).
-    pub fn dashboard_url(&self) -> Option<String> {
-        self.inner.dashboard.lock().as_ref().map(Dashboard::url)
-    }
-
-    /// Serves the dashboard on `addr` (once per process; later calls keep
-    /// the first) and prints its URL on stderr.
-    fn serve_dashboard(&self, addr: std::net::SocketAddr) -> Result<()> {
-        let mut slot = self.inner.dashboard.lock();
-        if slot.is_some() {
-            return Ok(());
-        }
-        let source = Arc::new(EmbeddedSource(Arc::downgrade(&self.inner)));
-        let dashboard = Dashboard::start(
-            DashboardConfig {
-                bind: addr,
-                ..DashboardConfig::default()
-            },
-            source,
-        )
-        .map_err(|e| {
-            Error::InvalidArgument(format!(
-                "insight: cannot serve the dashboard on {addr}: {e}"
-            ))
-        })?;
-        eprintln!("ray-rs insight dashboard: {}", dashboard.url());
-        *slot = Some(dashboard);
-        Ok(())
-    }
-
     /// Records that reached the layer's queue so far.
     pub fn recorded(&self) -> u64 {
         self.inner.collector.recorded()
-    }
-}
-
-/// This process's recording as the dashboard's [`Source`]: one job, the
-/// embedded runtime's. Holds the recording weakly: the dashboard thread
-/// never keeps it alive.
-struct EmbeddedSource(std::sync::Weak<Inner>);
-
-/// The job name the embedded dashboard shows.
-const EMBEDDED_JOB: &str = "embedded";
-
-impl EmbeddedSource {
-    fn insight(&self) -> Result<Insight, String> {
-        self.0
-            .upgrade()
-            .map(|inner| Insight { inner })
-            .ok_or_else(|| "the recording has ended".to_owned())
-    }
-
-    fn check_job(job: Option<&str>) -> Result<(), String> {
-        match job {
-            None | Some(EMBEDDED_JOB) => Ok(()),
-            Some(other) => Err(format!(
-                "no job {other:?} here: an embedded runtime has one job, {EMBEDDED_JOB:?}"
-            )),
-        }
-    }
-}
-
-impl Source for EmbeddedSource {
-    fn jobs(&self) -> Vec<JobEntry> {
-        vec![JobEntry {
-            job: EMBEDDED_JOB.into(),
-            label: "this process".into(),
-            latest: true,
-        }]
-    }
-
-    fn stats(&self, job: Option<&str>) -> std::result::Result<serde_json::Value, String> {
-        Self::check_job(job)?;
-        let insight = self.insight()?;
-        insight.inner.pump();
-        let local = insight.inner.local.lock();
-        Ok(dashboard::stats_json(
-            &local.views,
-            EMBEDDED_JOB,
-            local.version,
-        ))
-    }
-
-    fn view(&self, query: &ViewQuery) -> std::result::Result<String, String> {
-        Self::check_job(query.job.as_deref())?;
-        let insight = self.insight()?;
-        insight.inner.pump();
-        let mut local = insight.inner.local.lock();
-        if let Some(log) = &mut local.log {
-            // A replay reads what was written so far.
-            let _ = log.flush();
-        }
-        dashboard::render(&local.views, local.log_path.as_deref(), query)
     }
 }
