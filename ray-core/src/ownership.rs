@@ -167,9 +167,9 @@ const SHARDS: usize = 16;
 /// Each shard's share of the ids, in thousandths of the smallest:
 /// 1000·2^(i/16), rounded. A hash map pauses to move every entry when it
 /// doubles; with even shares all shards doubled inside the same few
-/// thousand inserts (1,000,000 queued tasks: the last 100,000 submits
-/// took 2.1x as long per task as the first, and as long as the rest
-/// once the shards were sized ahead). Shares spread evenly between 1 and
+/// thousand inserts, and a long run of submits slowed down at each
+/// doubling (see `docs/perf-log/2026-11-figures-from-code-comments.md`).
+/// Shares spread evenly between 1 and
 /// 2 make the shards reach their thresholds at table sizes spread evenly
 /// over each doubling, so every stretch of inserts pays about the same.
 const SHARD_WEIGHTS: [u32; SHARDS] = [

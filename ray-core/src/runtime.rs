@@ -475,10 +475,9 @@ impl Runtime {
 ///
 /// glibc starts by mapping every block from 128 KiB up freshly and
 /// unmapping it on free, raising that threshold only as blocks are freed;
-/// each new 1 MiB object then faulted in 256 zeroed pages. Embedded W4
-/// `put`+`get` of 1 MiB went 13–15 GB/s in some runs and 1.0–1.3 GB/s in
-/// others by how the first frees fell, and 12.3–12.7 GB/s with these
-/// settings (`workloads --mode embedded W4`). They are the state glibc's
+/// each new 1 MiB object then faulted in 256 zeroed pages, and W4's speed
+/// depended on how the first frees fell (measured in
+/// `docs/perf-log/2026-11-figures-from-code-comments.md`). They are the state glibc's
 /// own adjustment reaches once a 32 MiB block has been freed; the cost is
 /// up to 64 MiB of freed memory a process may keep. Objects of 32 MiB and
 /// more still get mappings of their own ([`ray_store::aligned_with_capacity`]

@@ -33,9 +33,8 @@ const HUGE_PAGE: usize = 2 << 20;
 /// From [`HUGE_PAGE_THRESHOLD`] on, Linux is asked (`MADV_HUGEPAGE`) to back
 /// its whole, aligned 2 MiB extents with huge pages: writing a fresh
 /// 100 MiB buffer then takes about 50 page faults instead of 25,600, which
-/// was a third of the CPU time of a 100 MiB transfer between two nodes
-/// (`RAYRS_TRANSPORT_PROFILE=8 cargo bench --bench transport`: 0.62 →
-/// 1.4 GB/s). Where huge pages are off, the advice is ignored and nothing
+/// were a large share of a transfer's CPU time (figures in
+/// `docs/perf-log/2026-11-figures-from-code-comments.md`). Where huge pages are off, the advice is ignored and nothing
 /// changes.
 ///
 /// From the same size on, a buffer freed earlier is reused when one fits

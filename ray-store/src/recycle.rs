@@ -6,11 +6,10 @@
 //! buffer of an object fetched from another node, the encode buffer of a
 //! large `put`) is a mapping of its own, given back to the kernel when
 //! freed. The next one is faulted in again, and each fault zeroes a page:
-//! a profile of `workloads --mode cluster transfer` on this project's VM
-//! had the receiving I/O thread spend 63% of its time in `clear_page_erms`
-//! under the copy into the receive buffer, and the VM's first touch of
-//! fresh memory is slow and uneven (the same transfer ran at 0.3 or 1.1
-//! GB/s by run).
+//! a profile of `workloads --mode cluster transfer` had the receiving I/O
+//! thread spend most of its time zeroing pages under the copy into the
+//! receive buffer, and a VM's first touch of fresh memory is slow and
+//! uneven (figures in `docs/perf-log/2026-11-figures-from-code-comments.md`).
 //!
 //! The recycler keeps freed large buffers, up to a limit in bytes
 //! ([`set_recycle_limit`], default [`DEFAULT_RECYCLE_LIMIT`]), most

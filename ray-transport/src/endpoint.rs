@@ -78,9 +78,8 @@ pub struct TransportConfig {
     /// Whether to hand the kernel batches of equal packets in one call
     /// (UDP GSO; default off). On Linux 6.x loopback quinn's probes for
     /// larger packets failed under GSO, pinning packets at 1,200 bytes
-    /// (100 MiB between two processes: 0.18–0.28 GB/s with it, 0.53–0.62
-    /// without; `RAYRS_TRANSPORT_PROFILE=6 cargo bench --bench
-    /// transport`). Once packets have grown past a few KiB a batch saves
+    /// (figures in `docs/perf-log/2026-11-figures-from-code-comments.md`).
+    /// Once packets have grown past a few KiB a batch saves
     /// little; on a 1,500-byte network, where packets stay near 1.4 KiB,
     /// it saves system calls and is worth turning on.
     pub segmentation_offload: bool,

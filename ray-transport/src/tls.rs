@@ -309,8 +309,8 @@ impl ClusterCredentials {
 ///
 /// AES-128-GCM is offered first (ring's default order puts AES-256-GCM
 /// first): every byte between nodes is sealed once and opened once, and
-/// ring seals 64 KiB packets at 5.1 GB/s with it against 4.7–5.0 with
-/// AES-256-GCM on this project's VM. AES-128-GCM is TLS 1.3's mandatory
+/// ring seals faster with it (figures in
+/// `docs/perf-log/2026-11-figures-from-code-comments.md`). AES-128-GCM is TLS 1.3's mandatory
 /// suite; the others stay on offer after it.
 fn provider() -> Arc<CryptoProvider> {
     let mut provider = rustls::crypto::ring::default_provider();

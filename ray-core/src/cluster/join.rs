@@ -111,10 +111,8 @@ pub(crate) fn start_cluster_process(p: ClusterProcess) -> Result<(Ray, Arc<Clust
 pub(crate) async fn connect_driver(config: Config, address: String) -> Result<Ray> {
     // A driver's cluster I/O runs on one thread of its own, not on the
     // caller's runtime: with two threads the QUIC tasks of one round trip
-    // hop between them, a wake-up each. With this and one I/O thread per
-    // worker process, cluster W2 p50 went from 143-162 µs to 97-124 µs
-    // and W1 from 130-168 k to 181-222 k tasks/s (four alternating runs
-    // of 3 each, `workloads --mode cluster W2 W1 W3`).
+    // hop between them, a wake-up each (measured: see
+    // docs/perf-log/2026-11-figures-from-code-comments.md).
     let io = crate::runtime::io_runtime(1)
         .map_err(|e| Error::InvalidArgument(format!("cannot start tokio: {e}")))?;
     let ray = io

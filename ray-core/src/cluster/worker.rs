@@ -158,9 +158,8 @@ fn run_worker() -> Result<(), String> {
     let env = WorkerEnv::from_env()?;
     crate::runtime::tune_allocator();
     // One I/O thread: with two, the QUIC tasks of one round trip hop
-    // between them, a wake-up each (cluster W2 p50 139-152 µs with one,
-    // 153-192 µs with two; W3 364-381 k vs 310-321 k calls/s; two
-    // alternating runs of 3 each, drivers on their caller's runtime).
+    // between them, a wake-up each (measured: see
+    // docs/perf-log/2026-11-figures-from-code-comments.md).
     let tokio = crate::runtime::io_runtime(1).map_err(|e| format!("cannot start tokio: {e}"))?;
     tokio.handle().block_on(serve(env))
 }

@@ -73,8 +73,8 @@ pub(crate) const LEASE_IDLE: Duration = Duration::from_millis(50);
 /// How long a lease may idle while other work of this process waits for
 /// a lease: then it goes back at once, since the CPUs it holds may be the
 /// ones that work waits for (the warm-up's spread leases held a node's two
-/// CPUs for 50 ms while a batch of default tasks waited: cluster W1's
-/// first run took 2.5x as long as the next two).
+/// CPUs for 50 ms while a batch of default tasks waited; measured in
+/// docs/perf-log/2026-11-figures-from-code-comments.md).
 const LEASE_IDLE_WHILE_OTHERS_WAIT: Duration = Duration::from_millis(1);
 /// Work items per pushed frame, at most.
 const BATCH_ITEMS: usize = 512;
