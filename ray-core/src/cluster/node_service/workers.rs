@@ -153,10 +153,7 @@ impl NodeService {
                 Ok(()) = stop_rx => {
                     // Not reaped yet, so the pid is still this worker's.
                     if let Some(pid) = child.id() {
-                        let _ = std::process::Command::new("kill")
-                            .args(["-TERM", &pid.to_string()])
-                            .stderr(std::process::Stdio::null())
-                            .status();
+                        terminate(pid);
                     }
                     match tokio::time::timeout(STOP_GRACE, child.wait()).await {
                         Ok(status) => status,
@@ -195,3 +192,16 @@ impl NodeService {
 /// How long a worker told to stop (SIGTERM) has before SIGKILL: it ships
 /// its last insight records meanwhile.
 const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// Sends SIGTERM to process `pid`: a signal, with nothing to wait for
+/// (the worker's waiter reaps it).
+fn terminate(pid: u32) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return;
+    };
+    // SAFETY: kill(2) takes two integers and touches no memory of ours.
+    // `pid` is a child not yet reaped, so it still names that child.
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+}
