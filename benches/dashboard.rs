@@ -1,6 +1,6 @@
 //! The dashboard's server-side cost at full scale: one views engine fed
 //! 1,000,000 runtime-shaped tasks over 10,000 actors (the generator of
-//! `ray-insight/tests/common/workload.rs`, the memory test's full-size
+//! `ray_test_support::workload`, the memory test's full-size
 //! shape), then, per request, each of the four summaries the browser is
 //! sent (`summarize` and its serialization, what `/api/summary` and a view's
 //! first `/api/events` message compute) against, for comparison, the full
@@ -20,11 +20,7 @@ use ray_insight::Views;
 
 // The generator is shared with ray-insight's tests; the bench uses only part
 // of it.
-#[allow(dead_code)]
-#[path = "../ray-insight/tests/common/workload.rs"]
-mod workload;
-
-use workload::{feed_all, FULL};
+use ray_test_support::workload::{feed_all, FULL};
 
 /// The summarized views.
 const SUMMARIZED: [ViewKind; 4] = [

@@ -20,15 +20,10 @@ use ray_core::Config;
 #[path = "../examples/shapes/tree.rs"]
 mod tree;
 
-#[allow(dead_code)]
-#[path = "../examples/shapes/deadlock.rs"]
-mod deadlock;
-use deadlock::{Left, Right};
+use ray_test_support::deadlock::{Left, Right};
 
 // The runtime-shaped record generator of ray-insight's scale tests.
-#[allow(dead_code)]
-#[path = "../ray-insight/tests/common/workload.rs"]
-mod workload;
+use ray_test_support::workload;
 
 /// The Chromium to drive, if this machine has one.
 fn chromium() -> Option<PathBuf> {

@@ -1,4 +1,4 @@
-//! The capacity shapes of the workload harness (`examples/workloads.rs`):
+//! The capacity shapes of the workload harness (`examples/workloads/`):
 //! a deep queue of tasks that cannot start yet (`queue`), idle actors
 //! whose memory is measured (`memory`), and W1's tasks saying where they
 //! ran when the cluster has more than one node (`scale`, `--nodes`).

@@ -1,4 +1,4 @@
-//! How the workload harness (`examples/workloads.rs`) measures and
+//! How the workload harness (`examples/workloads/`) measures and
 //! reports: the figures of one run, their median, min and max over the
 //! runs as one JSON line, and the resident memory of processes.
 

@@ -1,5 +1,5 @@
 //! The shapes of workloads W1–W5 (WORKLOADS.md), shared by the workload
-//! harness (`examples/workloads.rs`), the criterion benches and the
+//! harness (`examples/workloads/`), the criterion benches and the
 //! cluster workload tests (`tests/cluster_workloads.rs`), so all of them
 //! run exactly the same thing.
 

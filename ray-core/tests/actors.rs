@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use ray_core::prelude::*;
 
-mod common;
 use ray_core::Error;
+use ray_test_support::embedded;
 
 #[remote]
 struct Counter {
@@ -121,7 +121,7 @@ impl Parent {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_run_one_at_a_time_in_submission_order() {
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     let c = Counter::remote(&ray, 10).unwrap();
     let refs: Vec<_> = (1..=100).map(|i| c.incr(i).unwrap()).collect();
     let last = refs.last().unwrap().get().await.unwrap();
@@ -141,7 +141,7 @@ async fn calls_run_one_at_a_time_in_submission_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_methods_and_user_errors_and_panics() {
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     let c = Counter::remote(&ray, 3).unwrap();
     assert_eq!(c.slow_value(5).unwrap().get().await.unwrap(), 3);
     let err = c.fail().unwrap().get().await.unwrap_err();
@@ -162,7 +162,7 @@ async fn async_methods_and_user_errors_and_panics() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_concurrency_lets_shared_calls_overlap() {
-    let ray = common::runtime(4.0).await;
+    let ray = embedded::runtime(4.0).await;
     MAX_IN_FLIGHT.store(0, Ordering::SeqCst);
     let s = Sleeper::options().max_concurrency(4).remote(&ray).unwrap();
     let refs: Vec<_> = (0..8).map(|_| s.nap(30).unwrap()).collect();
@@ -191,7 +191,7 @@ async fn max_concurrency_lets_shared_calls_overlap() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_constructor_makes_calls_fail_with_actor_died() {
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     let b = Broken::remote(&ray, true).unwrap();
     let err = b.ping().unwrap().get().await.unwrap_err();
     assert!(
@@ -205,7 +205,7 @@ async fn failed_constructor_makes_calls_fail_with_actor_died() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn named_actors_are_found_by_name_and_names_are_unique() {
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     let c = Counter::options().name("tally").remote(&ray, 1).unwrap();
     c.incr(1).unwrap().get().await.unwrap();
     let again: ActorHandle<Counter> = ray.get_actor("tally").unwrap();
@@ -241,7 +241,7 @@ async fn named_actors_are_found_by_name_and_names_are_unique() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn actor_resources_are_held_for_life_and_infeasible_fails_fast() {
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     let err = Counter::options()
         .num_gpus(1.0)
         .remote(&ray, 0)
@@ -266,7 +266,7 @@ async fn actor_resources_are_held_for_life_and_infeasible_fails_fast() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn actors_create_actors_and_block_on_them_without_deadlock() {
-    let ray = common::runtime(1.0).await;
+    let ray = embedded::runtime(1.0).await;
     let p = Parent::remote(&ray).unwrap();
     let r = p.spawn_and_call(5).unwrap();
     assert_eq!(r.get_timeout(Duration::from_secs(30)).await.unwrap(), 5);
@@ -275,7 +275,7 @@ async fn actors_create_actors_and_block_on_them_without_deadlock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_kills_actors() {
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     let c = Counter::options().name("x").remote(&ray, 0).unwrap();
     c.incr(1).unwrap().get().await.unwrap();
     ray.shutdown();
@@ -326,7 +326,7 @@ impl Account {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn constructor_returning_err_kills_the_actor_with_the_message() {
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     let ok = Account::remote(&ray, 5).unwrap();
     assert_eq!(ok.balance().unwrap().get().await.unwrap(), 5);
     let bad = Account::remote(&ray, 0).unwrap();
@@ -379,7 +379,7 @@ impl NeedsArg {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_method_can_kill_its_own_actor() {
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     let q = Quitter::options().name("q").remote(&ray).unwrap();
     let r = q.quit("q").unwrap();
     assert_eq!(r.get_timeout(Duration::from_secs(20)).await.unwrap(), 7);
@@ -392,7 +392,7 @@ async fn a_method_can_kill_its_own_actor() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_an_actor_still_waiting_for_resources_never_holds_them() {
-    let ray = common::runtime(1.0).await;
+    let ray = embedded::runtime(1.0).await;
     let a = Counter::options().num_cpus(1.0).remote(&ray, 0).unwrap();
     a.incr(1).unwrap().get().await.unwrap();
     let b = Counter::options().num_cpus(1.0).remote(&ray, 0).unwrap();
@@ -422,7 +422,7 @@ async fn killing_an_actor_still_waiting_for_resources_never_holds_them() {
 async fn an_actor_waiting_for_its_constructor_argument_holds_no_resources() {
     // One CPU: the argument's producer needs it, so the actor must not take
     // it while it waits for the argument.
-    let ray = common::runtime(1.0).await;
+    let ray = embedded::runtime(1.0).await;
     let x = slow_value::remote(&ray, 20).unwrap();
     let actor = NeedsArg::options().num_cpus(1.0).remote(&ray, &x).unwrap();
     let v = actor.v().unwrap();
@@ -432,7 +432,7 @@ async fn an_actor_waiting_for_its_constructor_argument_holds_no_resources() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_stops_unnamed_actors_too() {
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     let c = Counter::remote(&ray, 0).unwrap();
     c.incr(1).unwrap().get().await.unwrap();
     ray.shutdown();
@@ -441,7 +441,7 @@ async fn shutdown_stops_unnamed_actors_too() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handle_passed_to_a_task_reaches_the_same_actor_and_keeps_it_alive() {
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     let c = Counter::remote(&ray, 1).unwrap();
     let r = add_through::remote(&ray, c.clone(), 10u64).unwrap();
     assert_eq!(r.get().await.unwrap(), 11);

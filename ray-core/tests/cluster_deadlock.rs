@@ -11,9 +11,7 @@ use ray_core::prelude::*;
 use ray_core::{Cluster, Config};
 use serde_json::Value;
 
-#[path = "../../examples/shapes/deadlock.rs"]
-mod deadlock;
-use deadlock::{Left, Right};
+use ray_test_support::deadlock::{Left, Right};
 
 /// The method names of the first reported cycle, sorted, without paths.
 fn cycle_methods(stacks: &Value) -> Option<Vec<String>> {

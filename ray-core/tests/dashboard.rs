@@ -9,10 +9,7 @@ use ray_core::prelude::*;
 use ray_core::Config;
 use serde_json::Value;
 
-#[allow(dead_code)] // the dashboard-handle helpers serve ray-dashboard's tests
-#[path = "../../ray-dashboard/tests/common/http.rs"]
-mod http;
-use http::get_url as get;
+use ray_test_support::http::get_url as get;
 
 #[remote]
 fn leaf(x: u64) -> u64 {

@@ -3,19 +3,14 @@
 //! and then ended by shutting the runtime down (one test per file: it installs
 //! the process's global subscriber).
 
-mod common;
-#[path = "common/recording.rs"]
-mod recording;
+use ray_test_support::{embedded, recording};
 
 use std::time::{Duration, Instant};
 
 use ray_insight::views::Deadlock;
 use ray_insight::Views;
 
-#[allow(dead_code)]
-#[path = "../../examples/shapes/deadlock.rs"]
-mod deadlock;
-use deadlock::{Left, Right};
+use ray_test_support::deadlock::{Left, Right};
 
 /// The method names of a cycle, without their class and module paths.
 fn methods(deadlock: &Deadlock) -> Vec<String> {
@@ -34,7 +29,7 @@ fn methods(deadlock: &Deadlock) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn actors_calling_each_other_synchronously_are_reported_as_a_deadlock() {
     let collector = recording::record_globally();
-    let ray = common::runtime(4.0).await;
+    let ray = embedded::runtime(4.0).await;
     let left = Left::remote(&ray).unwrap();
     let right = Right::remote(&ray).unwrap();
     let hung = left.ping(right.clone(), left.clone()).unwrap();

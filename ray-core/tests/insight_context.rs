@@ -2,9 +2,7 @@
 //! the labels, and insight's views filter on them (one test per file: it
 //! installs the process's global subscriber).
 
-mod common;
-#[path = "common/recording.rs"]
-mod recording;
+use ray_test_support::{embedded, recording};
 
 use std::time::{Duration, Instant};
 
@@ -36,7 +34,7 @@ fn calls(view: &LogicalView, from: &dyn Fn(&LogicalNode) -> bool, name: &str) ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_context_label_keeps_its_task_and_children_in_the_filtered_views() {
     let collector = recording::record_globally();
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     assert_eq!(train::remote(&ray, 0).unwrap().get().await.unwrap(), 1);
     assert_eq!(train::remote(&ray, 1).unwrap().get().await.unwrap(), 2);
     let from_driver = |n: &LogicalNode| *n == LogicalNode::Driver;

@@ -3,9 +3,7 @@
 //! with the node's requested CPUs, and sampling stops with its guard or the
 //! runtime (one test per file: it installs the process's global subscriber).
 
-mod common;
-#[path = "common/recording.rs"]
-mod recording;
+use ray_test_support::{embedded, recording};
 
 use std::time::{Duration, Instant};
 
@@ -76,7 +74,7 @@ async fn resource_samples_show_a_busy_task_and_stop_with_their_guard() {
     let collector = recording::record_globally();
     // Where GPUs can be read, samples carry them too.
     let gpus = ray_insight::resources::GpuSampler::detect().and_then(|mut g| g.sample());
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     let sampling = ray_core::insight::sample_resources(&ray, PERIOD);
     assert!(sampling.is_running());
     assert_eq!(sampling.period(), Some(PERIOD));

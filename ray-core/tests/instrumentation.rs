@@ -1,9 +1,7 @@
 //! What the runtime records for insight: exact ids on every span and event
 //! (one test per file: it installs the process's global subscriber).
 
-mod common;
-#[path = "common/recording.rs"]
-mod recording;
+use ray_test_support::{embedded, recording};
 
 use ray_core::prelude::*;
 use ray_insight::{InsightLayer, MemorySink, Record, RecordKind};
@@ -57,7 +55,7 @@ fn task_text(id: u128) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_actor_calls_objects_and_waits_carry_their_ids() {
     let collector = recording::record_globally();
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     assert_eq!(parent::remote(&ray, 1).unwrap().get().await.unwrap(), 2);
     let acc = Acc::remote(&ray).unwrap();
     assert_eq!(acc.add(5).unwrap().get().await.unwrap(), 5);

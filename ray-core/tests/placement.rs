@@ -6,7 +6,7 @@ use std::time::Duration;
 use ray_core::prelude::*;
 use ray_core::{Bundle, Error, PlacementStrategy};
 
-mod common;
+use ray_test_support::embedded;
 
 #[remote]
 fn cpus_left_in_bundle_task(ms: u64) -> u64 {
@@ -52,7 +52,7 @@ fn cpu(ray: &Ray) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn group_reserves_from_the_node_and_tasks_run_inside_its_bundles() {
-    let ray = common::runtime(4.0).await;
+    let ray = embedded::runtime(4.0).await;
     let pg = ray
         .placement_group(
             vec![Bundle::new().num_cpus(1.0), Bundle::new().num_cpus(2.0)],
@@ -87,7 +87,7 @@ async fn group_reserves_from_the_node_and_tasks_run_inside_its_bundles() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn impossible_groups_and_requests_fail_at_once() {
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     let spread = ray.placement_group(
         vec![Bundle::new().num_cpus(1.0), Bundle::new().num_cpus(1.0)],
         PlacementStrategy::StrictSpread,
@@ -129,7 +129,7 @@ async fn impossible_groups_and_requests_fail_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn group_waits_for_resources_and_work_queued_in_it_waits_too() {
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     let hog = Holder::options().num_cpus(2.0).remote(&ray).unwrap();
     hog.ping().unwrap().get().await.unwrap();
     let pg = ray
@@ -163,7 +163,7 @@ async fn group_waits_for_resources_and_work_queued_in_it_waits_too() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_a_group_fails_work_still_waiting_in_it() {
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     let pg = one_cpu_group(&ray).await;
     let running = signal_then_sleep::options()
         .placement_group(&pg, Some(0))
@@ -193,7 +193,7 @@ async fn removing_a_group_fails_work_still_waiting_in_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_a_group_kills_the_actors_living_in_it() {
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     let pg = one_cpu_group(&ray).await;
     let h = Holder::options()
         .placement_group(&pg, Some(0))
@@ -235,7 +235,7 @@ fn chain_link(prev: u64) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_chain_waiting_in_a_removed_group_fails_link_by_link() {
     const LINKS: usize = 100_000;
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     let pg = one_cpu_group(&ray).await;
     let gate = chain_gate::remote(&ray).unwrap();
     let mut last = gate.clone();

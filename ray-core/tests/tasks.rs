@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use ray_core::prelude::*;
 
-mod common;
 use ray_core::{Config, Error};
+use ray_test_support::embedded;
 
 #[remote]
 fn add(a: Vec<f64>, b: Vec<f64>) -> Vec<f64> {
@@ -68,7 +68,7 @@ fn flaky(fail_times: u32) -> u32 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn task_runs_with_values_and_refs_as_arguments() {
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     let x = ray.put(vec![1.0, 2.0, 3.0]).await.unwrap();
     let s = add::remote(&ray, x.clone(), vec![10.0, 10.0, 10.0]).unwrap();
     assert_eq!(s.get().await.unwrap(), vec![11.0, 12.0, 13.0]);
@@ -80,7 +80,7 @@ async fn task_runs_with_values_and_refs_as_arguments() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_remote_functions_run() {
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     let refs: Vec<_> = (0..10)
         .map(|i| async_double::remote(&ray, i).unwrap())
         .collect();
@@ -91,7 +91,7 @@ async fn async_remote_functions_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn panic_becomes_typed_error_naming_the_function_and_runtime_keeps_working() {
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     let r = boom::remote(&ray, "kaput".to_string()).unwrap();
     match r.get().await {
         Err(Error::TaskPanicked {
@@ -109,7 +109,7 @@ async fn panic_becomes_typed_error_naming_the_function_and_runtime_keeps_working
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn user_error_reaches_the_caller_typed() {
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     assert_eq!(
         checked_div::remote(&ray, 9, 3)
             .unwrap()
@@ -137,7 +137,7 @@ async fn user_error_reaches_the_caller_typed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn infeasible_request_fails_fast() {
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     let err = noop::options().num_cpus(3.0).remote(&ray).unwrap_err();
     assert!(matches!(err, Error::Infeasible { .. }), "{err:?}");
     assert!(err.to_string().contains("CPU: 3"), "{err}");
@@ -153,7 +153,7 @@ async fn infeasible_request_fails_fast() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fractional_cpus_are_accepted_and_run() {
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     let refs: Vec<_> = (0..8)
         .map(|_| noop::options().num_cpus(0.25).remote(&ray).unwrap())
         .collect();
@@ -167,7 +167,7 @@ async fn fractional_cpus_are_accepted_and_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nested_tasks_blocked_in_get_do_not_deadlock_the_pool() {
     // 1 CPU: every parent must give its CPU back while it waits.
-    let ray = common::runtime(1.0).await;
+    let ray = embedded::runtime(1.0).await;
     let r = fan_out::remote(&ray, 3, 3).unwrap();
     assert_eq!(r.get_timeout(Duration::from_secs(60)).await.unwrap(), 27);
     let stats = ray.stats();
@@ -177,7 +177,7 @@ async fn nested_tasks_blocked_in_get_do_not_deadlock_the_pool() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nested_refs_travel_by_reference_and_stay_alive() {
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     let a = ray.put(5u64).await.unwrap();
     let b = ray.put(7u64).await.unwrap();
     let list = ray.put(vec![a.clone(), b.clone()]).await.unwrap();
@@ -196,7 +196,7 @@ async fn nested_refs_travel_by_reference_and_stay_alive() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_rerun_a_failing_task_when_asked() {
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     FLAKY_CALLS.store(0, Ordering::SeqCst);
     let r = flaky::options()
         .max_retries(2)
@@ -221,7 +221,7 @@ async fn retries_rerun_a_failing_task_when_asked() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_returns_ready_and_not_ready_in_order() {
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     let fast = ray.put(1u64).await.unwrap();
     let slow = async_double::remote(&ray, 21).unwrap();
     let (ready, not_ready) = ray
@@ -255,7 +255,7 @@ fn hold_until_gate_opens() -> u8 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_times_out_with_partial_results() {
     // One CPU, held until the gate opens: `blocked` cannot run during the wait.
-    let ray = common::runtime(1.0).await;
+    let ray = embedded::runtime(1.0).await;
     let holder = hold_until_gate_opens::remote(&ray).unwrap();
     let blocked = async_double::remote(&ray, 1).unwrap();
     let ready_now = ray.put(3u64).await.unwrap();
@@ -277,7 +277,7 @@ async fn wait_times_out_with_partial_results() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_fails_pending_gets_instead_of_hanging() {
-    let ray = common::runtime(1.0).await;
+    let ray = embedded::runtime(1.0).await;
     let refs: Vec<_> = (0..50)
         .map(|i| async_double::remote(&ray, i).unwrap())
         .collect();
@@ -335,7 +335,7 @@ fn registry_lists_every_remote_function_under_stable_ids() {
 
 #[tokio::test]
 async fn works_on_a_current_thread_tokio_runtime() {
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     let x = ray.put(vec![1.0]).await.unwrap();
     assert_eq!(
         add::remote(&ray, &x, &x).unwrap().get().await.unwrap(),
@@ -351,7 +351,7 @@ async fn works_on_a_current_thread_tokio_runtime() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scheduling_strategies_place_on_the_one_embedded_node() {
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     let here = ray.node_id();
     let spread = noop::options().spread().remote(&ray).unwrap();
     let pinned = noop::options()

@@ -11,9 +11,7 @@ use ray_dashboard::{Dashboard, DashboardConfig, ViewsSource};
 use ray_insight::{FieldValue, Record, RecordKind, Sink, Views};
 use serde_json::Value;
 
-#[path = "common/http.rs"]
-mod http;
-use http::{get, post, request};
+use ray_test_support::http::{get, post, request};
 
 /// One finished task `m::work` called by the driver, as job `job-1`.
 fn fixed() -> Arc<ViewsSource> {

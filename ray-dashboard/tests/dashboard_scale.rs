@@ -14,14 +14,8 @@ use ray_dashboard::{Dashboard, DashboardConfig, SummaryLimits, ViewsSource};
 use ray_insight::{FieldValue, Fields, Record, RecordKind, Views};
 use serde_json::{Map, Value};
 
-#[path = "common/http.rs"]
-mod http;
-// The generator is shared; this test uses only part of it.
-#[allow(dead_code)]
-#[path = "../../ray-insight/tests/common/workload.rs"]
-mod workload;
-
-use http::{get, post, request};
+use ray_test_support::http::{get, post, request};
+use ray_test_support::workload;
 use workload::{feed_all, Shape, CLASSES, FULL};
 
 const TOKEN: &str = "sesame";

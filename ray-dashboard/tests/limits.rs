@@ -15,9 +15,7 @@ use ray_dashboard::{Dashboard, DashboardConfig, JobEntry, Source, ViewQuery, Vie
 use ray_insight::{FieldValue, Record, RecordKind, Sink, Views};
 use serde_json::{json, Value};
 
-#[path = "common/http.rs"]
-mod http;
-use http::{exchange, get, post, request};
+use ray_test_support::http::{exchange, get, post, request};
 
 const TOKEN: &str = "sesame";
 

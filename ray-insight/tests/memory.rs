@@ -23,11 +23,7 @@ use ray_insight::export::{export, ExportFormat, ViewKind};
 use ray_insight::views::Stats;
 use ray_insight::{Limits, Record, Sink, Views};
 
-// The generator is shared; this test uses only part of it.
-#[allow(dead_code)]
-#[path = "common/workload.rs"]
-mod workload;
-use workload::{Shape, Workload, BATCH, FUNCTIONS};
+use ray_test_support::workload::{self, Shape, Workload, BATCH, FUNCTIONS};
 
 /// The global allocator, counting live heap bytes and their peak.
 struct Counting;

@@ -7,9 +7,10 @@ use std::hash::{Hash, Hasher};
 
 use ray_sched::{Admission, LocalQueue, Quantity, ResourceSet, GPU, MEMORY};
 
-#[path = "common/counting_alloc.rs"]
-mod counting_alloc;
-use counting_alloc::allocations_in;
+use ray_test_support::counting_alloc::{allocations_in, Counting};
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 
 fn builtin_request() -> ResourceSet {
     ResourceSet::cpu(Quantity::ONE)

@@ -5,9 +5,10 @@
 use ray_store::{ObjectBuffer, BUFFER_ALIGNMENT};
 use rkyv::util::AlignedVec;
 
-#[path = "../../ray-sched/tests/common/counting_alloc.rs"]
-mod counting_alloc;
-use counting_alloc::allocations_in;
+use ray_test_support::counting_alloc::{allocations_in, Counting};
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 
 #[test]
 fn an_empty_buffer_allocates_nothing_and_keeps_its_promises() {

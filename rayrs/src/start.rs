@@ -26,7 +26,7 @@ pub async fn head(args: StartArgs) -> Result<(), CliError> {
     // Watched and recorded before the address appears, so a `rayrs stop`
     // that finds the address finds this process and stops it cleanly.
     let mut term = sigterm()?;
-    let _pid = PidFile::create(&args.dir)?;
+    let _pid = PidFile::create(&args.dir).await?;
     let head = Head::start(
         HeadConfig {
             bind,
@@ -68,7 +68,7 @@ pub async fn head(args: StartArgs) -> Result<(), CliError> {
 pub async fn join(args: StartArgs, gcs: SocketAddr) -> Result<(), CliError> {
     let creds = layout::load_credentials(args.credentials.as_deref(), &args.dir)?;
     let mut term = sigterm()?;
-    let _pid = PidFile::create(&args.dir)?;
+    let _pid = PidFile::create(&args.dir).await?;
     let daemon = start_node(
         NodeConfig {
             gcs,
@@ -118,7 +118,16 @@ fn sigterm() -> Result<tokio::signal::unix::Signal, CliError> {
 struct PidFile(PathBuf);
 
 impl PidFile {
-    fn create(dir: &Path) -> Result<Self, CliError> {
+    /// Writes the pid file on a blocking thread: no file I/O on the
+    /// runtime's worker threads, which serve the head or node.
+    async fn create(dir: &Path) -> Result<Self, CliError> {
+        let dir = dir.to_path_buf();
+        tokio::task::spawn_blocking(move || Self::write(&dir))
+            .await
+            .map_err(|e| CliError::failed(format!("cannot write the pid file: {e}")))?
+    }
+
+    fn write(dir: &Path) -> Result<Self, CliError> {
         let pids = layout::pid_dir(dir);
         std::fs::create_dir_all(&pids)
             .map_err(|e| CliError::failed(format!("cannot create {}: {e}", pids.display())))?;

@@ -4,13 +4,7 @@
 //! exported, filtered, replayed at a time, damaged and diffed by the real
 //! binary.
 
-#[path = "../../ray-core/tests/common/mod.rs"]
-mod common;
-#[allow(dead_code)] // the dashboard-handle helpers serve ray-dashboard's tests
-#[path = "../../ray-dashboard/tests/common/http.rs"]
-mod http;
-#[path = "../../ray-core/tests/common/recording.rs"]
-mod recording;
+use ray_test_support::{embedded, http, recording};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -77,7 +71,7 @@ fn calls(views: &Views, name: &str) -> u64 {
 async fn record_a_run() -> (u64, Vec<Record>) {
     let collector = recording::record_globally();
     let epoch = collector.epoch_unix_nanos();
-    let ray = common::runtime(2.0).await;
+    let ray = embedded::runtime(2.0).await;
     assert_eq!(
         sum_squares::remote(&ray, 4).unwrap().get().await.unwrap(),
         30

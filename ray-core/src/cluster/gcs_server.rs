@@ -6,7 +6,7 @@
 //! frame on the request's stream (see `transport::bulk`), and uploads are
 //! hashed off the state lock.
 
-use super::insight_hub::InsightHub;
+use super::insight_hub::{self, InsightHub};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -311,8 +311,8 @@ async fn serve_request(
 }
 
 /// Answers the insight requests, off the GCS state lock: a shipped batch
-/// goes into its job's views and log; an export is built on a blocking
-/// thread (a replay reads the job's log).
+/// goes into its job's views and is queued for its log's writer; an export
+/// is built on a blocking thread (a replay reads the job's log).
 async fn serve_insight(request: IncomingRequest, body: Message, hub: Arc<Mutex<InsightHub>>) {
     let sent = match body {
         Message::InsightBatch {
@@ -321,10 +321,13 @@ async fn serve_insight(request: IncomingRequest, body: Message, hub: Arc<Mutex<I
             epoch_unix_nanos,
             records,
         } => {
-            let reply = match hub.lock().accept(job, worker, epoch_unix_nanos, &records) {
-                Ok(()) => Message::Ok,
-                Err(reason) => Message::Error { reason },
-            };
+            let reply =
+                match insight_hub::accept_shipped(&hub, job, worker, epoch_unix_nanos, &records)
+                    .await
+                {
+                    Ok(()) => Message::Ok,
+                    Err(reason) => Message::Error { reason },
+                };
             request.respond(&Envelope::new(reply)).await
         }
         Message::InsightExport {
@@ -336,7 +339,8 @@ async fn serve_insight(request: IncomingRequest, body: Message, hub: Arc<Mutex<I
             metric,
         } => {
             let built = tokio::task::spawn_blocking(move || {
-                hub.lock().export(
+                insight_hub::export(
+                    &hub,
                     job,
                     &view,
                     &format,

@@ -215,17 +215,23 @@ impl Head {
         };
         if let Some(url) = head.dashboard_url() {
             let path = config.dir.join(DASHBOARD_FILE);
-            write_private(&path, &format!("{url}\n")).map_err(|source| StartError::Write {
-                path: path.clone(),
-                source,
-            })?;
+            let text = format!("{url}\n");
+            off_runtime(&path, move |path| write_private(path, &text))
+                .await
+                .map_err(|source| StartError::Write {
+                    path: path.clone(),
+                    source,
+                })?;
             head.dashboard_file = Some(path);
         }
-        write_atomically(&head.address_file, &format!("{address}\n")).map_err(|source| {
-            StartError::Write {
-                path: head.address_file.clone(),
-                source,
-            }
+        let text = format!("{address}\n");
+        off_runtime(&head.address_file, move |path| {
+            write_atomically(path, &text)
+        })
+        .await
+        .map_err(|source| StartError::Write {
+            path: head.address_file.clone(),
+            source,
         })?;
         Ok(head)
     }
@@ -345,6 +351,18 @@ fn loopback(ip: IpAddr) -> IpAddr {
         IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
         IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::LOCALHOST),
     }
+}
+
+/// Runs `write` on `path` on a blocking thread of the runtime: file I/O
+/// stays off the head's worker threads.
+async fn off_runtime(
+    path: &Path,
+    write: impl FnOnce(&Path) -> std::io::Result<()> + Send + 'static,
+) -> std::io::Result<()> {
+    let path = path.to_path_buf();
+    tokio::task::spawn_blocking(move || write(&path))
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)))
 }
 
 /// Writes `text` to a file only its owner can read (it holds a token).

@@ -1,4 +1,4 @@
-//! Set-up shared by the integration tests.
+//! The embedded runtime most integration tests start from.
 
 use ray_core::{Config, Ray};
 

@@ -1,14 +1,28 @@
 //! A global allocator that counts the allocations each thread makes, for
 //! tests that assert a path allocates nothing (tests run in parallel, so
-//! the count is per thread). Included with `#[path]` by the test binaries
-//! that need it (ray-sched's `hot_path_alloc`, ray-store's `empty_buffer`):
-//! one binary may have only one global allocator.
+//! the count is per thread).
+//!
+//! A test binary that needs it installs it itself (one binary may have
+//! only one global allocator, and linking this crate must not change
+//! another binary's):
+//!
+//! ```ignore
+//! use ray_test_support::counting_alloc::{allocations_in, Counting};
+//!
+//! #[global_allocator]
+//! static GLOBAL: Counting = Counting;
+//! ```
+//!
+//! [`allocations_in`] counts only while [`Counting`] is the global
+//! allocator; otherwise it sees 0.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-/// Counts allocations made by the current thread.
-struct Counting;
+/// Counts allocations made by the current thread, then allocates with
+/// [`System`].
+#[derive(Debug)]
+pub struct Counting;
 
 thread_local! {
     static ALLOCS: Cell<usize> = const { Cell::new(0) };
@@ -34,9 +48,6 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 /// Allocations (and reallocations) the current thread makes while `f` runs.
 pub fn allocations_in(f: impl FnOnce()) -> usize {

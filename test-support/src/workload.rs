@@ -37,8 +37,9 @@ pub const FUNCTIONS: [&str; 20] = [
     "pipeline::kernels::compress",
 ];
 
-/// Functions called by the driver, and functions called by those.
+/// Functions called by the driver: `FUNCTIONS[..LEVEL0]`.
 pub const LEVEL0: usize = 5;
+/// Functions called by those: `FUNCTIONS[LEVEL0..LEVEL1]`.
 pub const LEVEL1: usize = 15;
 
 /// Actor classes, and four methods of each (`CLASSES[c]` has
@@ -49,6 +50,7 @@ pub const CLASSES: [&str; 4] = [
     "pipeline::serve::Evaluator",
     "pipeline::serve::MetricsSink",
 ];
+/// The methods of [`CLASSES`], four per class.
 pub const METHODS: [&str; 16] = [
     "pipeline::serve::ParameterShard::pull",
     "pipeline::serve::ParameterShard::push",
@@ -68,8 +70,9 @@ pub const METHODS: [&str; 16] = [
     "pipeline::serve::MetricsSink::rotate",
 ];
 
-/// The driver's worker id and node id; workers are numbered after it.
+/// The driver's worker id; workers are numbered after it.
 pub const DRIVER_WORKER: u64 = 1;
+/// The driver's node id.
 pub const DRIVER_NODE: u64 = 1;
 /// Pool threads per worker (each a Gantt lane).
 pub const THREADS_PER_WORKER: u64 = 4;
@@ -118,10 +121,13 @@ pub fn mix(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// A 128-bit id as the runtime records it: `hi` the owner worker, `lo` a
+/// sequence number.
 pub fn two_part(hi: u64, lo: u64) -> FieldValue {
     FieldValue::U128 { hi, lo }
 }
 
+/// A string field.
 pub fn text(s: &str) -> FieldValue {
     FieldValue::Str(s.into())
 }
@@ -130,11 +136,16 @@ pub fn text(s: &str) -> FieldValue {
 /// a slot no task has used yet).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub enum Call {
+    /// Nothing yet.
     #[default]
     None,
+    /// `FUNCTIONS[i]`.
     Function(usize),
+    /// A method of actor `actor`.
     Actor {
+        /// The actor's index.
         actor: u64,
+        /// Which of its class's four [`METHODS`].
         method: usize,
     },
 }
@@ -625,6 +636,7 @@ pub fn fields<const N: usize>(fields: [(&'static str, Option<FieldValue>); N]) -
         .collect()
 }
 
+/// One record, as the runtime's layer would make it.
 #[allow(clippy::too_many_arguments)]
 pub fn record(
     kind: RecordKind,

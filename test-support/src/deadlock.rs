@@ -3,14 +3,24 @@
 //! `right.pong(left)`, which waits for `left.echo()`, queued behind `ping`
 //! on the one-call-at-a-time Left. Shared by the deadlock tests (embedded,
 //! across two nodes, and in the browser).
+//!
+//! The actors register through `#[remote]` like any user's: a test binary
+//! that uses them finds them in its registry, and so do the worker
+//! processes that run that binary.
+
+// `new` is each actor's constructor (`Left::remote(&ray)`), not a value
+// a `Default` could stand for.
+#![allow(clippy::new_without_default)]
 
 use ray_core::prelude::*;
 
+/// The actor that calls first and holds itself while it waits.
 #[remote]
 pub struct Left {}
 
 #[remote]
 impl Left {
+    /// A new Left.
     pub fn new() -> Self {
         Left {}
     }
@@ -34,11 +44,13 @@ impl Left {
     }
 }
 
+/// The actor that calls back into Left and waits.
 #[remote]
 pub struct Right {}
 
 #[remote]
 impl Right {
+    /// A new Right.
     pub fn new() -> Self {
         Right {}
     }

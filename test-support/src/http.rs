@@ -1,6 +1,6 @@
 //! Raw HTTP/1.1 exchanges with a dashboard, one request per connection, as
-//! the server serves them (`Connection: close`). ray-core's tests include
-//! this file too (`#[path]`), for dashboards they know by URL.
+//! the server serves them (`Connection: close`): with a [`Dashboard`]
+//! handle (ray-dashboard's tests), or by URL (ray-core's and rayrs's).
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -44,7 +44,6 @@ pub fn get(dash: &Dashboard, target: &str) -> (u16, String) {
 }
 
 /// `GET target` on the host of `url` (`http://host:port/...`).
-#[allow(dead_code)] // ray-core's tests use it; this crate's have the handle
 pub fn get_url(url: &str, target: &str) -> (u16, String) {
     let host = url
         .strip_prefix("http://")

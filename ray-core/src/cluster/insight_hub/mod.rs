@@ -1,0 +1,464 @@
+//! The head's insight collector: the records every process of a job ships
+//! ([`Message::InsightBatch`](ray_proto::wire::Message)) become that job's
+//! views and event log, and `rayrs insight export --address` reads them
+//! ([`Message::InsightExport`](ray_proto::wire::Message)).
+//!
+//! Records arrive with times relative to their process's recording epoch,
+//! and span ids and thread indexes unique only within their process. The hub
+//! puts them on one time line per job (nanoseconds since the job registered
+//! at the head; earlier records, from clock skew, are clamped to 0) and mixes
+//! the sending worker's id into span ids and thread indexes, so spans of two
+//! processes never meet. The log holds the records as rebased, so replaying
+//! it rebuilds exactly the views the hub built live.
+//!
+//! Memory: each job's [`Views`] are bounded by their [`Limits`](ray_insight::views::Limits); the hub
+//! keeps the [`MAX_JOBS`] most recently started jobs and forgets older ones
+//! (their logs stay on disk).
+//!
+//! Files: the hub itself does no I/O. Its logs are written by
+//! [`log_files`]' writer on a blocking thread, fed in order under the hub's
+//! lock; a replay reads a log with the lock released, once the writer has
+//! written every batch accepted before.
+
+mod log_files;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use ray_dashboard::{self as dashboard, JobEntry as DashboardJob, Source, ViewQuery};
+use ray_insight::export::{self, ExportFormat, ViewKind};
+use ray_insight::log::decode_records;
+use ray_insight::views::FlameMetric;
+use ray_insight::{Record, Sink, Views};
+use ray_proto::{JobId, WorkerId};
+
+use log_files::{LogFiles, LogPermit, Opened};
+
+/// Jobs whose views the hub keeps (the most recently started).
+pub(crate) const MAX_JOBS: usize = 8;
+
+/// The largest shipped batch the hub decodes, in bytes. A record takes a
+/// few hundred bytes once decoded against at least 8 encoded, so this
+/// bounds what one hostile batch can make the head allocate (tens of MiB).
+pub(crate) const MAX_SHIPPED_BYTES: usize = 1 << 20;
+
+/// One job's collected insight.
+struct JobInsight {
+    epoch_unix_nanos: u64,
+    views: Views,
+    /// Batches that did not decode.
+    bad_batches: u64,
+    /// Batches taken in: the dashboard's version of the job's views.
+    batches: u64,
+}
+
+/// Every job's views and logs on the head.
+pub(crate) struct InsightHub {
+    /// The writer of the jobs' event logs; `None` keeps live views only.
+    logs: Option<LogFiles>,
+    /// When each job registered, for the jobs that have not shipped yet.
+    started: BTreeMap<JobId, u64>,
+    jobs: BTreeMap<JobId, JobInsight>,
+}
+
+fn unix_nanos_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// A 64-bit mix (splitmix64's finaliser): spreads `x` over all bits.
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// `span` of process `worker` as a cluster-wide span id (0 stays 0: no span).
+fn global_span(worker: WorkerId, span: u64) -> u64 {
+    if span == 0 {
+        return 0;
+    }
+    mix(mix(worker.0) ^ span).max(1)
+}
+
+/// Thread `thread` of process `worker` as a cluster-wide thread index.
+fn global_thread(worker: WorkerId, thread: u32) -> u32 {
+    (mix(worker.0 ^ (u64::from(thread) << 32)) >> 32) as u32
+}
+
+impl InsightHub {
+    /// A hub that writes each job's event log under `dir` (`job-<id>.log`),
+    /// or keeps live views only.
+    ///
+    /// # Panics
+    ///
+    /// With a `dir`, outside a tokio runtime (the logs' writer runs on its
+    /// blocking threads).
+    pub(crate) fn new(dir: Option<PathBuf>) -> Self {
+        Self {
+            logs: dir.map(LogFiles::start),
+            started: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+        }
+    }
+
+    /// Job `job` registered now: its time line starts here.
+    pub(crate) fn job_registered(&mut self, job: JobId) {
+        self.started.insert(job, unix_nanos_now());
+        while self.started.len() > MAX_JOBS {
+            self.started.pop_first();
+        }
+    }
+
+    /// Starts keeping `job` if the hub does not yet, forgetting the oldest
+    /// jobs to make room: `Some` then, for its log.
+    fn open_job(&mut self, job: JobId, fallback_epoch: u64) -> Option<Opened> {
+        if self.jobs.contains_key(&job) {
+            return None;
+        }
+        let mut evicted = Vec::new();
+        while self.jobs.len() >= MAX_JOBS {
+            evicted.extend(self.jobs.pop_first().map(|(old, _)| old));
+        }
+        let epoch = self.started.remove(&job).unwrap_or(fallback_epoch);
+        self.jobs.insert(
+            job,
+            JobInsight {
+                epoch_unix_nanos: epoch,
+                views: Views::default(),
+                bad_batches: 0,
+                batches: 0,
+            },
+        );
+        Some(Opened {
+            epoch_unix_nanos: epoch,
+            evicted,
+        })
+    }
+
+    /// Takes in one shipped batch: `bytes` of `worker` in `job`, times
+    /// relative to `epoch_unix_nanos`, and queues it for the job's log on
+    /// `log` (reserved before this hub's lock was taken; see
+    /// [`accept_shipped`]).
+    ///
+    /// # Errors
+    ///
+    /// The reason, when the batch does not decode (nothing of it is kept).
+    fn accept(
+        &mut self,
+        job: JobId,
+        worker: WorkerId,
+        epoch_unix_nanos: u64,
+        bytes: &[u8],
+        log: Option<LogPermit<'_>>,
+    ) -> Result<(), String> {
+        if bytes.len() > MAX_SHIPPED_BYTES {
+            return Err(format!(
+                "insight batch of {} bytes refused: at most {MAX_SHIPPED_BYTES}",
+                bytes.len()
+            ));
+        }
+        let decoded = decode_records(bytes);
+        let opened = self.open_job(job, epoch_unix_nanos);
+        let state = self
+            .jobs
+            .get_mut(&job)
+            .expect("open_job keeps the job it is given");
+        let mut records: Vec<Record> = match decoded {
+            Ok(records) => records,
+            Err(e) => {
+                state.bad_batches += 1;
+                if let (Some(log), Some(opened)) = (log, opened) {
+                    // The job's log is created all the same.
+                    log.write(job, Some(opened), Vec::new());
+                }
+                return Err(format!("insight batch does not decode: {e}"));
+            }
+        };
+        // Sender time t is job time t + (sender epoch - job epoch).
+        let shift = i128::from(epoch_unix_nanos) - i128::from(state.epoch_unix_nanos);
+        for r in &mut records {
+            let at = i128::from(r.at_nanos) + shift;
+            r.at_nanos = u64::try_from(at.max(0)).unwrap_or(u64::MAX);
+            r.span = global_span(worker, r.span);
+            r.parent = global_span(worker, r.parent);
+            r.thread = global_thread(worker, r.thread);
+        }
+        state.views.accept(&records);
+        state.batches += 1;
+        if let Some(log) = log {
+            log.write(job, opened, records);
+        }
+        Ok(())
+    }
+
+    /// The job `job` names (`None`: the most recent), and its state.
+    fn pick(&self, job: Option<JobId>) -> Result<(JobId, &JobInsight), String> {
+        let (job, state) = match job {
+            Some(job) => (job, self.jobs.get(&job)),
+            None => match self.jobs.last_key_value() {
+                Some((job, state)) => (*job, Some(state)),
+                None => return Err("the head has no insight records yet (did the driver set Config::insight or RAYRS_INSIGHT=1?)".into()),
+            },
+        };
+        match state {
+            Some(state) => Ok((job, state)),
+            None => Err(format!(
+                "the head has no insight records of {job} (it keeps the last {MAX_JOBS} jobs that recorded)"
+            )),
+        }
+    }
+}
+
+/// Takes in one shipped batch (see [`InsightHub::accept`]) without waiting
+/// under the lock: room in the log writer's queue is reserved first.
+///
+/// # Errors
+///
+/// As [`InsightHub::accept`].
+pub(crate) async fn accept_shipped(
+    hub: &Mutex<InsightHub>,
+    job: JobId,
+    worker: WorkerId,
+    epoch_unix_nanos: u64,
+    bytes: &[u8],
+) -> Result<(), String> {
+    let logs = hub.lock().logs.clone();
+    let permit = match &logs {
+        Some(logs) => logs.reserve().await,
+        None => None,
+    };
+    hub.lock()
+        .accept(job, worker, epoch_unix_nanos, bytes, permit)
+}
+
+/// One view of `job` (`None`: the most recent job) as text. A replay (an
+/// `at_nanos`) waits for the log's writer: call it on a blocking thread.
+///
+/// # Errors
+///
+/// A reason for the asker: no such job, an unknown view or format, a bad
+/// filter, or `at_nanos` without an event log.
+pub(crate) fn export(
+    hub: &Mutex<InsightHub>,
+    job: Option<JobId>,
+    view: &str,
+    format: &str,
+    at_nanos: Option<u64>,
+    filter: Option<&str>,
+    metric: Option<&str>,
+) -> Result<String, String> {
+    let view: ViewKind = view.parse().map_err(|e| format!("{e}"))?;
+    let format: ExportFormat = format.parse().map_err(|e| format!("{e}"))?;
+    let metric = match metric {
+        Some(m) => export::parse_metric(m).map_err(|e| e.to_string())?,
+        None => FlameMetric::SelfTime,
+    };
+    let filter = match filter {
+        Some(f) => Some(
+            f.split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .ok_or_else(|| format!("bad filter {f:?}: expected key=value"))?,
+        ),
+        None => None,
+    };
+    render(
+        hub,
+        &ViewQuery {
+            job: job.map(|j| j.to_string()),
+            view,
+            format,
+            at_nanos,
+            filter,
+            metric,
+            summary: None,
+        },
+    )
+}
+
+/// Renders `query`: the live views under the hub's lock; a replay from the
+/// job's log with the lock released, once the log's writer has written
+/// every batch accepted before.
+fn render(hub: &Mutex<InsightHub>, query: &ViewQuery) -> Result<String, String> {
+    let job = query.job.as_deref().map(parse_job).transpose()?;
+    let (job, limits, logs) = {
+        let hub = hub.lock();
+        let (job, state) = hub.pick(job)?;
+        if query.at_nanos.is_none() {
+            return dashboard::render(&state.views, None, query);
+        }
+        (job, state.views.limits().clone(), hub.logs.clone())
+    };
+    let log = logs.and_then(|logs| logs.written(job));
+    // A replay builds its own views: only their limits come from the live ones.
+    dashboard::render(&Views::new(limits), log.as_deref(), query)
+}
+
+/// `job-<hex>`, as [`JobId`] displays itself.
+fn parse_job(text: &str) -> Result<JobId, String> {
+    text.strip_prefix("job-")
+        .and_then(|hex| u32::from_str_radix(hex, 16).ok())
+        .map(JobId)
+        .ok_or_else(|| format!("bad job {text:?}: expected job-<hex>"))
+}
+
+/// The head's collector as the dashboard's [`Source`].
+pub(crate) struct HubSource(pub(crate) Arc<Mutex<InsightHub>>);
+
+impl Source for HubSource {
+    fn jobs(&self) -> Vec<DashboardJob> {
+        let hub = self.0.lock();
+        let latest = hub.jobs.keys().next_back().copied();
+        hub.jobs
+            .keys()
+            .rev()
+            .map(|job| DashboardJob {
+                job: job.to_string(),
+                label: job.to_string(),
+                latest: Some(*job) == latest,
+            })
+            .collect()
+    }
+
+    fn stats(&self, job: Option<&str>) -> Result<serde_json::Value, String> {
+        let job = job.map(parse_job).transpose()?;
+        let hub = self.0.lock();
+        let (job, state) = hub.pick(job)?;
+        Ok(dashboard::stats_json(
+            &state.views,
+            &job.to_string(),
+            state.batches,
+        ))
+    }
+
+    fn view(&self, query: &ViewQuery) -> Result<String, String> {
+        render(&self.0, query)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ray_insight::log::{encode_records, read_log};
+    use ray_insight::{FieldValue, RecordKind};
+
+    /// One shipped batch: task `task` starts running at `at_nanos`.
+    fn batch(task: &str, at_nanos: u64) -> Vec<u8> {
+        let record = Record {
+            kind: RecordKind::SpanNew,
+            span: at_nanos + 1,
+            parent: 0,
+            name: "task.run",
+            target: "ray_core::task",
+            at_nanos,
+            thread: 0,
+            fields: [
+                ("task_id", FieldValue::Str(task.into())),
+                ("function", FieldValue::Str("f".into())),
+            ]
+            .into_iter()
+            .collect(),
+        };
+        let mut bytes = Vec::new();
+        encode_records(&[record], &mut bytes);
+        bytes
+    }
+
+    fn temp_dir(what: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("rayrs-hub-{what}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        dir
+    }
+
+    /// Waits, on a blocking thread, until the hub's writer has written
+    /// everything accepted so far; the path of `job`'s log.
+    async fn written(hub: &Mutex<InsightHub>, job: JobId) -> Option<PathBuf> {
+        let logs = hub.lock().logs.clone().expect("a hub with a directory");
+        tokio::task::spawn_blocking(move || logs.written(job))
+            .await
+            .expect("the wait ends")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn batches_reach_the_log_in_the_order_the_hub_accepted_them() {
+        let dir = temp_dir("order");
+        let hub = Mutex::new(InsightHub::new(Some(dir.clone())));
+        let tasks = ["t1", "t2", "t3", "t4", "t5"];
+        for (at, task) in tasks.iter().enumerate() {
+            accept_shipped(&hub, JobId(1), WorkerId(1), 0, &batch(task, at as u64))
+                .await
+                .expect("accepted");
+        }
+        let path = written(&hub, JobId(1)).await.expect("the job's log");
+        let log = read_log(&path).expect("a log");
+        assert!(log.stopped.is_none(), "{:?}", log.stopped);
+        let logged: Vec<String> = log
+            .records
+            .iter()
+            .filter_map(|r| match r.field("task_id") {
+                Some(FieldValue::Str(t)) => Some(t.to_string()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(logged, tasks);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_log_that_cannot_be_written_loses_no_batch_of_the_live_views() {
+        if !std::path::Path::new("/dev/full").exists() {
+            return;
+        }
+        let dir = temp_dir("full");
+        // Every write to /dev/full fails as on a full disk (ENOSPC).
+        std::os::unix::fs::symlink("/dev/full", dir.join("job-1.log")).expect("a symlink");
+        let hub = Mutex::new(InsightHub::new(Some(dir.clone())));
+        for at in 0..3 {
+            accept_shipped(&hub, JobId(1), WorkerId(1), 0, &batch("t", at))
+                .await
+                .expect("a full disk refuses no batch");
+        }
+        assert!(written(&hub, JobId(1)).await.is_some());
+        let hub = hub.lock();
+        let state = &hub.jobs[&JobId(1)];
+        assert_eq!(state.batches, 3);
+        assert_eq!(state.views.stats().applied, 3);
+        drop(hub);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn spans_of_two_processes_never_share_an_id_and_zero_stays_zero() {
+        let (a, b) = (WorkerId(1), WorkerId(2));
+        assert_eq!(global_span(a, 0), 0);
+        let ids: std::collections::HashSet<u64> = (1..10_000u64)
+            .flat_map(|s| [global_span(a, s), global_span(b, s)])
+            .collect();
+        assert_eq!(ids.len(), 2 * 9_999);
+        assert!(!ids.contains(&0));
+        assert_ne!(global_thread(a, 0), global_thread(b, 0));
+    }
+
+    #[test]
+    fn a_batch_that_does_not_decode_is_refused_and_counted() {
+        let mut hub = InsightHub::new(None);
+        let err = hub
+            .accept(JobId(1), WorkerId(1), 0, &[0xff, 0xff, 0xff], None)
+            .unwrap_err();
+        assert!(err.contains("does not decode"), "{err}");
+        assert_eq!(hub.jobs[&JobId(1)].bad_batches, 1);
+        let hub = Mutex::new(hub);
+        assert!(export(&hub, Some(JobId(2)), "logical", "json", None, None, None).is_err());
+        assert!(
+            export(&hub, Some(JobId(1)), "logical", "json", Some(5), None, None)
+                .unwrap_err()
+                .contains("no event log")
+        );
+    }
+}

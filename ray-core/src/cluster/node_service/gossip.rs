@@ -1,0 +1,155 @@
+//! What the node tells the GCS and learns from it: heartbeats carrying this
+//! node's load, the node table that feeds the scheduler's view of the
+//! others, and the GCS's node and job events (joins, deaths, job ends).
+
+use std::time::Duration;
+
+use ray_proto::wire::{WireChannel, WireEvent};
+use ray_proto::JobId;
+use ray_sched::NodeUpdate;
+
+use super::NodeService;
+use crate::cluster::{resources_from_wire, resources_to_wire, ClusterError};
+
+impl NodeService {
+    /// Follows node and job changes published by the GCS, so joins,
+    /// deaths and job ends reach the scheduler at once (the heartbeat
+    /// loop's full refresh is the fallback). Runs until the node stops.
+    pub(super) async fn follow_events(self) {
+        let client = self.inner.daemon.client().clone();
+        loop {
+            let sub = match client
+                .subscribe(vec![WireChannel::Node, WireChannel::Job])
+                .await
+            {
+                Ok(sub) => sub,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            let mut seen_dropped = 0;
+            loop {
+                match client.poll_events(sub, Duration::from_secs(1)).await {
+                    Ok((events, dropped)) => {
+                        if dropped > seen_dropped {
+                            // Lost some: the tables themselves are the truth.
+                            seen_dropped = dropped;
+                            if let Ok(nodes) = client.nodes().await {
+                                self.apply_nodes(nodes);
+                            }
+                        }
+                        let mut nodes = Vec::new();
+                        for e in events {
+                            match e {
+                                WireEvent::Node(n) => nodes.push(n),
+                                WireEvent::Job(j) if !j.running => self.end_job(j.id),
+                                _ => {}
+                            }
+                        }
+                        if !nodes.is_empty() {
+                            self.apply_nodes(nodes);
+                        }
+                    }
+                    Err(ClusterError::Timeout { .. }) => {}
+                    Err(_) => break,
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Heartbeats (carrying this node's load) and refreshes the view of
+    /// the other nodes and of running jobs, until that can no longer
+    /// succeed; returns why. Cancel-safe.
+    pub async fn run(&self) -> ClusterError {
+        let inner = &self.inner;
+        let client = inner.daemon.client().clone();
+        let mut ticks = tokio::time::interval(inner.daemon.heartbeat_interval());
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut missed = 0;
+        loop {
+            ticks.tick().await;
+            let update = inner.sched.lock().local_update();
+            match client
+                .heartbeat(inner.node, update.version, resources_to_wire(&update.used))
+                .await
+            {
+                Ok(()) => missed = 0,
+                Err(e @ ClusterError::Timeout { .. }) => {
+                    missed += 1;
+                    if missed >= 5 {
+                        return e;
+                    }
+                    continue;
+                }
+                Err(e) => return e,
+            }
+            if let Ok(nodes) = client.nodes().await {
+                self.apply_nodes(nodes);
+            }
+            if let Ok(jobs) = client.jobs().await {
+                for j in jobs.into_iter().filter(|j| !j.running) {
+                    self.end_job(j.id);
+                }
+            }
+        }
+    }
+
+    pub(super) fn apply_nodes(&self, nodes: Vec<ray_proto::wire::NodeEntry>) {
+        let inner = &self.inner;
+        {
+            let mut sched = inner.sched.lock();
+            let mut addrs = inner.node_addrs.lock();
+            for n in nodes {
+                if n.id == inner.node {
+                    continue;
+                }
+                let known = sched.view().node(n.id).is_some();
+                if !n.alive {
+                    if known {
+                        sched.node_removed(n.id);
+                    }
+                    addrs.remove(&n.id);
+                    continue;
+                }
+                if let Ok(a) = n.address.parse() {
+                    addrs.insert(n.id, a);
+                }
+                if !known {
+                    let labels = n.labels.iter().map(|l| (l.key.clone(), l.value.clone()));
+                    sched.node_added(n.id, resources_from_wire(&n.resources), labels.collect());
+                }
+                if n.version > 0 {
+                    sched.apply_gossip(&NodeUpdate {
+                        node: n.id,
+                        version: n.version,
+                        used: resources_from_wire(&n.used),
+                    });
+                }
+            }
+        }
+        self.drain();
+    }
+
+    /// The job ended: its worker goes, and its leases with it.
+    fn end_job(&self, job: JobId) {
+        let inner = &self.inner;
+        let keep = {
+            let lj = inner.lease_jobs.lock();
+            let detached = inner.detached.lock();
+            lj.iter().any(|(l, j)| *j == job && detached.contains(l))
+        };
+        if keep {
+            // Detached actors live in this worker: it stays, and so do
+            // their leases; the job's other leases go.
+            self.release_job_leases(job, false);
+            return;
+        }
+        let Some(w) = inner.jobs.lock().remove(&job) else {
+            return;
+        };
+        w.stop();
+        self.release_job_leases(job, true);
+    }
+}

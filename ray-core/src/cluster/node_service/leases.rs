@@ -1,0 +1,341 @@
+//! The lease server on ray-sched's
+//! [`NodeScheduler`](ray_sched::NodeScheduler): requests decided bottom-up
+//! (run here, spill to another node, wait, infeasible), placement-group
+//! bundles, and the scheduler's actions carried out.
+
+use ray_proto::wire::{BuildFingerprint, Message, WireNodeUpdate};
+use ray_proto::{JobId, NodeId, TaskId};
+use ray_sched::{Action, NodeUpdate, Task};
+use tokio::sync::oneshot;
+
+use super::NodeService;
+use crate::cluster::core::{strategy_from_wire, strategy_to_wire};
+use crate::cluster::{resources_from_wire, resources_to_wire};
+use ray_transport::Envelope;
+
+/// A lease request waiting in the scheduler.
+pub(super) struct Pending {
+    job: JobId,
+    binary_hash: [u8; 32],
+    fingerprint: BuildFingerprint,
+}
+
+impl NodeService {
+    /// Gives back the job's leases; those of detached actors too only
+    /// when `all` (their worker is gone).
+    pub(super) fn release_job_leases(&self, job: JobId, all: bool) {
+        let inner = &self.inner;
+        let leases: Vec<TaskId> = {
+            let mut lj = inner.lease_jobs.lock();
+            let mut detached = inner.detached.lock();
+            let ids: Vec<TaskId> = lj
+                .iter()
+                .filter(|(l, j)| **j == job && (all || !detached.contains(*l)))
+                .map(|(l, _)| *l)
+                .collect();
+            for l in &ids {
+                detached.remove(l);
+            }
+            for l in &ids {
+                lj.remove(l);
+            }
+            ids
+        };
+        {
+            let mut sched = inner.sched.lock();
+            for l in leases {
+                sched.finish(l);
+            }
+        }
+        self.drain();
+    }
+
+    pub(super) async fn handle(&self, msg: Message) -> Message {
+        let inner = &self.inner;
+        match msg {
+            Message::RequestLease {
+                lease,
+                job,
+                binary_hash,
+                fingerprint,
+                resources,
+                strategy,
+                spilled_from,
+            } => {
+                let (tx, rx) = oneshot::channel();
+                inner.replies.lock().insert(lease, tx);
+                let task = Task::new(
+                    lease,
+                    resources_from_wire(&resources),
+                    strategy_from_wire(&strategy),
+                    Pending {
+                        job,
+                        binary_hash,
+                        fingerprint,
+                    },
+                );
+                {
+                    let mut sched = inner.sched.lock();
+                    match spilled_from {
+                        None => sched.submit(task),
+                        Some(from) => sched.receive_spill(from, task),
+                    }
+                }
+                self.drain();
+                rx.await.unwrap_or(Message::Error {
+                    reason: format!("{} dropped the lease request", inner.node),
+                })
+            }
+            Message::ReturnLease { lease } => {
+                inner.lease_jobs.lock().remove(&lease);
+                inner.detached.lock().remove(&lease);
+                let found = inner.sched.lock().finish(lease);
+                self.drain();
+                if found {
+                    Message::Ok
+                } else {
+                    Message::Error {
+                        reason: format!("{lease} is not a lease of {}", inner.node),
+                    }
+                }
+            }
+            Message::PrepareBundle {
+                group,
+                index,
+                resources,
+            } => {
+                let ok = inner.sched.lock().prepare_bundle(
+                    group,
+                    index as usize,
+                    resources_from_wire(&resources),
+                );
+                self.drain();
+                if ok {
+                    Message::Ok
+                } else {
+                    Message::Error {
+                        reason: format!(
+                            "bundle {index} of {group} does not fit {} now",
+                            inner.node
+                        ),
+                    }
+                }
+            }
+            Message::CommitBundle { group, index } => {
+                let ok = inner.sched.lock().commit_bundle(group, index as usize);
+                self.drain();
+                if ok {
+                    Message::Ok
+                } else {
+                    Message::Error {
+                        reason: format!(
+                            "bundle {index} of {group} is not prepared on {}",
+                            inner.node
+                        ),
+                    }
+                }
+            }
+            Message::ReleaseBundle { group, index } => {
+                inner.sched.lock().release_bundle(group, index as usize);
+                self.drain();
+                Message::Ok
+            }
+            Message::BundlePlaced {
+                group,
+                index,
+                node,
+                resources,
+            } => {
+                inner.sched.lock().bundle_placed(
+                    group,
+                    index as usize,
+                    node,
+                    resources_from_wire(&resources),
+                );
+                self.drain();
+                Message::Ok
+            }
+            Message::RemoveGroup { group } => {
+                inner.sched.lock().placement_group_removed(group);
+                self.drain();
+                Message::Ok
+            }
+            Message::DetachLease { lease } => {
+                if inner.lease_jobs.lock().contains_key(&lease) {
+                    inner.detached.lock().insert(lease);
+                    Message::Ok
+                } else {
+                    Message::Error {
+                        reason: format!("{lease} is not a lease of {}", inner.node),
+                    }
+                }
+            }
+            Message::LeaseBlocked { lease, blocked } => {
+                {
+                    let mut sched = inner.sched.lock();
+                    if blocked {
+                        sched.block(lease);
+                    } else {
+                        sched.unblock(lease);
+                    }
+                }
+                self.drain();
+                Message::Ok
+            }
+            Message::WorkerReady {
+                job,
+                worker,
+                address,
+                fingerprint,
+                pid,
+            } => self.worker_ready(job, worker, address, fingerprint, pid),
+            Message::Ping { seq } => Message::Pong { seq },
+            other => Message::Error {
+                reason: format!(
+                    "a node daemon does not serve {}",
+                    crate::cluster::message_kind(&other)
+                ),
+            },
+        }
+    }
+
+    /// Carries out what the scheduler decided.
+    pub(super) fn drain(&self) {
+        loop {
+            let action = self.inner.sched.lock().poll_action();
+            let Some(action) = action else { return };
+            match action {
+                Action::Run(task) => self.grant(task),
+                Action::Spill { to, task } => {
+                    let me = self.clone();
+                    tokio::spawn(async move { me.forward(to, task).await });
+                }
+                Action::Refuse { task, update, .. } => {
+                    self.reply(
+                        task.id,
+                        Message::LeaseRefused {
+                            update: WireNodeUpdate {
+                                node: update.node,
+                                version: update.version,
+                                used: resources_to_wire(&update.used),
+                            },
+                        },
+                    );
+                }
+                Action::Infeasible { task, report } => {
+                    // A node may have joined since the last gossip: look
+                    // again (the scheduler re-places kept work on a join),
+                    // and answer infeasible only if it still is.
+                    let me = self.clone();
+                    tokio::spawn(async move {
+                        if let Ok(nodes) = me.inner.daemon.client().nodes().await {
+                            me.apply_nodes(nodes);
+                        }
+                        me.reply(
+                            task,
+                            Message::LeaseInfeasible {
+                                reason: report.reason,
+                            },
+                        );
+                    });
+                }
+                Action::Failed { task, reason } => {
+                    self.reply(
+                        task.id,
+                        Message::Error {
+                            reason: format!("{reason:?}"),
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    fn reply(&self, lease: TaskId, msg: Message) -> bool {
+        match self.inner.replies.lock().remove(&lease) {
+            Some(tx) => tx.send(msg).is_ok(),
+            None => false,
+        }
+    }
+
+    /// The scheduler placed a lease here: start (or reuse) the job's worker.
+    fn grant(&self, task: Task<Pending>) {
+        let inner = &self.inner;
+        if !inner.replies.lock().contains_key(&task.id) {
+            // Its owner was told it is infeasible, or gave up: nobody holds it.
+            inner.sched.lock().finish(task.id);
+            return self.drain();
+        }
+        inner.lease_jobs.lock().insert(task.id, task.item.job);
+        let me = self.clone();
+        tokio::spawn(async move {
+            let p = &task.item;
+            match me.worker_for(p.job, p.binary_hash, p.fingerprint).await {
+                Ok((worker, address)) => {
+                    let granted = Message::LeaseGranted {
+                        lease: task.id,
+                        node: me.inner.node,
+                        worker,
+                        address,
+                    };
+                    if !me.reply(task.id, granted) {
+                        me.inner.lease_jobs.lock().remove(&task.id);
+                        me.inner.sched.lock().finish(task.id);
+                        me.drain();
+                    }
+                }
+                Err(reason) => {
+                    me.inner.lease_jobs.lock().remove(&task.id);
+                    me.inner.sched.lock().finish(task.id);
+                    me.drain();
+                    me.reply(task.id, Message::Error { reason });
+                }
+            }
+        });
+    }
+
+    async fn forward(&self, to: NodeId, task: Task<Pending>) {
+        let inner = &self.inner;
+        let addr = inner.node_addrs.lock().get(&to).copied();
+        let reply = match addr {
+            Some(addr) => match inner.conns.get(addr).await {
+                Ok(conn) => {
+                    let p = &task.item;
+                    let request = Message::RequestLease {
+                        lease: task.id,
+                        job: p.job,
+                        binary_hash: p.binary_hash,
+                        fingerprint: p.fingerprint,
+                        resources: resources_to_wire(&task.resources),
+                        strategy: strategy_to_wire(&task.strategy),
+                        spilled_from: Some(inner.node),
+                    };
+                    conn.request(&Envelope::new(request)).await.ok()
+                }
+                Err(_) => None,
+            },
+            None => None,
+        };
+        match reply.map(|e| e.body) {
+            Some(granted @ Message::LeaseGranted { .. }) => {
+                self.reply(task.id, granted);
+            }
+            Some(Message::LeaseRefused { update }) => {
+                let update = NodeUpdate {
+                    node: update.node,
+                    version: update.version,
+                    used: resources_from_wire(&update.used),
+                };
+                inner.sched.lock().on_refused(to, task, &update);
+                self.drain();
+            }
+            Some(other @ (Message::LeaseInfeasible { .. } | Message::Error { .. })) => {
+                self.reply(task.id, other);
+            }
+            _ => {
+                inner.sched.lock().spill_failed(to, task);
+                self.drain();
+            }
+        }
+    }
+}

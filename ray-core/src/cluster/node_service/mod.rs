@@ -1,0 +1,144 @@
+//! The serving half of a node daemon: leases, worker processes and gossip.
+//!
+//! Owners ask the daemon of their own node for a lease of some resources
+//! ([`Message::RequestLease`]). The daemon's ray-sched [`NodeScheduler`]
+//! decides bottom-up: run here (the lease is granted, naming this node's
+//! worker process of the job, started on first use), spill to another node
+//! (the request is forwarded there; a stale view gets refused with the
+//! target's fresh load and is placed again), wait for resources, or
+//! infeasible. A lease holds its resources until the owner returns it.
+//!
+//! Workers run the job's own executable: the daemon fetches it from the GCS
+//! once (by content hash), caches it in its directory and starts it with
+//! an environment that makes the ray-rs runtime serve instead of running
+//! `main` (see [`super::worker`]). A worker reports in with its build
+//! fingerprint and is refused if it differs from the job's. Workers die
+//! with their daemon (`PR_SET_PDEATHSIG`) and when their job ends.
+//!
+//! Gossip: every heartbeat carries this node's load to the GCS, and the
+//! node table that comes back feeds the scheduler's view of the others.
+
+mod binaries;
+mod gossip;
+mod leases;
+mod workers;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use hashbrown::HashMap;
+use parking_lot::Mutex;
+use ray_proto::wire::Message;
+use ray_proto::{JobId, NodeId, TaskId};
+use ray_sched::{ClusterView, NodeScheduler, Policies, ResourceSet};
+use tokio::sync::oneshot;
+
+use super::NodeDaemon;
+use leases::Pending;
+use ray_transport::{Connections, Endpoint, Envelope, IncomingRequest};
+use workers::JobWorker;
+
+/// Where a node daemon keeps things and how its workers find the cluster.
+#[derive(Debug, Clone)]
+pub struct NodeServiceConfig {
+    /// Directory holding the cluster credentials workers load.
+    pub credentials_dir: PathBuf,
+    /// Directory job binaries are cached in.
+    pub cache_dir: PathBuf,
+    /// The IP workers bind to.
+    pub bind_ip: IpAddr,
+}
+
+struct Inner {
+    node: NodeId,
+    daemon: NodeDaemon,
+    gcs_addr: SocketAddr,
+    endpoint: Endpoint,
+    conns: Connections,
+    config: NodeServiceConfig,
+    total: ResourceSet,
+    sched: Mutex<NodeScheduler<Pending>>,
+    replies: Mutex<HashMap<TaskId, oneshot::Sender<Message>>>,
+    lease_jobs: Mutex<HashMap<TaskId, JobId>>,
+    /// Leases held by detached actors: they outlive their job.
+    detached: Mutex<hashbrown::HashSet<TaskId>>,
+    jobs: Mutex<HashMap<JobId, Arc<JobWorker>>>,
+    node_addrs: Mutex<HashMap<NodeId, SocketAddr>>,
+}
+
+/// A node daemon serving leases; see the module docs.
+#[derive(Clone)]
+pub struct NodeService {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for NodeService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeService")
+            .field("node", &self.inner.node)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeService {
+    /// Serves leases on `endpoint` (the one `daemon` registered the
+    /// address of) for the node `daemon` registered with `total` resources.
+    pub fn start(
+        daemon: NodeDaemon,
+        endpoint: Endpoint,
+        total: ResourceSet,
+        labels: BTreeMap<String, String>,
+        config: NodeServiceConfig,
+    ) -> Self {
+        let node = daemon.node_id();
+        let mut view = ClusterView::new();
+        view.add_node(node, total.clone(), labels);
+        let seed = node.0 ^ 0x5eed_0000;
+        let inner = Arc::new(Inner {
+            node,
+            gcs_addr: daemon.client().addr(),
+            daemon,
+            conns: Connections::new(endpoint.clone()),
+            endpoint,
+            config,
+            total,
+            sched: Mutex::new(NodeScheduler::new(node, view, Policies::standard(seed))),
+            replies: Mutex::new(HashMap::new()),
+            lease_jobs: Mutex::new(HashMap::new()),
+            detached: Mutex::new(hashbrown::HashSet::new()),
+            jobs: Mutex::new(HashMap::new()),
+            node_addrs: Mutex::new(HashMap::new()),
+        });
+        let me = Self { inner };
+        let accept = me.clone();
+        tokio::spawn(async move { accept.accept_loop().await });
+        let follow = me.clone();
+        tokio::spawn(async move { follow.follow_events().await });
+        me
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> NodeId {
+        self.inner.node
+    }
+
+    async fn accept_loop(self) {
+        while let Ok(conn) = self.inner.endpoint.accept().await {
+            let me = self.clone();
+            tokio::spawn(async move {
+                while let Ok(req) = conn.accept_request().await {
+                    let me = me.clone();
+                    tokio::spawn(async move { me.serve(req).await });
+                }
+            });
+        }
+    }
+
+    async fn serve(self, mut req: IncomingRequest) {
+        let Ok(env) = req.read().await else { return };
+        let reply = self.handle(env.body).await;
+        let _ = req.respond(&Envelope::new(reply)).await;
+    }
+}

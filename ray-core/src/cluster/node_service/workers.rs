@@ -1,0 +1,207 @@
+//! The worker process of each job on this node: started on first use from
+//! the job's cached binary, refused if its build fingerprint differs from
+//! the job's, stopped (SIGTERM, then SIGKILL) when the job ends.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use ray_proto::wire::{BuildFingerprint, Message};
+use ray_proto::{JobId, WorkerId};
+use tokio::sync::oneshot;
+
+use super::NodeService;
+use crate::cluster::worker::WorkerEnv;
+
+/// How long a started worker has to report in.
+const WORKER_START_TIMEOUT: Duration = Duration::from_secs(60);
+/// A started worker's id and address, or why it did not start.
+type Started = Result<(WorkerId, String), String>;
+
+/// The worker process of one job on this node.
+#[derive(Default)]
+pub(super) struct JobWorker {
+    started: tokio::sync::OnceCell<Started>,
+    ready: Mutex<Option<oneshot::Sender<Started>>>,
+    expected: Mutex<Option<BuildFingerprint>>,
+    pid: Mutex<Option<u32>>,
+    /// Tells the worker's waiter to stop it (SIGTERM, then SIGKILL).
+    stop: Mutex<Option<oneshot::Sender<()>>>,
+}
+
+impl JobWorker {
+    /// Stops the worker process, if it was started: see [`STOP_GRACE`].
+    pub(super) fn stop(&self) {
+        if let Some(stop) = self.stop.lock().take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+impl NodeService {
+    /// Answers a worker reporting in ([`Message::WorkerReady`]): it is this
+    /// node's worker of `job` only if it was built as the job was.
+    pub(super) fn worker_ready(
+        &self,
+        job: JobId,
+        worker: WorkerId,
+        address: String,
+        fingerprint: BuildFingerprint,
+        pid: u32,
+    ) -> Message {
+        let inner = &self.inner;
+        let w = inner.jobs.lock().get(&job).cloned();
+        let Some(w) = w else {
+            return Message::Refused {
+                reason: format!("{} runs no worker of {job}", inner.node),
+            };
+        };
+        let expected = *w.expected.lock();
+        let tx = w.ready.lock().take();
+        if expected != Some(fingerprint) {
+            let reason = format!(
+                "worker {worker} (pid {pid}) was built as {fingerprint}, but {job} \
+                 was built as {}",
+                expected.map_or("unknown".to_string(), |f| f.to_string())
+            );
+            if let Some(tx) = tx {
+                let _ = tx.send(Err(reason.clone()));
+            }
+            return Message::Refused { reason };
+        }
+        match tx {
+            Some(tx) => {
+                let _ = tx.send(Ok((worker, address)));
+                Message::Ok
+            }
+            None => Message::Refused {
+                reason: format!("{job} already has a worker on {}", inner.node),
+            },
+        }
+    }
+
+    /// The worker of `job` here, started on first use.
+    pub(super) async fn worker_for(
+        &self,
+        job: JobId,
+        binary_hash: [u8; 32],
+        fingerprint: BuildFingerprint,
+    ) -> Result<(WorkerId, String), String> {
+        let w = self.inner.jobs.lock().entry(job).or_default().clone();
+        w.started
+            .get_or_init(|| self.start_worker(job, binary_hash, fingerprint, w.clone()))
+            .await
+            .clone()
+    }
+
+    async fn start_worker(
+        &self,
+        job: JobId,
+        binary_hash: [u8; 32],
+        fingerprint: BuildFingerprint,
+        w: Arc<JobWorker>,
+    ) -> Result<(WorkerId, String), String> {
+        let inner = &self.inner;
+        let path = self.cached_binary(binary_hash).await?;
+        let (tx, rx) = oneshot::channel();
+        *w.ready.lock() = Some(tx);
+        *w.expected.lock() = Some(fingerprint);
+        let node_addr = inner
+            .endpoint
+            .local_addr()
+            .map_err(|e| format!("cannot read the node address: {e}"))?;
+        let node_addr = if node_addr.ip().is_unspecified() {
+            SocketAddr::new(inner.config.bind_ip, node_addr.port())
+        } else {
+            node_addr
+        };
+        let env = WorkerEnv {
+            gcs: inner.gcs_addr,
+            node: node_addr,
+            node_id: inner.node,
+            job,
+            credentials: inner.config.credentials_dir.clone(),
+            resources: inner.total.clone(),
+            binary_hash,
+            bind_ip: inner.config.bind_ip,
+        };
+        let mut cmd = tokio::process::Command::new(&path);
+        for (k, _) in std::env::vars_os() {
+            // A worker is not a daemon, whatever started its daemon.
+            if k.to_string_lossy().starts_with("RAYRS_DAEMON") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.envs(env.to_vars())
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(false);
+        crate::cluster::local::die_with_parent(cmd.as_std_mut());
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start worker {}: {e}", path.display()))?;
+        let pid = child.id().unwrap_or(0);
+        *w.pid.lock() = Some(pid);
+        tracing::info!(target: "ray::node", node = %inner.node, job = %job, pid, "worker.started");
+        let me = self.clone();
+        let watched = w.clone();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        *w.stop.lock() = Some(stop_tx);
+        tokio::spawn(async move {
+            let status = tokio::select! {
+                status = child.wait() => status,
+                Ok(()) = stop_rx => {
+                    // Not reaped yet, so the pid is still this worker's.
+                    if let Some(pid) = child.id() {
+                        terminate(pid);
+                    }
+                    match tokio::time::timeout(STOP_GRACE, child.wait()).await {
+                        Ok(status) => status,
+                        Err(_) => {
+                            let _ = child.start_kill();
+                            child.wait().await
+                        }
+                    }
+                }
+            };
+            tracing::info!(target: "ray::node", job = %job, pid, ?status, "worker.exited");
+            let current = me.inner.jobs.lock().get(&job).cloned();
+            if current.is_some_and(|c| Arc::ptr_eq(&c, &watched)) {
+                me.inner.jobs.lock().remove(&job);
+            }
+            if let Some(tx) = watched.ready.lock().take() {
+                let _ = tx.send(Err(format!(
+                    "worker of {job} (pid {pid}) exited: {status:?}"
+                )));
+            }
+            me.release_job_leases(job, true);
+        });
+        match tokio::time::timeout(WORKER_START_TIMEOUT, rx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(format!("worker of {job} went away before reporting in")),
+            Err(_) => {
+                w.stop();
+                Err(format!(
+                    "worker of {job} did not report in within {WORKER_START_TIMEOUT:?}"
+                ))
+            }
+        }
+    }
+}
+
+/// How long a worker told to stop (SIGTERM) has before SIGKILL: it ships
+/// its last insight records meanwhile.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// Sends SIGTERM to process `pid`: a signal, with nothing to wait for
+/// (the worker's waiter reaps it).
+fn terminate(pid: u32) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return;
+    };
+    // SAFETY: kill(2) takes two integers and touches no memory of ours.
+    // `pid` is a child not yet reaped, so it still names that child.
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+}
