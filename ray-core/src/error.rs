@@ -138,14 +138,102 @@ pub enum Error {
     },
     /// The cluster's control plane failed the request (the GCS or a node
     /// daemon is unreachable or refused it).
+    ///
+    /// `cause` is the whole message, the source's text included (it is what
+    /// the error displays); `source` keeps the typed error behind it where
+    /// there is one in this process: a [`TransportError`], a
+    /// [`ClusterError`] from the GCS client, an [`std::io::Error`], an
+    /// address that does not parse. A reason that came over the wire (a
+    /// refusal, an error of a remote process) has no source, only its text.
+    ///
+    /// [`TransportError`]: ray_transport::TransportError
+    /// [`ClusterError`]: crate::cluster::ClusterError
     #[error("cluster: {cause}")]
     Cluster {
         /// What went wrong, naming the process involved.
         cause: String,
+        /// The typed error behind `cause`, if any
+        /// ([`std::error::Error::source`] returns it).
+        #[source]
+        source: Option<SharedError>,
     },
     /// The runtime was shut down before the work finished.
     #[error("the ray-rs runtime is shut down")]
     ShutDown,
+}
+
+impl Error {
+    /// [`Error::Cluster`] with no typed source: a reason that is only text.
+    pub(crate) fn cluster(cause: impl Into<String>) -> Self {
+        Error::Cluster {
+            cause: cause.into(),
+            source: None,
+        }
+    }
+
+    /// [`Error::Cluster`] saying `cause` (the whole message) and keeping
+    /// `source`, the error it comes from.
+    pub(crate) fn cluster_from(
+        cause: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Error::Cluster {
+            cause: cause.into(),
+            source: Some(SharedError::new(source)),
+        }
+    }
+
+    /// [`Error::Cluster`] saying what `source` says, and keeping it.
+    pub(crate) fn cluster_source(source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::cluster_from(source.to_string(), source)
+    }
+}
+
+/// An error kept as the typed source of an [`Error`], shared by its clones
+/// (most sources, `std::io::Error` among them, are not `Clone`).
+///
+/// It dereferences to the error itself, so [`std::error::Error::source`]
+/// of an [`Error`] returns that error and `downcast_ref` finds its type:
+///
+/// ```
+/// # use std::error::Error as _;
+/// # let err = ray_core::Error::Cluster {
+/// #     cause: "cannot read this executable: gone".into(),
+/// #     source: Some(ray_core::SharedError::new(std::io::Error::other("gone"))),
+/// # };
+/// let io = err.source().and_then(|s| s.downcast_ref::<std::io::Error>());
+/// assert!(io.is_some());
+/// ```
+// Not `std::error::Error` itself, on purpose: thiserror then reaches the
+// error through `Deref`, and `source()` hands out the error, not this box.
+#[derive(Clone)]
+pub struct SharedError(Arc<dyn std::error::Error + Send + Sync + 'static>);
+
+impl SharedError {
+    /// Keeps `error`.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(Arc::new(error))
+    }
+}
+
+impl std::ops::Deref for SharedError {
+    type Target = dyn std::error::Error + Send + Sync + 'static;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl fmt::Debug for SharedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for SharedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&*self.0, f)
+    }
 }
 
 /// A user error value returned by a remote function as `Err(e)`.
@@ -206,5 +294,30 @@ impl fmt::Display for UserError {
 impl From<StoreError> for Error {
     fn from(e: StoreError) -> Self {
         Error::ObjectStoreFull(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    #[test]
+    fn a_cluster_error_keeps_its_source_and_its_text() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let err = Error::cluster_from(format!("cannot read this executable: {io}"), io);
+        assert_eq!(
+            err.to_string(),
+            "cluster: cannot read this executable: no such file"
+        );
+        let source = err.source().expect("the I/O error is the source");
+        let io = source.downcast_ref::<std::io::Error>().expect("typed");
+        assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
+        // Clones share it.
+        let copy = err.clone();
+        assert!(copy.source().unwrap().is::<std::io::Error>());
+        // A reason that is only text has none.
+        assert!(Error::cluster("lease refused: no").source().is_none());
     }
 }

@@ -64,7 +64,7 @@ mod task;
 
 pub use actor::{ActorHandle, RawActorHandle, RemoteActor};
 pub use cluster::{Cluster, LocalClusterConfig};
-pub use error::{Error, Result, UserError};
+pub use error::{Error, Result, SharedError, UserError};
 pub use object::Object;
 pub use object_ref::{ArchivedRef, IntoArg, ObjectRef, TaskArg};
 pub use options::{

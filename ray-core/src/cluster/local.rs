@@ -86,18 +86,15 @@ impl Cluster {
                 "a cluster needs at least one node".into(),
             ));
         }
-        let cluster = |cause: String| Error::Cluster { cause };
         let dir =
             std::env::temp_dir().join(format!("rayrs-local-{}-{}", std::process::id(), unique()));
         std::fs::create_dir_all(&dir)
-            .map_err(|e| cluster(format!("cannot create {}: {e}", dir.display())))?;
-        let ca = ClusterCa::generate().map_err(|e| cluster(e.to_string()))?;
-        let creds = ca
-            .issue("ray-rs-local")
-            .map_err(|e| cluster(e.to_string()))?;
+            .map_err(|e| Error::cluster_from(format!("cannot create {}: {e}", dir.display()), e))?;
+        let ca = ClusterCa::generate().map_err(Error::cluster_source)?;
+        let creds = ca.issue("ray-rs-local").map_err(Error::cluster_source)?;
         creds
             .save(&dir.join(CREDENTIALS_DIR))
-            .map_err(|e| cluster(e.to_string()))?;
+            .map_err(Error::cluster_source)?;
         let mut me = Cluster {
             dir,
             address: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
@@ -114,7 +111,7 @@ impl Cluster {
                 break a;
             }
             if Instant::now() > deadline {
-                return Err(cluster("the head did not start in time".into()));
+                return Err(Error::cluster("the head did not start in time"));
             }
             me.check_alive()?;
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -133,9 +130,8 @@ impl Cluster {
         address: Option<SocketAddr>,
         config: &LocalClusterConfig,
     ) -> Result<Child> {
-        let exe = std::env::current_exe().map_err(|e| Error::Cluster {
-            cause: format!("cannot find this executable: {e}"),
-        })?;
+        let exe = std::env::current_exe()
+            .map_err(|e| Error::cluster_from(format!("cannot find this executable: {e}"), e))?;
         let mut cmd = Command::new(exe);
         cmd.env(VAR_KIND, kind)
             .env(VAR_DIR, &self.dir)
@@ -146,18 +142,17 @@ impl Cluster {
             cmd.env(VAR_ADDRESS, a.to_string());
         }
         die_with_parent(&mut cmd);
-        cmd.spawn().map_err(|e| Error::Cluster {
-            cause: format!("cannot start a {kind} process: {e}"),
-        })
+        cmd.spawn()
+            .map_err(|e| Error::cluster_from(format!("cannot start a {kind} process: {e}"), e))
     }
 
     fn check_alive(&mut self) -> Result<()> {
         for (i, slot) in self.nodes.iter_mut().enumerate() {
             if let Some(child) = slot {
                 if let Ok(Some(status)) = child.try_wait() {
-                    return Err(Error::Cluster {
-                        cause: format!("node process {i} exited early: {status}"),
-                    });
+                    return Err(Error::cluster(format!(
+                        "node process {i} exited early: {status}"
+                    )));
                 }
             }
         }
@@ -170,16 +165,15 @@ impl Cluster {
         deadline: Instant,
         creds: &ClusterCredentials,
     ) -> Result<()> {
-        let cluster = |cause: String| Error::Cluster { cause };
         let endpoint = Endpoint::bind(
             SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             creds,
             EndpointConfig::new(Role::Cli, control_plane_fingerprint()),
         )
-        .map_err(|e| cluster(e.to_string()))?;
+        .map_err(Error::cluster_source)?;
         let client = GcsClient::connect(&endpoint, self.address, Duration::from_secs(10))
             .await
-            .map_err(|e| cluster(e.to_string()))?;
+            .map_err(Error::cluster_source)?;
         loop {
             let alive = client
                 .nodes()
@@ -194,7 +188,9 @@ impl Cluster {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(cluster(format!("only {alive} of {n} nodes joined in time")));
+                return Err(Error::cluster(format!(
+                    "only {alive} of {n} nodes joined in time"
+                )));
             }
             self.check_alive()?;
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -253,18 +249,16 @@ impl Cluster {
         at_nanos: Option<u64>,
         filter: Option<&str>,
     ) -> Result<String> {
-        let cluster = |cause: String| Error::Cluster { cause };
-        let creds =
-            ClusterCredentials::load(&self.credentials()).map_err(|e| cluster(e.to_string()))?;
+        let creds = ClusterCredentials::load(&self.credentials()).map_err(Error::cluster_source)?;
         let endpoint = Endpoint::bind(
             SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             &creds,
             EndpointConfig::new(Role::Cli, control_plane_fingerprint()),
         )
-        .map_err(|e| cluster(e.to_string()))?;
+        .map_err(Error::cluster_source)?;
         let client = GcsClient::connect(&endpoint, self.address, Duration::from_secs(10))
             .await
-            .map_err(|e| cluster(e.to_string()))?;
+            .map_err(Error::cluster_source)?;
         client
             .insight_export(
                 job,
@@ -275,7 +269,7 @@ impl Cluster {
                 None,
             )
             .await
-            .map_err(|e| cluster(e.to_string()))
+            .map_err(Error::cluster_source)
     }
 
     /// The process ids of the node processes (index 0: the head).
