@@ -50,9 +50,21 @@ pub enum Error {
         /// The resources the node has in total.
         total: Box<ResourceSet>,
     },
-    /// The object store had no room for an object within the put timeout.
+    /// The object store had no room for an object within the put timeout
+    /// ([`StoreError::Full`]), or the object is larger than the whole store
+    /// and never fits ([`StoreError::TooLarge`]).
     #[error("object store full: {0}")]
-    ObjectStoreFull(StoreError),
+    ObjectStoreFull(#[source] StoreError),
+    /// The object store already holds an object of this id
+    /// ([`StoreError::AlreadyExists`]): objects are immutable and ids are
+    /// never reused, so this is a bug in the runtime, not in the caller.
+    #[error("cannot store object {object}: {source}")]
+    ObjectExists {
+        /// The object.
+        object: ObjectId,
+        /// What the store said.
+        source: StoreError,
+    },
     /// The actor is dead: its constructor failed, it was killed, or the runtime stopped.
     #[error("actor {actor} ({class}) died: {cause}")]
     ActorDied {
@@ -291,15 +303,26 @@ impl fmt::Display for UserError {
     }
 }
 
+/// Each store error as what it is: no room is [`Error::ObjectStoreFull`]
+/// (now or ever), an id stored twice is [`Error::ObjectExists`]; both keep
+/// the store's error.
 impl From<StoreError> for Error {
     fn from(e: StoreError) -> Self {
-        Error::ObjectStoreFull(e)
+        match e {
+            StoreError::Full { .. } | StoreError::TooLarge { .. } => Error::ObjectStoreFull(e),
+            StoreError::AlreadyExists { id } => Error::ObjectExists {
+                object: id,
+                source: e,
+            },
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use std::error::Error as _;
+
+    use ray_proto::WorkerId;
 
     use super::*;
 
@@ -319,5 +342,41 @@ mod tests {
         assert!(copy.source().unwrap().is::<std::io::Error>());
         // A reason that is only text has none.
         assert!(Error::cluster("lease refused: no").source().is_none());
+    }
+
+    #[test]
+    fn store_errors_map_to_what_they_are() {
+        let id = ObjectId::new(WorkerId(1), 2);
+        let full = StoreError::Full {
+            id,
+            requested: 10,
+            used: 95,
+            capacity: 100,
+        };
+        let err = Error::from(full.clone());
+        assert!(
+            matches!(&err, Error::ObjectStoreFull(e) if *e == full),
+            "{err:?}"
+        );
+        let too_large = StoreError::TooLarge {
+            id,
+            size: 200,
+            capacity: 100,
+        };
+        let err = Error::from(too_large.clone());
+        assert!(
+            matches!(&err, Error::ObjectStoreFull(e) if *e == too_large),
+            "{err:?}"
+        );
+        assert!(err.to_string().starts_with("object store full: "), "{err}");
+        assert!(err.source().unwrap().is::<StoreError>());
+        let exists = StoreError::AlreadyExists { id };
+        let err = Error::from(exists.clone());
+        assert!(
+            matches!(&err, Error::ObjectExists { object, .. } if *object == id),
+            "{err:?}"
+        );
+        let source = err.source().and_then(|s| s.downcast_ref::<StoreError>());
+        assert_eq!(source, Some(&exists));
     }
 }
