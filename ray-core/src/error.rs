@@ -1,5 +1,6 @@
 //! The one error type of the user API.
 
+use std::any::TypeId;
 use std::fmt;
 use std::sync::Arc;
 
@@ -254,14 +255,34 @@ impl fmt::Display for SharedError {
 #[derive(Clone)]
 pub struct UserError {
     type_name: &'static str,
+    /// `e`'s type, when `e` was returned in this process; `None` when the
+    /// error crossed the wire, where only its type name travels.
+    type_id: Option<TypeId>,
     message: Arc<str>,
     payload: ObjectBuffer,
 }
 
 impl UserError {
-    pub(crate) fn new(type_name: &'static str, message: String, payload: ObjectBuffer) -> Self {
+    /// The error `E` a task of this process returned: `message` is its
+    /// `Display`, `payload` its archive.
+    pub(crate) fn of<E: Object>(message: String, payload: ObjectBuffer) -> Self {
+        Self {
+            type_name: std::any::type_name::<E>(),
+            type_id: Some(TypeId::of::<E>()),
+            message: message.into(),
+            payload,
+        }
+    }
+
+    /// An error that came from another process, known by its type name.
+    pub(crate) fn from_wire(
+        type_name: &'static str,
+        message: String,
+        payload: ObjectBuffer,
+    ) -> Self {
         Self {
             type_name,
+            type_id: None,
             message: message.into(),
             payload,
         }
@@ -283,8 +304,19 @@ impl UserError {
     }
 
     /// The error value, if it is an `E`.
+    ///
+    /// An error returned in this process is an `E` when its [`TypeId`] is
+    /// `E`'s. One that crossed the wire carries only its type name
+    /// ([`std::any::type_name`]), so there it is an `E` when the names
+    /// agree: every process of a job runs the same binary (the worker's
+    /// build fingerprint is checked), where a name stands for one type.
+    /// Either way the archive must then decode as an `E`.
     pub fn downcast<E: Object>(&self) -> Option<E> {
-        if std::any::type_name::<E>() != self.type_name {
+        let same = match self.type_id {
+            Some(id) => id == TypeId::of::<E>(),
+            None => std::any::type_name::<E>() == self.type_name,
+        };
+        if !same {
             return None;
         }
         crate::object::decode_plain::<E>(self.payload.as_bytes()).ok()
@@ -378,5 +410,45 @@ mod tests {
         );
         let source = err.source().and_then(|s| s.downcast_ref::<StoreError>());
         assert_eq!(source, Some(&exists));
+    }
+
+    fn user_error<E: Object + fmt::Display>(e: &E) -> UserError {
+        let buf = crate::object::encode(e, "error").expect("encodes").buf;
+        UserError::of::<E>(e.to_string(), buf)
+    }
+
+    #[test]
+    fn downcast_in_process_tells_apart_two_types_of_one_name() {
+        // Items of two blocks of one function: two types that
+        // `std::any::type_name` names alike.
+        let (first, first_name) = {
+            #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, PartialEq)]
+            struct Oops(u32);
+            impl fmt::Display for Oops {
+                fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    write!(f, "oops {}", self.0)
+                }
+            }
+            let e = user_error(&Oops(7));
+            assert_eq!(e.downcast::<Oops>(), Some(Oops(7)));
+            (e, std::any::type_name::<Oops>())
+        };
+        {
+            #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, PartialEq)]
+            struct Oops(u32);
+            assert_eq!(std::any::type_name::<Oops>(), first_name);
+            assert_eq!(first.type_name(), first_name);
+            // In process, the type decides, not the name.
+            assert_eq!(first.downcast::<Oops>(), None);
+            assert_eq!(first.downcast::<u32>(), None);
+            // Over the wire only the name is known: it decides.
+            let wired = UserError::from_wire(
+                first.type_name(),
+                first.message().to_owned(),
+                first.payload().clone(),
+            );
+            assert_eq!(wired.downcast::<Oops>(), Some(Oops(7)));
+            assert_eq!(wired.downcast::<u32>(), None);
+        }
     }
 }

@@ -175,11 +175,7 @@ pub mod __private {
     fn user_error<E: Object + std::fmt::Display>(e: &E) -> Result<InvokeError, InvokeError> {
         let message = e.to_string();
         let enc = object::encode(e, std::any::type_name::<E>()).map_err(InvokeError::Failed)?;
-        Ok(InvokeError::User(UserError::new(
-            std::any::type_name::<E>(),
-            message,
-            enc.buf,
-        )))
+        Ok(InvokeError::User(UserError::of::<E>(message, enc.buf)))
     }
 
     /// Decodes argument `i` as a zero-copy view of a `T`.

@@ -128,7 +128,7 @@ pub(crate) fn error_from_wire(w: WireError, name: &'static str) -> Error {
         (ErrorKind::TaskFailed, Some(task), ..) => Error::TaskFailed {
             task,
             function: name,
-            error: UserError::new(
+            error: UserError::from_wire(
                 intern(&w.type_name),
                 w.message,
                 ObjectBuffer::from_aligned(aligned(&w.payload)),
