@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use ray_sched::{Quantity, ResourceSet, CPU};
 
+use super::worker::ProcessError;
 use super::{
     control_plane_fingerprint, start_node, GcsClient, Head, HeadConfig, NodeConfig, ADDRESS_FILE,
     CREDENTIALS_DIR,
@@ -25,7 +26,7 @@ use ray_transport::{ClusterCa, ClusterCredentials, Endpoint, EndpointConfig, Rol
 
 const VAR_KIND: &str = "RAYRS_DAEMON";
 const VAR_DIR: &str = "RAYRS_DAEMON_DIR";
-const VAR_CPUS: &str = "RAYRS_DAEMON_CPUS";
+pub(super) const VAR_CPUS: &str = "RAYRS_DAEMON_CPUS";
 const VAR_ADDRESS: &str = "RAYRS_DAEMON_ADDRESS";
 const VAR_HEALTH_MS: &str = "RAYRS_DAEMON_HEALTH_MS";
 /// Bounds a daemon's TLS handshakes and its connecting to the GCS.
@@ -332,13 +333,13 @@ pub(super) fn die_with_parent(cmd: &mut Command) {
 
 /// Runs a daemon when this process was started as one by
 /// [`Cluster::local`]; returns `None` otherwise.
-pub(crate) fn daemon_from_env() -> Option<std::result::Result<(), String>> {
+pub(crate) fn daemon_from_env() -> Option<std::result::Result<(), ProcessError>> {
     let kind = std::env::var(VAR_KIND).ok()?;
     Some(run_daemon(&kind))
 }
 
-fn run_daemon(kind: &str) -> std::result::Result<(), String> {
-    let dir = PathBuf::from(std::env::var(VAR_DIR).map_err(|_| format!("{VAR_DIR} is not set"))?);
+fn run_daemon(kind: &str) -> std::result::Result<(), ProcessError> {
+    let dir = PathBuf::from(std::env::var(VAR_DIR).map_err(|_| ProcessError::Unset(VAR_DIR))?);
     let cpus: f64 = std::env::var(VAR_CPUS)
         .ok()
         .and_then(|s| s.parse().ok())
@@ -352,13 +353,12 @@ fn run_daemon(kind: &str) -> std::result::Result<(), String> {
         .thread_name("ray-daemon")
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start tokio: {e}"))?;
+        .map_err(ProcessError::Tokio)?;
     tokio.block_on(async move {
-        let creds =
-            ClusterCredentials::load(&dir.join(CREDENTIALS_DIR)).map_err(|e| e.to_string())?;
+        let creds = ClusterCredentials::load(&dir.join(CREDENTIALS_DIR))?;
         let resources = ResourceSet::new().with(
             CPU,
-            Quantity::from_f64(cpus).map_err(|e| format!("{VAR_CPUS}: {e}"))?,
+            Quantity::from_f64(cpus).map_err(|source| ProcessError::Cpus { source })?,
         );
         if kind == "head" {
             let head = Head::start(
@@ -373,14 +373,13 @@ fn run_daemon(kind: &str) -> std::result::Result<(), String> {
                 },
                 &creds,
             )
-            .await
-            .map_err(|e| e.to_string())?;
-            return Err(head.run().await.to_string());
+            .await?;
+            return Err(head.run().await.into());
         }
         let gcs = std::env::var(VAR_ADDRESS)
             .ok()
             .and_then(|a| a.parse().ok())
-            .ok_or(format!("{VAR_ADDRESS} is not set"))?;
+            .ok_or(ProcessError::Unset(VAR_ADDRESS))?;
         let node = start_node(
             NodeConfig {
                 gcs,
@@ -392,8 +391,7 @@ fn run_daemon(kind: &str) -> std::result::Result<(), String> {
             },
             &creds,
         )
-        .await
-        .map_err(|e| e.to_string())?;
-        Err(node.run().await.to_string())
+        .await?;
+        Err(node.run().await.into())
     })
 }

@@ -32,7 +32,7 @@ use ray_sched::{Action, ClusterView, NodeScheduler, NodeUpdate, Policies, Resour
 use tokio::sync::oneshot;
 
 use super::core::{strategy_from_wire, strategy_to_wire};
-use super::worker::WorkerEnv;
+use super::worker::{WorkerEnv, WorkerStartError};
 use super::{resources_from_wire, resources_to_wire, ClusterError, NodeDaemon};
 use ray_transport::{Connections, Endpoint, Envelope, IncomingRequest};
 
@@ -58,7 +58,7 @@ struct Pending {
 }
 
 /// A started worker's id and address, or why it did not start.
-type Started = Result<(WorkerId, String), String>;
+type Started = Result<(WorkerId, String), WorkerStartError>;
 
 /// The worker process of one job on this node.
 #[derive(Default)]
@@ -489,13 +489,16 @@ impl NodeService {
                 let expected = *w.expected.lock();
                 let tx = w.ready.lock().take();
                 if expected != Some(fingerprint) {
-                    let reason = format!(
-                        "worker {worker} (pid {pid}) was built as {fingerprint}, but {job} \
-                         was built as {}",
-                        expected.map_or("unknown".to_string(), |f| f.to_string())
-                    );
+                    let err = WorkerStartError::OtherBuild {
+                        worker,
+                        pid,
+                        built: fingerprint,
+                        job,
+                        expected,
+                    };
+                    let reason = err.to_string();
                     if let Some(tx) = tx {
-                        let _ = tx.send(Err(reason.clone()));
+                        let _ = tx.send(Err(err));
                     }
                     return Message::Refused { reason };
                 }
@@ -604,10 +607,11 @@ impl NodeService {
                         me.drain();
                     }
                 }
-                Err(reason) => {
+                Err(e) => {
                     me.inner.lease_jobs.lock().remove(&task.id);
                     me.inner.sched.lock().finish(task.id);
                     me.drain();
+                    let reason = e.to_string();
                     me.reply(task.id, Message::Error { reason });
                 }
             }
@@ -665,7 +669,7 @@ impl NodeService {
         job: JobId,
         binary_hash: [u8; 32],
         fingerprint: BuildFingerprint,
-    ) -> Result<(WorkerId, String), String> {
+    ) -> Started {
         let w = self.inner.jobs.lock().entry(job).or_default().clone();
         w.started
             .get_or_init(|| self.start_worker(job, binary_hash, fingerprint, w.clone()))
@@ -679,7 +683,7 @@ impl NodeService {
         binary_hash: [u8; 32],
         fingerprint: BuildFingerprint,
         w: Arc<JobWorker>,
-    ) -> Result<(WorkerId, String), String> {
+    ) -> Started {
         let inner = &self.inner;
         let path = self.cached_binary(binary_hash).await?;
         let (tx, rx) = oneshot::channel();
@@ -688,7 +692,7 @@ impl NodeService {
         let node_addr = inner
             .endpoint
             .local_addr()
-            .map_err(|e| format!("cannot read the node address: {e}"))?;
+            .map_err(|e| WorkerStartError::NodeAddress(Arc::new(e)))?;
         let node_addr = if node_addr.ip().is_unspecified() {
             SocketAddr::new(inner.config.bind_ip, node_addr.port())
         } else {
@@ -715,9 +719,10 @@ impl NodeService {
             .stdin(std::process::Stdio::null())
             .kill_on_drop(false);
         super::local::die_with_parent(cmd.as_std_mut());
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start worker {}: {e}", path.display()))?;
+        let mut child = cmd.spawn().map_err(|e| WorkerStartError::Spawn {
+            path: path.clone(),
+            source: Arc::new(e),
+        })?;
         let pid = child.id().unwrap_or(0);
         *w.pid.lock() = Some(pid);
         tracing::info!(target: "ray::node", node = %inner.node, job = %job, pid, "worker.started");
@@ -751,60 +756,68 @@ impl NodeService {
                 me.inner.jobs.lock().remove(&job);
             }
             if let Some(tx) = watched.ready.lock().take() {
-                let _ = tx.send(Err(format!(
-                    "worker of {job} (pid {pid}) exited: {status:?}"
-                )));
+                let status = status.map_err(Arc::new);
+                let _ = tx.send(Err(WorkerStartError::Exited { job, pid, status }));
             }
             me.release_job_leases(job, true);
         });
         match tokio::time::timeout(WORKER_START_TIMEOUT, rx).await {
             Ok(Ok(r)) => r,
-            Ok(Err(_)) => Err(format!("worker of {job} went away before reporting in")),
+            Ok(Err(_)) => Err(WorkerStartError::WentAway { job }),
             Err(_) => {
                 w.stop();
-                Err(format!(
-                    "worker of {job} did not report in within {WORKER_START_TIMEOUT:?}"
-                ))
+                Err(WorkerStartError::Timeout {
+                    job,
+                    after: WORKER_START_TIMEOUT,
+                })
             }
         }
     }
 
     /// The job binary with this hash, fetched from the GCS once.
-    async fn cached_binary(&self, hash: [u8; 32]) -> Result<PathBuf, String> {
+    async fn cached_binary(&self, hash: [u8; 32]) -> Result<PathBuf, WorkerStartError> {
         let dir = &self.inner.config.cache_dir;
         let path = dir.join(crate::cluster::hex(&hash));
         if path.exists() {
             return Ok(path);
         }
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(|e| WorkerStartError::CacheDir {
+            dir: dir.clone(),
+            source: Arc::new(e),
+        })?;
         let bytes = self
             .inner
             .daemon
             .client()
             .fetch_binary(hash)
             .await
-            .map_err(|e| {
-                format!(
-                    "cannot fetch job binary {}: {e}",
-                    crate::cluster::hex(&hash)
-                )
+            .map_err(|e| WorkerStartError::Fetch {
+                hash,
+                source: Arc::new(e),
             })?;
         let tmp = dir.join(format!(
             "{}.{}.tmp",
             crate::cluster::hex(&hash),
             std::process::id()
         ));
-        std::fs::write(&tmp, bytes.as_slice())
-            .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+        std::fs::write(&tmp, bytes.as_slice()).map_err(|e| WorkerStartError::Write {
+            path: tmp.clone(),
+            source: Arc::new(e),
+        })?;
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))
-                .map_err(|e| format!("cannot make {} executable: {e}", tmp.display()))?;
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).map_err(
+                |e| WorkerStartError::MakeExecutable {
+                    path: tmp.clone(),
+                    source: Arc::new(e),
+                },
+            )?;
         }
-        std::fs::rename(&tmp, &path)
-            .map_err(|e| format!("cannot move {} into place: {e}", path.display()))?;
+        std::fs::rename(&tmp, &path).map_err(|e| WorkerStartError::MoveIntoPlace {
+            path: path.clone(),
+            source: Arc::new(e),
+        })?;
         Ok(path)
     }
 }
