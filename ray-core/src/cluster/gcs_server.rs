@@ -323,7 +323,9 @@ async fn serve_insight(request: IncomingRequest, body: Message, hub: Arc<Mutex<I
         } => {
             let reply = match hub.lock().accept(job, worker, epoch_unix_nanos, &records) {
                 Ok(()) => Message::Ok,
-                Err(reason) => Message::Error { reason },
+                Err(e) => Message::Error {
+                    reason: e.to_string(),
+                },
             };
             request.respond(&Envelope::new(reply)).await
         }
@@ -346,7 +348,7 @@ async fn serve_insight(request: IncomingRequest, body: Message, hub: Arc<Mutex<I
                 )
             })
             .await
-            .unwrap_or_else(|e| Err(format!("the export failed: {e}")));
+            .unwrap_or_else(|e| Err(super::insight_hub::HubError::Stopped(e)));
             match built {
                 Ok(text) => {
                     let header = Envelope::new(Message::BinaryFollows {
@@ -354,7 +356,8 @@ async fn serve_insight(request: IncomingRequest, body: Message, hub: Arc<Mutex<I
                     });
                     request.respond_with_bytes(&header, text.as_bytes()).await
                 }
-                Err(reason) => {
+                Err(e) => {
+                    let reason = e.to_string();
                     request
                         .respond(&Envelope::new(Message::Error { reason }))
                         .await
