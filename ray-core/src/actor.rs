@@ -72,9 +72,10 @@ pub(crate) struct ActorCell {
     state: RwLock<Option<ActorState>>,
     /// The task that created it (`None`: the driver), for insight.
     creator: Option<TaskId>,
-    /// Told once whether the constructor succeeded (a worker hosting the
-    /// actor for a remote owner waits on it).
-    created: Mutex<Option<tokio::sync::oneshot::Sender<std::result::Result<(), String>>>>,
+    /// Told once whether the constructor succeeded, or the actor's death
+    /// ([`Error::ActorDied`]); a worker hosting the actor for a remote
+    /// owner waits on it.
+    created: Mutex<Option<tokio::sync::oneshot::Sender<Result<()>>>>,
 }
 
 impl ActorCell {
@@ -299,7 +300,7 @@ impl ActorCell {
         };
         tracing::debug!(target: "ray::actor", actor_id = %self.id, cause = %cause, "actor.dead");
         if let Some(tx) = self.created.lock().take() {
-            let _ = tx.send(Err(cause.clone()));
+            let _ = tx.send(Err(self.died(&cause)));
         }
         for call in queued {
             self.rt.complete_object_in(
@@ -345,7 +346,7 @@ impl Drop for ActorCell {
 }
 
 /// Says once whether an actor's constructor succeeded (`Err`: why it died).
-pub(crate) type Created = tokio::sync::oneshot::Receiver<std::result::Result<(), String>>;
+pub(crate) type Created = tokio::sync::oneshot::Receiver<Result<()>>;
 
 /// Creates an actor; the constructor runs once resources allow.
 pub(crate) fn spawn_actor(

@@ -68,7 +68,7 @@ mod task;
 pub use actor::{ActorHandle, RawActorHandle, RemoteActor};
 #[cfg(feature = "cluster")]
 pub use cluster::{Cluster, LocalClusterConfig};
-pub use error::{Error, Result, UserError};
+pub use error::{Error, Result, SharedError, UserError};
 pub use object::Object;
 pub use object_ref::{ArchivedRef, IntoArg, ObjectRef, TaskArg};
 pub use options::{
@@ -179,11 +179,7 @@ pub mod __private {
     fn user_error<E: Object + std::fmt::Display>(e: &E) -> Result<InvokeError, InvokeError> {
         let message = e.to_string();
         let enc = object::encode(e, std::any::type_name::<E>()).map_err(InvokeError::Failed)?;
-        Ok(InvokeError::User(UserError::new(
-            std::any::type_name::<E>(),
-            message,
-            enc.buf,
-        )))
+        Ok(InvokeError::User(UserError::of::<E>(message, enc.buf)))
     }
 
     /// Decodes argument `i` as a zero-copy view of a `T`.

@@ -126,7 +126,7 @@ impl Subscription {
     fn next(&mut self, source: &dyn Source) -> Value {
         let mut message = match source.stats(self.job.as_deref()) {
             Ok(stats) => json!({ "stats": stats }),
-            Err(e) => json!({ "error": e }),
+            Err(e) => json!({ "error": e.to_string() }),
         };
         let version = message["stats"].get("version").cloned();
         let (Some(query), Some(version)) = (&self.view, version) else {
@@ -142,9 +142,10 @@ impl Subscription {
         // is rebuilt at most every fourth of the time, so an open tab
         // keeps at most a quarter of a core busy.
         let began = Instant::now();
-        let summary = source
-            .view(query)
-            .and_then(|text| serde_json::from_str::<Value>(&text).map_err(|e| e.to_string()));
+        let summary = match source.view(query) {
+            Ok(text) => serde_json::from_str::<Value>(&text).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
         self.next_view = Instant::now() + (began.elapsed() * VIEW_COST_SHARE).max(EVENT_EVERY);
         match summary {
             Ok(now) => {

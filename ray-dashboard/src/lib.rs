@@ -62,17 +62,17 @@ mod server;
 pub mod summary;
 mod views_source;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use ray_insight::export::{ExportFormat, ViewKind};
-use ray_insight::log::{read_log, Replay};
+use ray_insight::export::{ExportError, ExportFormat, ViewKind};
+use ray_insight::log::{read_log, LogError, Replay};
 use ray_insight::views::FlameMetric;
 use ray_insight::{Sink, Views};
 use serde_json::Value;
 
 pub use events::EVENT_EVERY;
 pub use server::{Dashboard, DashboardConfig};
-pub use summary::{SummaryLimits, SummaryParams};
+pub use summary::{SummaryError, SummaryLimits, SummaryParams};
 pub use views_source::ViewsSource;
 
 /// One job the dashboard can show.
@@ -106,6 +106,45 @@ pub struct ViewQuery {
     pub summary: Option<SummaryParams>,
 }
 
+/// Why a [`Source`] cannot answer a request. Its text is one line for the
+/// person looking: the dashboard sends it with a 404, or as an event's
+/// `error`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SourceError {
+    /// The source has nothing for the job asked for: not a job it knows,
+    /// or none recorded yet. The reason says which, as this source names
+    /// its jobs.
+    #[error("{reason}")]
+    UnknownJob {
+        /// What the person looking is told.
+        reason: String,
+    },
+    /// The recording the source served has ended.
+    #[error("the recording has ended")]
+    Ended,
+    /// A time was asked for, and no event log is kept to replay it from.
+    #[error("no event log is kept here, so no time can be replayed")]
+    NoLog,
+    /// The event log could not be read for a replay.
+    #[error("cannot read {}: {source}", path.display())]
+    ReadLog {
+        /// The log.
+        path: PathBuf,
+        /// What reading it said.
+        source: LogError,
+    },
+    /// The view cannot be exported as asked.
+    #[error(transparent)]
+    Export(#[from] ExportError),
+    /// The view has no summary.
+    #[error(transparent)]
+    Summary(#[from] SummaryError),
+    /// Anything else a source of its own has to say.
+    #[error(transparent)]
+    Other(Box<dyn std::error::Error + Send + Sync>),
+}
+
 /// Where the dashboard's views come from: the process's recording.
 ///
 /// Implementations answer from their live views (or replay their event log
@@ -124,14 +163,14 @@ pub trait Source: Send + Sync + 'static {
     /// # Errors
     ///
     /// An unknown job.
-    fn stats(&self, job: Option<&str>) -> Result<Value, String>;
+    fn stats(&self, job: Option<&str>) -> Result<Value, SourceError>;
 
     /// One view as text, as `rayrs insight export` writes it.
     ///
     /// # Errors
     ///
     /// An unknown job, or a time that cannot be replayed.
-    fn view(&self, query: &ViewQuery) -> Result<String, String>;
+    fn view(&self, query: &ViewQuery) -> Result<String, SourceError>;
 }
 
 /// Answers `query` from `views`, or, for a time, by replaying the event log
@@ -141,7 +180,7 @@ pub trait Source: Send + Sync + 'static {
 ///
 /// A time asked for with no log, a log that cannot be read, or an export
 /// the view does not have.
-pub fn render(views: &Views, log: Option<&Path>, query: &ViewQuery) -> Result<String, String> {
+pub fn render(views: &Views, log: Option<&Path>, query: &ViewQuery) -> Result<String, SourceError> {
     let export = |views: &Views| {
         let snapshot = match &query.filter {
             Some((k, v)) => views.filter(k, v),
@@ -151,6 +190,7 @@ pub fn render(views: &Views, log: Option<&Path>, query: &ViewQuery) -> Result<St
             Some(params) => {
                 summary::summarize(&snapshot, query.view, params, &SummaryLimits::default())
                     .map(|v| v.to_string())
+                    .map_err(SourceError::from)
             }
             None => ray_insight::export::export_with_metric(
                 &snapshot,
@@ -158,15 +198,17 @@ pub fn render(views: &Views, log: Option<&Path>, query: &ViewQuery) -> Result<St
                 query.format,
                 query.metric,
             )
-            .map_err(|e| e.to_string()),
+            .map_err(SourceError::from),
         }
     };
     match query.at_nanos {
         None => export(views),
         Some(at) => {
-            let path = log.ok_or("no event log is kept here, so no time can be replayed")?;
-            let contents =
-                read_log(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let path = log.ok_or(SourceError::NoLog)?;
+            let contents = read_log(path).map_err(|source| SourceError::ReadLog {
+                path: path.to_owned(),
+                source,
+            })?;
             let mut replay = Replay::new(views.limits().clone(), Some(at));
             Sink::accept(&mut replay, &contents.records);
             export(replay.views())

@@ -1,7 +1,9 @@
 //! A request's target, decoded: its path and query parameters, and the
 //! view queries they ask for.
 
-use ray_insight::export::{parse_metric, ViewKind};
+use std::num::ParseIntError;
+
+use ray_insight::export::{parse_metric, ExportError, ViewKind};
 use ray_insight::views::FlameMetric;
 
 use crate::{SummaryParams, ViewQuery};
@@ -46,37 +48,75 @@ impl Target {
     }
 }
 
+/// Why a request's parameters do not make a view query (answered 400).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum QueryError {
+    /// No `view=`.
+    #[error("view= is missing")]
+    NoView,
+    /// An unknown view, format or metric, or a format the view lacks.
+    #[error(transparent)]
+    Export(#[from] ExportError),
+    /// A time that is not a number of nanoseconds.
+    #[error("bad {name}={value}: nanoseconds")]
+    Nanos {
+        /// The parameter.
+        name: &'static str,
+        /// Its value.
+        value: String,
+        /// Why it does not parse.
+        source: ParseIntError,
+    },
+    /// A filter that is not `key=value`.
+    #[error("bad filter {filter:?}: key=value")]
+    Filter {
+        /// The filter.
+        filter: String,
+    },
+    /// A window that ends before it begins.
+    #[error("bad window from={from} to={to}: from must be before to")]
+    Window {
+        /// Its start.
+        from: u64,
+        /// Its end.
+        to: u64,
+    },
+    /// A summary of the flame graph, which has none.
+    #[error("the flame graph has no summary: ask /api/view for its svg")]
+    FlameSummary,
+}
+
+/// `value` of parameter `name` as nanoseconds.
+fn nanos(name: &'static str, value: &str) -> Result<u64, QueryError> {
+    value.parse::<u64>().map_err(|source| QueryError::Nanos {
+        name,
+        value: value.to_owned(),
+        source,
+    })
+}
+
 /// The view query of `/api/view` (and the base of the others).
-pub(crate) fn view_query(target: &Target) -> Result<ViewQuery, String> {
-    let view: ViewKind = target
-        .param("view")
-        .ok_or("view= is missing")?
-        .parse()
-        .map_err(|e| format!("{e}"))?;
+pub(crate) fn view_query(target: &Target) -> Result<ViewQuery, QueryError> {
+    let view: ViewKind = target.param("view").ok_or(QueryError::NoView)?.parse()?;
     let format = match target.param("format") {
-        Some(f) => view
-            .check(f.parse().map_err(|e| format!("{e}"))?)
-            .map_err(|e| format!("{e}"))?,
+        Some(f) => view.check(f.parse()?)?,
         None => view.default_format(),
     };
     let at_nanos = match target.param("at").filter(|a| !a.is_empty()) {
-        Some(a) => Some(
-            a.parse::<u64>()
-                .map_err(|_| format!("bad at={a}: nanoseconds"))?,
-        ),
+        Some(a) => Some(nanos("at", a)?),
         None => None,
     };
     let filter = match target.param("filter").filter(|f| !f.is_empty()) {
         Some(f) => {
-            let (k, v) = f
-                .split_once('=')
-                .ok_or_else(|| format!("bad filter {f:?}: key=value"))?;
+            let (k, v) = f.split_once('=').ok_or_else(|| QueryError::Filter {
+                filter: f.to_owned(),
+            })?;
             Some((k.to_owned(), v.to_owned()))
         }
         None => None,
     };
     let metric = match target.param("metric").filter(|m| !m.is_empty()) {
-        Some(m) => parse_metric(m).map_err(|e| e.to_string())?,
+        Some(m) => parse_metric(m)?,
         None => FlameMetric::SelfTime,
     };
     Ok(ViewQuery {
@@ -92,13 +132,10 @@ pub(crate) fn view_query(target: &Target) -> Result<ViewQuery, String> {
 
 /// A summary query (`/api/summary`, `/api/events`): a view query (its
 /// format is ignored) with the summary's own parameters.
-pub(crate) fn summary_query(target: &Target) -> Result<ViewQuery, String> {
-    let nanos = |name: &str| -> Result<Option<u64>, String> {
+pub(crate) fn summary_query(target: &Target) -> Result<ViewQuery, QueryError> {
+    let nanos = |name: &'static str| -> Result<Option<u64>, QueryError> {
         match target.param(name).filter(|v| !v.is_empty()) {
-            Some(v) => v
-                .parse::<u64>()
-                .map(Some)
-                .map_err(|_| format!("bad {name}={v}: nanoseconds")),
+            Some(v) => nanos(name, v).map(Some),
             None => Ok(None),
         }
     };
@@ -112,14 +149,12 @@ pub(crate) fn summary_query(target: &Target) -> Result<ViewQuery, String> {
     };
     if let (Some(from), Some(to)) = (params.from_nanos, params.to_nanos) {
         if from >= to {
-            return Err(format!(
-                "bad window from={from} to={to}: from must be before to"
-            ));
+            return Err(QueryError::Window { from, to });
         }
     }
     let mut query = view_query(target)?;
     if query.view == ViewKind::Flame {
-        return Err("the flame graph has no summary: ask /api/view for its svg".into());
+        return Err(QueryError::FlameSummary);
     }
     query.summary = Some(params);
     Ok(query)
@@ -127,7 +162,7 @@ pub(crate) fn summary_query(target: &Target) -> Result<ViewQuery, String> {
 
 /// The flame query of a diff request (`/api/flamediff` names no view or
 /// format: always the folded flame graph).
-pub(crate) fn flame_query(target: &Target) -> Result<ViewQuery, String> {
+pub(crate) fn flame_query(target: &Target) -> Result<ViewQuery, QueryError> {
     let mut flame = target.clone();
     flame.query.retain(|(k, _)| k != "view" && k != "format");
     flame.query.push(("view".into(), "flame".into()));

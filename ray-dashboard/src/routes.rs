@@ -34,6 +34,31 @@ pub(crate) type Body = BoxBody<Bytes, Infallible>;
 /// An answer before it becomes a response: status, content type, body.
 type Answer = (StatusCode, &'static str, String);
 
+/// A plain-text answer saying why a request failed.
+fn failed(status: StatusCode, why: impl std::fmt::Display) -> Answer {
+    (status, "text/plain", format!("{why}\n"))
+}
+
+/// Why a request body was not read whole (answered 400).
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    /// Its announced length is over [`MAX_BODY_BYTES`].
+    #[error("the request body is {length} bytes; at most {MAX_BODY_BYTES} are read")]
+    Announced {
+        /// The announced length.
+        length: u64,
+    },
+    /// More than [`MAX_BODY_BYTES`] arrived.
+    #[error("the request body is over {MAX_BODY_BYTES} bytes, the most that is read")]
+    Over,
+    /// Nothing arrived for [`READ_TIMEOUT`].
+    #[error("the request body stopped arriving")]
+    Stalled,
+    /// The connection failed mid-body.
+    #[error("the request body is cut short: {0}")]
+    CutShort(#[source] hyper::Error),
+}
+
 /// Answers one request. Nothing is routed, and no body is read, before the
 /// token is checked.
 pub(crate) async fn handle(
@@ -106,7 +131,6 @@ pub(crate) async fn handle(
 /// An `/api/` request other than the event stream, answered from `source`
 /// (blocking).
 fn api(target: &Target, body: Option<&[u8]>, source: &dyn Source) -> Answer {
-    let failed = |status, e: String| (status, "text/plain", format!("{e}\n"));
     match target.path.as_str() {
         "/api/jobs" => {
             let jobs: Vec<_> = source
@@ -150,7 +174,6 @@ fn content_type(format: ExportFormat) -> &'static str {
 /// A differential flame graph: the baseline POSTed (`body`) or in
 /// `before=`, against the job's flame graph now.
 fn flame_diff(target: &Target, body: Option<&[u8]>, source: &dyn Source) -> Answer {
-    let failed = |status, e: &str| (status, "text/plain", format!("{e}\n"));
     let before = match body {
         Some(body) => match std::str::from_utf8(body) {
             Ok(body) => body,
@@ -168,15 +191,15 @@ fn flame_diff(target: &Target, body: Option<&[u8]>, source: &dyn Source) -> Answ
     };
     let query = match flame_query(target) {
         Ok(q) => q,
-        Err(e) => return failed(StatusCode::BAD_REQUEST, &e),
+        Err(e) => return failed(StatusCode::BAD_REQUEST, e),
     };
     let now = match source.view(&query) {
         Ok(now) => now,
-        Err(e) => return failed(StatusCode::NOT_FOUND, &e),
+        Err(e) => return failed(StatusCode::NOT_FOUND, e),
     };
     match diff_svg(before, &now) {
         Ok(svg) => (StatusCode::OK, "image/svg+xml", svg),
-        Err(e) => failed(StatusCode::BAD_REQUEST, &e.to_string()),
+        Err(e) => failed(StatusCode::BAD_REQUEST, e),
     }
 }
 
@@ -196,31 +219,27 @@ fn events(target: &Target, shared: &Arc<Shared>) -> Response<Body> {
 
 /// A request body, whole: at most [`MAX_BODY_BYTES`], each part within
 /// [`READ_TIMEOUT`] of the last.
-async fn read_body(request: Request<Incoming>) -> Result<Vec<u8>, String> {
+async fn read_body(request: Request<Incoming>) -> Result<Vec<u8>, BodyError> {
     let length = request
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     if let Some(length) = length.filter(|&l| l > MAX_BODY_BYTES) {
-        return Err(format!(
-            "the request body is {length} bytes; at most {MAX_BODY_BYTES} are read"
-        ));
+        return Err(BodyError::Announced { length });
     }
     let mut body = request.into_body();
     let mut bytes = Vec::with_capacity(length.unwrap_or(0) as usize);
     loop {
         let frame = match timeout(READ_TIMEOUT, body.frame()).await {
-            Err(_) => return Err("the request body stopped arriving".into()),
+            Err(_) => return Err(BodyError::Stalled),
             Ok(None) => return Ok(bytes),
-            Ok(Some(Err(e))) => return Err(format!("the request body is cut short: {e}")),
+            Ok(Some(Err(e))) => return Err(BodyError::CutShort(e)),
             Ok(Some(Ok(frame))) => frame,
         };
         if let Ok(data) = frame.into_data() {
             if (bytes.len() + data.len()) as u64 > MAX_BODY_BYTES {
-                return Err(format!(
-                    "the request body is over {MAX_BODY_BYTES} bytes, the most that is read"
-                ));
+                return Err(BodyError::Over);
             }
             bytes.extend_from_slice(&data);
         }

@@ -108,6 +108,16 @@ pub struct SummaryParams {
     pub to_nanos: Option<u64>,
 }
 
+/// Why a view has no summary.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SummaryError {
+    /// The flame graph is not summarized here: its SVG is pruned by width
+    /// when drawn.
+    #[error("the flame graph has no summary: ask for its svg")]
+    Flame,
+}
+
 /// `view` of `snapshot`, summarized (see the module docs).
 ///
 /// # Errors
@@ -119,13 +129,13 @@ pub fn summarize(
     view: ViewKind,
     params: &SummaryParams,
     limits: &SummaryLimits,
-) -> Result<Value, String> {
+) -> Result<Value, SummaryError> {
     let mut out = match view {
         ViewKind::Logical => logical(&snapshot.logical(), params, limits),
         ViewKind::Physical => physical(snapshot.physical().to_json(), limits),
         ViewKind::Stack => stack(snapshot.stacks().to_json(), limits),
         ViewKind::Gantt => gantt(&snapshot.gantt(), snapshot.now_nanos(), params, limits),
-        ViewKind::Flame => return Err("the flame graph has no summary: ask for its svg".into()),
+        ViewKind::Flame => return Err(SummaryError::Flame),
     };
     let stats = snapshot.stats();
     out["records"] = json!({

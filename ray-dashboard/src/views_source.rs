@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use ray_insight::{Record, Sink, Views};
 use serde_json::Value;
 
-use crate::{render, stats_json, JobEntry, Source, ViewQuery};
+use crate::{render, stats_json, JobEntry, Source, SourceError, ViewQuery};
 
 /// The simplest [`Source`]: one job's [`Views`] held here, with
 /// the version bumped by every [`ViewsSource::accept`] — what serves a
@@ -44,11 +44,13 @@ impl ViewsSource {
         self.views.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn check(&self, job: Option<&str>) -> Result<(), String> {
+    fn check(&self, job: Option<&str>) -> Result<(), SourceError> {
         match job {
             None => Ok(()),
             Some(j) if j == self.job => Ok(()),
-            Some(other) => Err(format!("no job {other} here (only {})", self.job)),
+            Some(other) => Err(SourceError::UnknownJob {
+                reason: format!("no job {other} here (only {})", self.job),
+            }),
         }
     }
 }
@@ -62,13 +64,13 @@ impl Source for ViewsSource {
         }]
     }
 
-    fn stats(&self, job: Option<&str>) -> Result<Value, String> {
+    fn stats(&self, job: Option<&str>) -> Result<Value, SourceError> {
         self.check(job)?;
         let version = self.version.load(Ordering::Acquire);
         Ok(stats_json(&self.views(), &self.job, version))
     }
 
-    fn view(&self, query: &ViewQuery) -> Result<String, String> {
+    fn view(&self, query: &ViewQuery) -> Result<String, SourceError> {
         self.check(query.job.as_deref())?;
         render(&self.views(), self.log.as_deref(), query)
     }

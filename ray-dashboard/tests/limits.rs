@@ -11,7 +11,9 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ray_dashboard::{Dashboard, DashboardConfig, JobEntry, Source, ViewQuery, ViewsSource};
+use ray_dashboard::{
+    Dashboard, DashboardConfig, JobEntry, Source, SourceError, ViewQuery, ViewsSource,
+};
 use ray_insight::{FieldValue, Record, RecordKind, Sink, Views};
 use serde_json::{json, Value};
 
@@ -281,19 +283,19 @@ impl Source for Gate {
         Vec::new()
     }
 
-    fn stats(&self, _job: Option<&str>) -> Result<Value, String> {
+    fn stats(&self, _job: Option<&str>) -> Result<Value, SourceError> {
         let _ = self.called.lock().unwrap().send(());
         Ok(json!({ "version": 1 }))
     }
 
-    fn view(&self, _query: &ViewQuery) -> Result<String, String> {
+    fn view(&self, _query: &ViewQuery) -> Result<String, SourceError> {
         let _ = self.began.lock().unwrap().send(());
         self.waited
             .lock()
             .unwrap()
             .recv_timeout(Duration::from_secs(20))
             .map(|()| "{}".to_owned())
-            .map_err(|_| "stats never ran while this view was rendering".to_owned())
+            .map_err(|_| SourceError::Other("stats never ran while this view was rendering".into()))
     }
 }
 

@@ -490,73 +490,118 @@ impl ExportCli {
     }
 }
 
+/// Why a value on the command line does not parse: clap prints it after
+/// the flag it was given to.
+#[derive(Debug, thiserror::Error)]
+pub enum ArgError {
+    /// Not `HOST:PORT`, or a host that resolves to nothing.
+    #[error("must be HOST:PORT, got `{address}`")]
+    Address {
+        /// What was given.
+        address: String,
+        /// The resolver's error, when it failed (`None`: no address).
+        source: Option<std::io::Error>,
+    },
+    /// Not a non-negative number.
+    #[error("must be a non-negative number, got `{0}`")]
+    Quantity(String),
+    /// Not a JSON object.
+    #[error("must be a JSON object, got `{0}`")]
+    JsonObject(String),
+    /// A resource whose amount is not a non-negative number.
+    #[error("`{name}` must be a non-negative number, got {value}")]
+    Resource {
+        /// The resource.
+        name: String,
+        /// Its amount as given.
+        value: serde_json::Value,
+    },
+    /// A label whose value is not a string.
+    #[error("`{key}` must be a string, got {value}")]
+    Label {
+        /// The label.
+        key: String,
+        /// Its value as given.
+        value: serde_json::Value,
+    },
+    /// Not a number of seconds `>= 0`.
+    #[error("must be a number of seconds >= 0, got `{0}`")]
+    Seconds(String),
+    /// Not `KEY=VALUE` with a non-empty key.
+    #[error("must be KEY=VALUE, got `{0}`")]
+    KeyValue(String),
+}
+
 /// `HOST:PORT` as a socket address.
 ///
 /// # Errors
 ///
 /// When it names no address.
-pub fn resolve(address: &str) -> Result<SocketAddr, String> {
+pub fn resolve(address: &str) -> Result<SocketAddr, ArgError> {
+    let bad = |source| ArgError::Address {
+        address: address.to_owned(),
+        source,
+    };
     address
         .to_socket_addrs()
-        .ok()
-        .and_then(|mut addrs| addrs.next())
-        .ok_or_else(|| format!("must be HOST:PORT, got `{address}`"))
+        .map_err(|e| bad(Some(e)))?
+        .next()
+        .ok_or_else(|| bad(None))
 }
 
 /// A non-negative number as a [`Quantity`].
-fn quantity(text: &str) -> Result<Quantity, String> {
+fn quantity(text: &str) -> Result<Quantity, ArgError> {
     text.parse::<f64>()
         .ok()
         .and_then(|n| Quantity::from_f64(n).ok())
-        .ok_or_else(|| format!("must be a non-negative number, got `{text}`"))
+        .ok_or_else(|| ArgError::Quantity(text.to_owned()))
 }
 
 /// A JSON object.
-fn json_object(json: &str) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+fn json_object(json: &str) -> Result<serde_json::Map<String, serde_json::Value>, ArgError> {
     match serde_json::from_str(json) {
         Ok(serde_json::Value::Object(map)) => Ok(map),
-        _ => Err(format!("must be a JSON object, got `{json}`")),
+        _ => Err(ArgError::JsonObject(json.to_owned())),
     }
 }
 
 /// `{"CPU": 2, "GPU": 1, "disk": 0.5}` as a resource set.
-fn parse_resources(json: &str) -> Result<ResourceSet, String> {
+fn parse_resources(json: &str) -> Result<ResourceSet, ArgError> {
     let mut set = ResourceSet::new();
     for (name, value) in json_object(json)? {
-        let q = value
-            .as_f64()
-            .and_then(|x| Quantity::from_f64(x).ok())
-            .ok_or_else(|| format!("`{name}` must be a non-negative number, got {value}"))?;
+        let Some(q) = value.as_f64().and_then(|x| Quantity::from_f64(x).ok()) else {
+            return Err(ArgError::Resource { name, value });
+        };
         set.set(&name, q);
     }
     Ok(set)
 }
 
 /// `{"zone": "a"}` as labels.
-fn parse_labels(json: &str) -> Result<BTreeMap<String, String>, String> {
+fn parse_labels(json: &str) -> Result<BTreeMap<String, String>, ArgError> {
     json_object(json)?
         .into_iter()
-        .map(|(k, v)| match v {
-            serde_json::Value::String(s) => Ok((k, s)),
-            other => Err(format!("`{k}` must be a string, got {other}")),
+        .map(|(key, value)| match value {
+            serde_json::Value::String(s) => Ok((key, s)),
+            value => Err(ArgError::Label { key, value }),
         })
         .collect()
 }
 
 /// Seconds `>= 0` as nanoseconds.
-fn seconds_as_nanos(text: &str) -> Result<u64, String> {
+fn seconds_as_nanos(text: &str) -> Result<u64, ArgError> {
     match text.parse::<f64>() {
         // Saturates at u64::MAX nanoseconds (585 years).
         Ok(secs) if secs.is_finite() && secs >= 0.0 => Ok((secs * 1e9).round() as u64),
-        _ => Err(format!("must be a number of seconds >= 0, got `{text}`")),
+        _ => Err(ArgError::Seconds(text.to_owned())),
     }
 }
 
 /// `KEY=VALUE` with a non-empty key.
-fn key_value(text: &str) -> Result<(String, String), String> {
+fn key_value(text: &str) -> Result<(String, String), ArgError> {
     match text.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
-        _ => Err(format!("must be KEY=VALUE, got `{text}`")),
+        _ => Err(ArgError::KeyValue(text.to_owned())),
     }
 }
 

@@ -326,7 +326,9 @@ async fn serve_insight(request: IncomingRequest, body: Message, hub: Arc<Mutex<I
                     .await
                 {
                     Ok(()) => Message::Ok,
-                    Err(reason) => Message::Error { reason },
+                    Err(e) => Message::Error {
+                        reason: e.to_string(),
+                    },
                 };
             request.respond(&Envelope::new(reply)).await
         }
@@ -350,7 +352,7 @@ async fn serve_insight(request: IncomingRequest, body: Message, hub: Arc<Mutex<I
                 )
             })
             .await
-            .unwrap_or_else(|e| Err(format!("the export failed: {e}")));
+            .unwrap_or_else(|e| Err(super::insight_hub::HubError::Stopped(e)));
             match built {
                 Ok(text) => {
                     let header = Envelope::new(Message::BinaryFollows {
@@ -358,7 +360,8 @@ async fn serve_insight(request: IncomingRequest, body: Message, hub: Arc<Mutex<I
                     });
                     request.respond_with_bytes(&header, text.as_bytes()).await
                 }
-                Err(reason) => {
+                Err(e) => {
+                    let reason = e.to_string();
                     request
                         .respond(&Envelope::new(Message::Error { reason }))
                         .await

@@ -119,9 +119,7 @@ pub(crate) async fn connect_driver(config: Config, address: String) -> Result<Ra
         .handle()
         .spawn(connect_driver_on_io(config, address))
         .await
-        .map_err(|e| Error::Cluster {
-            cause: format!("connecting to the cluster stopped: {e}"),
-        })??;
+        .map_err(|e| Error::cluster_from(format!("connecting to the cluster stopped: {e}"), e))??;
     *ray.rt.owned_tokio.lock() = Some(io);
     Ok(ray)
 }
@@ -132,12 +130,13 @@ async fn connect_driver_on_io(config: Config, address: String) -> Result<Ray> {
     if config.tune_allocator {
         crate::runtime::tune_allocator();
     }
-    let cluster = |cause: String| Error::Cluster { cause };
     let gcs_addr = address
         .to_socket_addrs()
-        .map_err(|e| cluster(format!("bad cluster address {address:?}: {e}")))?
+        .map_err(|e| Error::cluster_from(format!("bad cluster address {address:?}: {e}"), e))?
         .next()
-        .ok_or_else(|| cluster(format!("cluster address {address:?} resolves to nothing")))?;
+        .ok_or_else(|| {
+            Error::cluster(format!("cluster address {address:?} resolves to nothing"))
+        })?;
     let creds_dir = config
         .credentials
         .clone()
@@ -149,10 +148,13 @@ async fn connect_driver_on_io(config: Config, address: String) -> Result<Ray> {
                 .join("credentials")
         });
     let creds = ray_transport::ClusterCredentials::load(&creds_dir).map_err(|e| {
-        cluster(format!(
-            "cannot load cluster credentials from {}: {e}",
-            creds_dir.display()
-        ))
+        Error::cluster_from(
+            format!(
+                "cannot load cluster credentials from {}: {e}",
+                creds_dir.display()
+            ),
+            e,
+        )
     })?;
     let ip: std::net::IpAddr = if gcs_addr.ip().is_loopback() {
         gcs_addr.ip()
@@ -169,13 +171,13 @@ async fn connect_driver_on_io(config: Config, address: String) -> Result<Ray> {
             crate::cluster::control_plane_fingerprint(),
         ),
     )
-    .map_err(|e| cluster(e.to_string()))?;
+    .map_err(Error::cluster_source)?;
     let gcs = crate::cluster::GcsClient::connect(&endpoint, gcs_addr, Duration::from_secs(10))
         .await
-        .map_err(|e| cluster(e.to_string()))?;
+        .map_err(Error::cluster_source)?;
     let local = endpoint
         .local_addr()
-        .map_err(|e| cluster(format!("cannot read the driver address: {e}")))?;
+        .map_err(|e| Error::cluster_from(format!("cannot read the driver address: {e}"), e))?;
     let my_addr = match gcs.connection().quic().local_ip() {
         Some(ip) if local.ip().is_unspecified() => std::net::SocketAddr::new(ip, local.port()),
         _ => local,
@@ -183,12 +185,12 @@ async fn connect_driver_on_io(config: Config, address: String) -> Result<Ray> {
     let exe = match config.executable.clone() {
         Some(exe) => exe,
         None => std::env::current_exe()
-            .map_err(|e| cluster(format!("cannot find this executable: {e}")))?,
+            .map_err(|e| Error::cluster_from(format!("cannot find this executable: {e}"), e))?,
     };
     let binary = tokio::task::spawn_blocking(move || std::fs::read(&exe).map(|b| (exe, b)))
         .await
-        .map_err(|e| cluster(e.to_string()))?
-        .map_err(|e| cluster(format!("cannot read this executable: {e}")))?;
+        .map_err(Error::cluster_source)?
+        .map_err(|e| Error::cluster_from(format!("cannot read this executable: {e}"), e))?;
     let (exe, bytes) = binary;
     let hash = crate::cluster::binary_hash(&bytes);
     let driver = exe.display().to_string();
@@ -202,14 +204,14 @@ async fn connect_driver_on_io(config: Config, address: String) -> Result<Ray> {
             insight.is_some(),
         )
         .await
-        .map_err(|e| cluster(e.to_string()))?;
+        .map_err(Error::cluster_source)?;
     if upload {
         gcs.upload_binary(hash, &bytes)
             .await
-            .map_err(|e| cluster(format!("cannot upload the job binary: {e}")))?;
+            .map_err(|e| Error::cluster_from(format!("cannot upload the job binary: {e}"), e))?;
     }
     drop(bytes);
-    let nodes = gcs.nodes().await.map_err(|e| cluster(e.to_string()))?;
+    let nodes = gcs.nodes().await.map_err(Error::cluster_source)?;
     let mut alive: Vec<_> = nodes.into_iter().filter(|n| n.alive).collect();
     alive.sort_by_key(|n| {
         (
@@ -219,11 +221,10 @@ async fn connect_driver_on_io(config: Config, address: String) -> Result<Ray> {
     });
     let local_node = alive
         .first()
-        .ok_or_else(|| cluster(format!("the cluster at {gcs_addr} has no live node")))?;
-    let local_addr = local_node
-        .address
-        .parse()
-        .map_err(|_| cluster(format!("bad node address {:?}", local_node.address)))?;
+        .ok_or_else(|| Error::cluster(format!("the cluster at {gcs_addr} has no live node")))?;
+    let local_addr = local_node.address.parse().map_err(|e| {
+        Error::cluster_from(format!("bad node address {:?}", local_node.address), e)
+    })?;
     let (ray, _core) = start_cluster_process(ClusterProcess {
         endpoint,
         gcs,
@@ -238,4 +239,60 @@ async fn connect_driver_on_io(config: Config, address: String) -> Result<Ray> {
         insight: insight.is_some(),
     })?;
     Ok(ray)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use ray_transport::TransportError;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn missing_credentials_keep_the_transport_error() {
+        let dir = std::env::temp_dir().join(format!("rayrs-no-credentials-{}", std::process::id()));
+        let config = Config {
+            credentials: Some(dir.clone()),
+            tune_allocator: false,
+            ..Config::default()
+        };
+        let err = connect_driver(config, "127.0.0.1:1".into())
+            .await
+            .err()
+            .expect("there are no credentials");
+        let text = err.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "cluster: cannot load cluster credentials from {}: ",
+                dir.display()
+            )),
+            "{text}"
+        );
+        let source = err
+            .source()
+            .and_then(|s| s.downcast_ref::<TransportError>());
+        assert!(
+            matches!(source, Some(TransportError::CredentialFile { .. })),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_address_that_does_not_resolve_keeps_the_resolver_error() {
+        let config = Config {
+            tune_allocator: false,
+            ..Config::default()
+        };
+        let err = connect_driver(config, "no port here".into())
+            .await
+            .err()
+            .expect("the address does not parse");
+        assert!(
+            err.to_string()
+                .starts_with("cluster: bad cluster address \"no port here\": "),
+            "{err}"
+        );
+        assert!(err.source().unwrap().is::<std::io::Error>(), "{err:?}");
+    }
 }

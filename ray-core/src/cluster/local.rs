@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use ray_sched::{Quantity, ResourceSet, CPU};
 
+use super::worker::ProcessError;
 use super::{
     control_plane_fingerprint, start_node, GcsClient, Head, HeadConfig, NodeConfig, ADDRESS_FILE,
     CREDENTIALS_DIR,
@@ -25,7 +26,7 @@ use ray_transport::{ClusterCa, ClusterCredentials, Endpoint, EndpointConfig, Rol
 
 const VAR_KIND: &str = "RAYRS_DAEMON";
 const VAR_DIR: &str = "RAYRS_DAEMON_DIR";
-const VAR_CPUS: &str = "RAYRS_DAEMON_CPUS";
+pub(super) const VAR_CPUS: &str = "RAYRS_DAEMON_CPUS";
 const VAR_ADDRESS: &str = "RAYRS_DAEMON_ADDRESS";
 const VAR_HEALTH_MS: &str = "RAYRS_DAEMON_HEALTH_MS";
 /// Bounds a daemon's TLS handshakes and its connecting to the GCS.
@@ -86,18 +87,15 @@ impl Cluster {
                 "a cluster needs at least one node".into(),
             ));
         }
-        let cluster = |cause: String| Error::Cluster { cause };
         let dir =
             std::env::temp_dir().join(format!("rayrs-local-{}-{}", std::process::id(), unique()));
         std::fs::create_dir_all(&dir)
-            .map_err(|e| cluster(format!("cannot create {}: {e}", dir.display())))?;
-        let ca = ClusterCa::generate().map_err(|e| cluster(e.to_string()))?;
-        let creds = ca
-            .issue("ray-rs-local")
-            .map_err(|e| cluster(e.to_string()))?;
+            .map_err(|e| Error::cluster_from(format!("cannot create {}: {e}", dir.display()), e))?;
+        let ca = ClusterCa::generate().map_err(Error::cluster_source)?;
+        let creds = ca.issue("ray-rs-local").map_err(Error::cluster_source)?;
         creds
             .save(&dir.join(CREDENTIALS_DIR))
-            .map_err(|e| cluster(e.to_string()))?;
+            .map_err(Error::cluster_source)?;
         let mut me = Cluster {
             dir,
             address: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
@@ -114,7 +112,7 @@ impl Cluster {
                 break a;
             }
             if Instant::now() > deadline {
-                return Err(cluster("the head did not start in time".into()));
+                return Err(Error::cluster("the head did not start in time"));
             }
             me.check_alive()?;
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -133,9 +131,8 @@ impl Cluster {
         address: Option<SocketAddr>,
         config: &LocalClusterConfig,
     ) -> Result<Child> {
-        let exe = std::env::current_exe().map_err(|e| Error::Cluster {
-            cause: format!("cannot find this executable: {e}"),
-        })?;
+        let exe = std::env::current_exe()
+            .map_err(|e| Error::cluster_from(format!("cannot find this executable: {e}"), e))?;
         let mut cmd = Command::new(exe);
         cmd.env(VAR_KIND, kind)
             .env(VAR_DIR, &self.dir)
@@ -146,18 +143,17 @@ impl Cluster {
             cmd.env(VAR_ADDRESS, a.to_string());
         }
         die_with_parent(&mut cmd);
-        cmd.spawn().map_err(|e| Error::Cluster {
-            cause: format!("cannot start a {kind} process: {e}"),
-        })
+        cmd.spawn()
+            .map_err(|e| Error::cluster_from(format!("cannot start a {kind} process: {e}"), e))
     }
 
     fn check_alive(&mut self) -> Result<()> {
         for (i, slot) in self.nodes.iter_mut().enumerate() {
             if let Some(child) = slot {
                 if let Ok(Some(status)) = child.try_wait() {
-                    return Err(Error::Cluster {
-                        cause: format!("node process {i} exited early: {status}"),
-                    });
+                    return Err(Error::cluster(format!(
+                        "node process {i} exited early: {status}"
+                    )));
                 }
             }
         }
@@ -170,16 +166,15 @@ impl Cluster {
         deadline: Instant,
         creds: &ClusterCredentials,
     ) -> Result<()> {
-        let cluster = |cause: String| Error::Cluster { cause };
         let endpoint = Endpoint::bind(
             SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             creds,
             EndpointConfig::new(Role::Cli, control_plane_fingerprint()),
         )
-        .map_err(|e| cluster(e.to_string()))?;
+        .map_err(Error::cluster_source)?;
         let client = GcsClient::connect(&endpoint, self.address, Duration::from_secs(10))
             .await
-            .map_err(|e| cluster(e.to_string()))?;
+            .map_err(Error::cluster_source)?;
         loop {
             let alive = client
                 .nodes()
@@ -194,7 +189,9 @@ impl Cluster {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(cluster(format!("only {alive} of {n} nodes joined in time")));
+                return Err(Error::cluster(format!(
+                    "only {alive} of {n} nodes joined in time"
+                )));
             }
             self.check_alive()?;
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -253,18 +250,16 @@ impl Cluster {
         at_nanos: Option<u64>,
         filter: Option<&str>,
     ) -> Result<String> {
-        let cluster = |cause: String| Error::Cluster { cause };
-        let creds =
-            ClusterCredentials::load(&self.credentials()).map_err(|e| cluster(e.to_string()))?;
+        let creds = ClusterCredentials::load(&self.credentials()).map_err(Error::cluster_source)?;
         let endpoint = Endpoint::bind(
             SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             &creds,
             EndpointConfig::new(Role::Cli, control_plane_fingerprint()),
         )
-        .map_err(|e| cluster(e.to_string()))?;
+        .map_err(Error::cluster_source)?;
         let client = GcsClient::connect(&endpoint, self.address, Duration::from_secs(10))
             .await
-            .map_err(|e| cluster(e.to_string()))?;
+            .map_err(Error::cluster_source)?;
         client
             .insight_export(
                 job,
@@ -275,7 +270,7 @@ impl Cluster {
                 None,
             )
             .await
-            .map_err(|e| cluster(e.to_string()))
+            .map_err(Error::cluster_source)
     }
 
     /// The process ids of the node processes (index 0: the head).
@@ -338,13 +333,13 @@ pub(super) fn die_with_parent(cmd: &mut Command) {
 
 /// Runs a daemon when this process was started as one by
 /// [`Cluster::local`]; returns `None` otherwise.
-pub(crate) fn daemon_from_env() -> Option<std::result::Result<(), String>> {
+pub(crate) fn daemon_from_env() -> Option<std::result::Result<(), ProcessError>> {
     let kind = std::env::var(VAR_KIND).ok()?;
     Some(run_daemon(&kind))
 }
 
-fn run_daemon(kind: &str) -> std::result::Result<(), String> {
-    let dir = PathBuf::from(std::env::var(VAR_DIR).map_err(|_| format!("{VAR_DIR} is not set"))?);
+fn run_daemon(kind: &str) -> std::result::Result<(), ProcessError> {
+    let dir = PathBuf::from(std::env::var(VAR_DIR).map_err(|_| ProcessError::Unset(VAR_DIR))?);
     let cpus: f64 = std::env::var(VAR_CPUS)
         .ok()
         .and_then(|s| s.parse().ok())
@@ -358,13 +353,12 @@ fn run_daemon(kind: &str) -> std::result::Result<(), String> {
         .thread_name("ray-daemon")
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start tokio: {e}"))?;
+        .map_err(ProcessError::Tokio)?;
     tokio.block_on(async move {
-        let creds =
-            ClusterCredentials::load(&dir.join(CREDENTIALS_DIR)).map_err(|e| e.to_string())?;
+        let creds = ClusterCredentials::load(&dir.join(CREDENTIALS_DIR))?;
         let resources = ResourceSet::new().with(
             CPU,
-            Quantity::from_f64(cpus).map_err(|e| format!("{VAR_CPUS}: {e}"))?,
+            Quantity::from_f64(cpus).map_err(|source| ProcessError::Cpus { source })?,
         );
         if kind == "head" {
             let head = Head::start(
@@ -379,14 +373,13 @@ fn run_daemon(kind: &str) -> std::result::Result<(), String> {
                 },
                 &creds,
             )
-            .await
-            .map_err(|e| e.to_string())?;
-            return Err(head.run().await.to_string());
+            .await?;
+            return Err(head.run().await.into());
         }
         let gcs = std::env::var(VAR_ADDRESS)
             .ok()
             .and_then(|a| a.parse().ok())
-            .ok_or(format!("{VAR_ADDRESS} is not set"))?;
+            .ok_or(ProcessError::Unset(VAR_ADDRESS))?;
         let node = start_node(
             NodeConfig {
                 gcs,
@@ -398,8 +391,7 @@ fn run_daemon(kind: &str) -> std::result::Result<(), String> {
             },
             &creds,
         )
-        .await
-        .map_err(|e| e.to_string())?;
-        Err(node.run().await.to_string())
+        .await?;
+        Err(node.run().await.into())
     })
 }

@@ -119,9 +119,7 @@ impl ClusterCore {
 
     /// One attempt: `Ok(true)` reserved, `Ok(false)` not now.
     async fn try_place(self: &Arc<Self>, pg: &Arc<ClusterPg>) -> Result<bool> {
-        let nodes = self.gcs.nodes().await.map_err(|e| Error::Cluster {
-            cause: e.to_string(),
-        })?;
+        let nodes = self.gcs.nodes().await.map_err(Error::cluster_source)?;
         let alive: Vec<_> = nodes.into_iter().filter(|n| n.alive).collect();
         let mut view = ClusterView::new();
         for n in &alive {

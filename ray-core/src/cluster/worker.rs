@@ -12,14 +12,16 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ray_proto::wire::{BuildFingerprint, Message};
-use ray_proto::{JobId, NodeId};
+use ray_proto::{JobId, NodeId, WorkerId};
 use ray_sched::{Quantity, ResourceSet};
 
-use super::{control_plane_fingerprint, GcsClient};
-use ray_transport::{ClusterCredentials, Endpoint, EndpointConfig, Role};
+use super::{control_plane_fingerprint, ClusterError, GcsClient, StartError};
+use crate::error::Error;
+use ray_transport::{ClusterCredentials, Endpoint, EndpointConfig, Role, TransportError};
 
 /// How long a worker that is told to stop spends shipping its last insight
 /// records (its node's grace period is longer).
@@ -33,6 +35,158 @@ const VAR_CREDENTIALS: &str = "RAYRS_WORKER_CREDENTIALS";
 const VAR_RESOURCES: &str = "RAYRS_WORKER_RESOURCES";
 const VAR_HASH: &str = "RAYRS_WORKER_BINARY";
 const VAR_BIND: &str = "RAYRS_WORKER_BIND";
+
+/// Why a process that ray-core runs in place of `main` — a job's worker,
+/// or a daemon of [`Cluster::local`](super::Cluster::local) — stopped with
+/// an error (printed on its stderr).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ProcessError {
+    /// An environment variable its starter sets is missing.
+    #[error("{0} is not set")]
+    Unset(&'static str),
+    /// An environment variable its starter sets does not parse.
+    #[error("{0} is malformed")]
+    Malformed(&'static str),
+    /// The daemon's CPU count is not a quantity.
+    #[error("{}: {source}", super::local::VAR_CPUS)]
+    Cpus {
+        /// Why it is not.
+        source: ray_sched::SchedError,
+    },
+    /// Its tokio runtime did not start.
+    #[error("cannot start tokio: {0}")]
+    Tokio(#[source] std::io::Error),
+    /// Credentials, the endpoint or a connection failed.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// The OS could not say which address the endpoint got.
+    #[error(transparent)]
+    LocalAddress(std::io::Error),
+    /// The GCS could not be reached, refused, or declared the node dead.
+    #[error(transparent)]
+    Gcs(#[from] ClusterError),
+    /// The worker's runtime failed.
+    #[error(transparent)]
+    Runtime(#[from] Error),
+    /// The head or node did not start.
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// The worker's node daemon refused it (a job binary of another build).
+    #[error("refused by its node: {reason}")]
+    Refused {
+        /// The node's reason.
+        reason: String,
+    },
+    /// The worker's node daemon answered something else than a verdict.
+    #[error("unexpected answer from its node: {0:?}")]
+    Unexpected(Box<Message>),
+    /// SIGTERM could not be watched for.
+    #[error("cannot handle SIGTERM: {0}")]
+    Signal(#[source] std::io::Error),
+}
+
+/// Why a node daemon has no worker for a job: it could not start one, or
+/// the one it started is gone or of another build. `Clone`, as every lease
+/// waiting on the worker gets the same answer (I/O and GCS errors shared).
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum WorkerStartError {
+    /// The job binary's cache directory could not be made.
+    #[error("cannot create {}: {source}", dir.display())]
+    CacheDir {
+        /// The directory.
+        dir: PathBuf,
+        /// What the OS said.
+        source: Arc<std::io::Error>,
+    },
+    /// The GCS did not hand out the job binary.
+    #[error("cannot fetch job binary {}: {source}", super::hex(hash))]
+    Fetch {
+        /// The binary's SHA-256.
+        hash: [u8; 32],
+        /// What the GCS client said.
+        source: Arc<ClusterError>,
+    },
+    /// The job binary could not be written to a temporary file.
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        /// The temporary file.
+        path: PathBuf,
+        /// What the OS said.
+        source: Arc<std::io::Error>,
+    },
+    /// The job binary could not be made executable.
+    #[error("cannot make {} executable: {source}", path.display())]
+    MakeExecutable {
+        /// The temporary file.
+        path: PathBuf,
+        /// What the OS said.
+        source: Arc<std::io::Error>,
+    },
+    /// The job binary could not be renamed to its place in the cache.
+    #[error("cannot move {} into place: {source}", path.display())]
+    MoveIntoPlace {
+        /// Its place in the cache.
+        path: PathBuf,
+        /// What the OS said.
+        source: Arc<std::io::Error>,
+    },
+    /// The OS could not say which address the node's endpoint has.
+    /// The binary cache's file task (on a blocking thread) failed.
+    #[error("the binary cache's file task failed: {0}")]
+    FileTask(#[source] Arc<tokio::task::JoinError>),
+    #[error("cannot read the node address: {0}")]
+    NodeAddress(#[source] Arc<std::io::Error>),
+    /// The worker process did not start.
+    #[error("cannot start worker {}: {source}", path.display())]
+    Spawn {
+        /// The job binary.
+        path: PathBuf,
+        /// What the OS said.
+        source: Arc<std::io::Error>,
+    },
+    /// The worker exited before it reported in.
+    #[error("worker of {job} (pid {pid}) exited: {status:?}")]
+    Exited {
+        /// The job.
+        job: JobId,
+        /// The worker's process id.
+        pid: u32,
+        /// How it ended, as the OS told.
+        status: Result<std::process::ExitStatus, Arc<std::io::Error>>,
+    },
+    /// The worker's waiter is gone (the node is stopping).
+    #[error("worker of {job} went away before reporting in")]
+    WentAway {
+        /// The job.
+        job: JobId,
+    },
+    /// The worker did not report in within the start timeout.
+    #[error("worker of {job} did not report in within {after:?}")]
+    Timeout {
+        /// The job.
+        job: JobId,
+        /// How long the node waited.
+        after: Duration,
+    },
+    /// The worker reported in with another build's fingerprint than the
+    /// job's (the driver and the job binary differ).
+    #[error(
+        "worker {worker} (pid {pid}) was built as {built}, but {job} was built as {}",
+        expected.map_or("unknown".to_string(), |f| f.to_string())
+    )]
+    OtherBuild {
+        /// The worker.
+        worker: WorkerId,
+        /// Its process id.
+        pid: u32,
+        /// Its fingerprint.
+        built: BuildFingerprint,
+        /// The job.
+        job: JobId,
+        /// The job's fingerprint, if the node knew it.
+        expected: Option<BuildFingerprint>,
+    },
+}
 
 /// What a worker process is told by its node daemon.
 #[derive(Debug, Clone)]
@@ -67,33 +221,33 @@ impl WorkerEnv {
         ]
     }
 
-    fn from_env() -> Result<Self, String> {
-        fn var(name: &str) -> Result<String, String> {
-            std::env::var(name).map_err(|_| format!("{name} is not set"))
+    fn from_env() -> Result<Self, ProcessError> {
+        fn var(name: &'static str) -> Result<String, ProcessError> {
+            std::env::var(name).map_err(|_| ProcessError::Unset(name))
         }
-        fn parse<T: std::str::FromStr>(name: &str) -> Result<T, String> {
+        fn parse<T: std::str::FromStr>(name: &'static str) -> Result<T, ProcessError> {
             var(name)?
                 .parse()
-                .map_err(|_| format!("{name} is malformed"))
+                .map_err(|_| ProcessError::Malformed(name))
         }
         let mut resources = ResourceSet::new();
         for part in var(VAR_RESOURCES)?.split(',').filter(|p| !p.is_empty()) {
             let (name, raw) = part
                 .split_once('=')
-                .ok_or_else(|| format!("{VAR_RESOURCES} is malformed"))?;
+                .ok_or(ProcessError::Malformed(VAR_RESOURCES))?;
             let raw: u64 = raw
                 .parse()
-                .map_err(|_| format!("{VAR_RESOURCES} is malformed"))?;
+                .map_err(|_| ProcessError::Malformed(VAR_RESOURCES))?;
             resources.set(name, Quantity::from_raw(raw));
         }
         let hash_hex = var(VAR_HASH)?;
         let mut binary_hash = [0u8; 32];
         if hash_hex.len() != 64 {
-            return Err(format!("{VAR_HASH} is malformed"));
+            return Err(ProcessError::Malformed(VAR_HASH));
         }
         for (i, b) in binary_hash.iter_mut().enumerate() {
             *b = u8::from_str_radix(&hash_hex[2 * i..2 * i + 2], 16)
-                .map_err(|_| format!("{VAR_HASH} is malformed"))?;
+                .map_err(|_| ProcessError::Malformed(VAR_HASH))?;
         }
         Ok(Self {
             gcs: parse(VAR_GCS)?,
@@ -154,30 +308,26 @@ extern "C" fn worker_entry() {
 #[cfg_attr(target_os = "macos", link_section = "__DATA,__mod_init_func")]
 static WORKER_ENTRY: extern "C" fn() = worker_entry;
 
-fn run_worker() -> Result<(), String> {
+fn run_worker() -> Result<(), ProcessError> {
     let env = WorkerEnv::from_env()?;
     crate::runtime::tune_allocator();
     // One I/O thread: with two, the QUIC tasks of one round trip hop
     // between them, a wake-up each (measured: see
     // docs/perf-log/2026-11-figures-from-code-comments.md).
-    let tokio = crate::runtime::io_runtime(1).map_err(|e| format!("cannot start tokio: {e}"))?;
+    let tokio = crate::runtime::io_runtime(1).map_err(ProcessError::Tokio)?;
     tokio.handle().block_on(serve(env))
 }
 
-async fn serve(env: WorkerEnv) -> Result<(), String> {
-    let creds = ClusterCredentials::load(&env.credentials).map_err(|e| e.to_string())?;
+async fn serve(env: WorkerEnv) -> Result<(), ProcessError> {
+    let creds = ClusterCredentials::load(&env.credentials)?;
     let mut config = EndpointConfig::new(Role::Worker, control_plane_fingerprint());
     config.node = Some(env.node_id);
-    let endpoint = Endpoint::bind(SocketAddr::new(env.bind_ip, 0), &creds, config)
-        .map_err(|e| e.to_string())?;
-    let my_addr = endpoint.local_addr().map_err(|e| e.to_string())?;
-    let gcs = GcsClient::connect(&endpoint, env.gcs, Duration::from_secs(10))
-        .await
-        .map_err(|e| e.to_string())?;
+    let endpoint = Endpoint::bind(SocketAddr::new(env.bind_ip, 0), &creds, config)?;
+    let my_addr = endpoint.local_addr().map_err(ProcessError::LocalAddress)?;
+    let gcs = GcsClient::connect(&endpoint, env.gcs, Duration::from_secs(10)).await?;
     let (worker, insight) = gcs
         .register_worker(env.job, env.node_id, my_addr.to_string())
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
     let (ray, core) = super::join::start_cluster_process(super::join::ClusterProcess {
         endpoint,
         gcs,
@@ -189,8 +339,7 @@ async fn serve(env: WorkerEnv) -> Result<(), String> {
         my_addr,
         resources: env.resources.clone(),
         insight,
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     let reply = core
         .ask(
             env.node,
@@ -202,23 +351,18 @@ async fn serve(env: WorkerEnv) -> Result<(), String> {
                 pid: std::process::id(),
             },
         )
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
     match reply {
         Message::Ok => {}
         Message::Refused { reason } | Message::Error { reason } => {
-            return Err(format!("refused by its node: {reason}"))
+            return Err(ProcessError::Refused { reason })
         }
-        other => return Err(format!("unexpected answer from its node: {other:?}")),
+        other => return Err(ProcessError::Unexpected(Box::new(other))),
     }
     // Serve until the node daemon goes away, or ends the job (SIGTERM).
-    let conn = core
-        .connections()
-        .get(env.node)
-        .await
-        .map_err(|e| e.to_string())?;
+    let conn = core.connections().get(env.node).await?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
+        .map_err(ProcessError::Signal)?;
     let why = tokio::select! {
         why = conn.closed() => why.to_string(),
         _ = term.recv() => "its job ended (SIGTERM)".to_string(),

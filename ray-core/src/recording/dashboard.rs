@@ -44,19 +44,21 @@ struct EmbeddedSource(std::sync::Weak<Inner>);
 const EMBEDDED_JOB: &str = "embedded";
 
 impl EmbeddedSource {
-    fn insight(&self) -> Result<Insight, String> {
+    fn insight(&self) -> Result<Insight, dashboard::SourceError> {
         self.0
             .upgrade()
             .map(|inner| Insight { inner })
-            .ok_or_else(|| "the recording has ended".to_owned())
+            .ok_or(dashboard::SourceError::Ended)
     }
 
-    fn check_job(job: Option<&str>) -> Result<(), String> {
+    fn check_job(job: Option<&str>) -> Result<(), dashboard::SourceError> {
         match job {
             None | Some(EMBEDDED_JOB) => Ok(()),
-            Some(other) => Err(format!(
-                "no job {other:?} here: an embedded runtime has one job, {EMBEDDED_JOB:?}"
-            )),
+            Some(other) => Err(dashboard::SourceError::UnknownJob {
+                reason: format!(
+                    "no job {other:?} here: an embedded runtime has one job, {EMBEDDED_JOB:?}"
+                ),
+            }),
         }
     }
 }
@@ -70,7 +72,10 @@ impl Source for EmbeddedSource {
         }]
     }
 
-    fn stats(&self, job: Option<&str>) -> std::result::Result<serde_json::Value, String> {
+    fn stats(
+        &self,
+        job: Option<&str>,
+    ) -> std::result::Result<serde_json::Value, dashboard::SourceError> {
         Self::check_job(job)?;
         let insight = self.insight()?;
         insight.inner.pump();
@@ -82,7 +87,7 @@ impl Source for EmbeddedSource {
         ))
     }
 
-    fn view(&self, query: &ViewQuery) -> std::result::Result<String, String> {
+    fn view(&self, query: &ViewQuery) -> std::result::Result<String, dashboard::SourceError> {
         Self::check_job(query.job.as_deref())?;
         let insight = self.insight()?;
         insight.inner.pump();

@@ -92,9 +92,9 @@ pub fn decode_records(bytes: &[u8]) -> Result<Vec<Record>, LogError> {
         at: 0,
         table: Vec::new(),
     };
-    reader.batch().map_err(|reason| LogError::Corrupt {
+    reader.batch().map_err(|fault| LogError::Corrupt {
         offset: reader.at as u64,
-        reason,
+        reason: fault.to_string(),
         records_read: 0,
     })
 }
@@ -159,14 +159,59 @@ fn put_value(out: &mut Vec<u8>, value: &FieldValue) {
     }
 }
 
-/// A cursor over one batch; failures are a reason, the position is `at`.
+/// A cursor over one batch; failures are a [`Fault`], the position is `at`.
 struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
     table: Vec<&'static str>,
 }
 
-type Decoded<T> = Result<T, String>;
+/// What is wrong with a batch where decoding stopped: the `reason` of
+/// [`LogError::Corrupt`].
+#[derive(Debug, thiserror::Error)]
+enum Fault {
+    /// More records announced than the bytes left can hold.
+    #[error("{count} records announced, {left} bytes left")]
+    Records { count: u64, left: usize },
+    /// More fields announced than the bytes left can hold.
+    #[error("{count} fields announced, {left} bytes left")]
+    Fields { count: u64, left: usize },
+    /// Bytes after the last record.
+    #[error("{0} bytes after the last record")]
+    Trailing(usize),
+    /// A record kind this build does not know.
+    #[error("unknown record kind {0}")]
+    Kind(u8),
+    /// A field value tag this build does not know.
+    #[error("unknown field value tag {0}")]
+    Tag(u8),
+    /// A thread index over 32 bits.
+    #[error("thread index beyond 32 bits")]
+    Thread,
+    /// The bytes end inside a record.
+    #[error("the batch ends inside a record")]
+    Ended,
+    /// More bytes announced than are left.
+    #[error("{len} bytes announced, {left} left")]
+    Bytes { len: usize, left: usize },
+    /// A varint over 64 bits.
+    #[error("varint overflows 64 bits")]
+    Overflow,
+    /// A varint of more than 10 bytes.
+    #[error("varint longer than 10 bytes")]
+    TooLong,
+    /// A string length beyond the address space.
+    #[error("string of {0} bytes")]
+    StringLength(u64),
+    /// A string that is not UTF-8.
+    #[error("string not UTF-8: {0}")]
+    Utf8(#[source] std::str::Utf8Error),
+    /// A reference to a name the batch has not defined.
+    #[error("reference to name {name}, only {known} in this batch")]
+    Name { name: u64, known: usize },
+}
+
+type Decoded<T> = Result<T, Fault>;
 
 impl Reader<'_> {
     fn remaining(&self) -> usize {
@@ -178,10 +223,10 @@ impl Reader<'_> {
         // Every record takes at least MIN_RECORD_BYTES: a larger count is a
         // lie, refused before it sizes an allocation.
         if count > (self.remaining() / MIN_RECORD_BYTES) as u64 {
-            return Err(format!(
-                "{count} records announced, {} bytes left",
-                self.remaining()
-            ));
+            return Err(Fault::Records {
+                count,
+                left: self.remaining(),
+            });
         }
         // A record takes a few hundred bytes in memory against at least 8
         // in a batch: reserve for what is decoded, not what is announced.
@@ -193,7 +238,7 @@ impl Reader<'_> {
             records.push(record);
         }
         if self.remaining() != 0 {
-            return Err(format!("{} bytes after the last record", self.remaining()));
+            return Err(Fault::Trailing(self.remaining()));
         }
         Ok(records)
     }
@@ -203,21 +248,20 @@ impl Reader<'_> {
             0 => RecordKind::SpanNew,
             1 => RecordKind::SpanClose,
             2 => RecordKind::Event,
-            other => return Err(format!("unknown record kind {other}")),
+            other => return Err(Fault::Kind(other)),
         };
         let span = self.varint()?;
         let parent = self.varint()?;
         let name = self.strref()?;
         let target = self.strref()?;
         let at_nanos = previous_at.wrapping_add(unzigzag(self.varint()?) as u64);
-        let thread =
-            u32::try_from(self.varint()?).map_err(|_| "thread index beyond 32 bits".to_owned())?;
+        let thread = u32::try_from(self.varint()?).map_err(|_| Fault::Thread)?;
         let count = self.varint()?;
         if count > (self.remaining() / MIN_FIELD_BYTES) as u64 {
-            return Err(format!(
-                "{count} fields announced, {} bytes left",
-                self.remaining()
-            ));
+            return Err(Fault::Fields {
+                count,
+                left: self.remaining(),
+            });
         }
         let mut fields = Fields::with_capacity((count as usize).min(MAX_RESERVED));
         for _ in 0..count {
@@ -254,22 +298,22 @@ impl Reader<'_> {
                 lo: self.varint()?,
             },
             TAG_STR => FieldValue::Str(FieldStr::from(self.str()?)),
-            other => return Err(format!("unknown field value tag {other}")),
+            other => return Err(Fault::Tag(other)),
         })
     }
 
     fn byte(&mut self) -> Decoded<u8> {
-        let byte = *self
-            .bytes
-            .get(self.at)
-            .ok_or_else(|| "the batch ends inside a record".to_owned())?;
+        let byte = *self.bytes.get(self.at).ok_or(Fault::Ended)?;
         self.at += 1;
         Ok(byte)
     }
 
     fn take(&mut self, len: usize) -> Decoded<&[u8]> {
         if len > self.remaining() {
-            return Err(format!("{len} bytes announced, {} left", self.remaining()));
+            return Err(Fault::Bytes {
+                len,
+                left: self.remaining(),
+            });
         }
         let bytes = &self.bytes[self.at..self.at + len];
         self.at += len;
@@ -283,21 +327,21 @@ impl Reader<'_> {
             let bits = u64::from(byte & 0x7f);
             // The tenth byte holds bit 63 only.
             if shift == 63 && bits > 1 {
-                return Err("varint overflows 64 bits".to_owned());
+                return Err(Fault::Overflow);
             }
             value |= bits << shift;
             if byte & 0x80 == 0 {
                 return Ok(value);
             }
         }
-        Err("varint longer than 10 bytes".to_owned())
+        Err(Fault::TooLong)
     }
 
     fn str(&mut self) -> Decoded<&str> {
         let len = self.varint()?;
-        let len = usize::try_from(len).map_err(|_| format!("string of {len} bytes"))?;
+        let len = usize::try_from(len).map_err(|_| Fault::StringLength(len))?;
         let bytes = self.take(len)?;
-        std::str::from_utf8(bytes).map_err(|e| format!("string not UTF-8: {e}"))
+        std::str::from_utf8(bytes).map_err(Fault::Utf8)
     }
 
     fn strref(&mut self) -> Decoded<&'static str> {
@@ -310,11 +354,9 @@ impl Reader<'_> {
             n => usize::try_from(n - 1)
                 .ok()
                 .and_then(|i| self.table.get(i).copied())
-                .ok_or_else(|| {
-                    format!(
-                        "reference to name {n}, only {} in this batch",
-                        self.table.len()
-                    )
+                .ok_or(Fault::Name {
+                    name: n,
+                    known: self.table.len(),
                 }),
         }
     }

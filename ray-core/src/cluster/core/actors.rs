@@ -323,11 +323,7 @@ impl ClusterCore {
                     }
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
-                Err(e) => {
-                    return Err(Error::Cluster {
-                        cause: e.to_string(),
-                    })
-                }
+                Err(e) => return Err(Error::cluster_source(e)),
             }
         };
         if loc.class_name != class.name {
@@ -395,9 +391,7 @@ impl ClusterCore {
                     namespace: namespace.to_string(),
                     name: name.to_string(),
                 },
-                e => Error::Cluster {
-                    cause: e.to_string(),
-                },
+                e => Error::cluster_source(e),
             })?;
         if loc.class_name != class.name {
             return Err(Error::ActorClassMismatch {

@@ -87,11 +87,9 @@ impl ClusterCore {
                     .gcs
                     .get_worker(worker)
                     .await
-                    .map_err(|e| Error::Cluster {
-                        cause: e.to_string(),
-                    })?
-                    .ok_or_else(|| Error::Cluster {
-                        cause: format!("{worker} is not in the worker table"),
+                    .map_err(Error::cluster_source)?
+                    .ok_or_else(|| {
+                        Error::cluster(format!("{worker} is not in the worker table"))
                     })?;
                 self.worker_addrs.lock().insert(worker, a.clone());
                 a

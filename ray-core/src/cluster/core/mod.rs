@@ -236,15 +236,15 @@ impl ClusterCore {
     ///
     /// (Used by placement groups too.)
     pub(crate) async fn ask(&self, addr: SocketAddr, request: Message) -> Result<Message, Error> {
-        let conn = self.conns.get(addr).await.map_err(|e| Error::Cluster {
-            cause: format!("cannot reach {addr}: {e}"),
-        })?;
+        let conn = self
+            .conns
+            .get(addr)
+            .await
+            .map_err(|e| Error::cluster_from(format!("cannot reach {addr}: {e}"), e))?;
         let reply = conn
             .request(&Envelope::new(request))
             .await
-            .map_err(|e| Error::Cluster {
-                cause: format!("request to {addr} failed: {e}"),
-            })?;
+            .map_err(|e| Error::cluster_from(format!("request to {addr} failed: {e}"), e))?;
         Ok(reply.body)
     }
 

@@ -357,12 +357,10 @@ impl ClusterCore {
                 request: Box::new(resources_from_wire(resources)),
                 total: Box::new(ray_sched::ResourceSet::new()),
             }),
-            Message::Error { reason } => Err(Error::Cluster {
-                cause: format!("lease refused: {reason}"),
-            }),
-            other => Err(Error::Cluster {
-                cause: format!("unexpected answer to a lease request: {other:?}"),
-            }),
+            Message::Error { reason } => Err(Error::cluster(format!("lease refused: {reason}"))),
+            other => Err(Error::cluster(format!(
+                "unexpected answer to a lease request: {other:?}"
+            ))),
         }
     }
 

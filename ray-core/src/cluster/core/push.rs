@@ -50,9 +50,7 @@ impl ClusterCore {
         if let Some(a) = self.node_addrs.lock().get(&node) {
             return Ok(*a);
         }
-        let nodes = self.gcs.nodes().await.map_err(|e| Error::Cluster {
-            cause: e.to_string(),
-        })?;
+        let nodes = self.gcs.nodes().await.map_err(Error::cluster_source)?;
         let mut map = self.node_addrs.lock();
         for n in nodes {
             if let Ok(a) = n.address.parse() {

@@ -265,13 +265,10 @@ impl ClusterCore {
                         self.tokio.spawn(async move {
                             let outcome = match created.await {
                                 Ok(Ok(())) => WireOutcome::Value(Vec::new()),
-                                Ok(Err(cause)) => {
+                                // `Error::ActorDied` of this actor and class.
+                                Ok(Err(died)) => {
                                     me.drop_hosted(actor);
-                                    WireOutcome::Failed(error_to_wire(&Error::ActorDied {
-                                        actor,
-                                        class: cls.name,
-                                        cause,
-                                    }))
+                                    WireOutcome::Failed(error_to_wire(&died))
                                 }
                                 Err(_) => WireOutcome::Failed(error_to_wire(&Error::ShutDown)),
                             };

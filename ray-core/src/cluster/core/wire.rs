@@ -11,17 +11,14 @@ pub(super) fn aligned(bytes: &[u8]) -> rkyv::util::AlignedVec<16> {
 }
 
 pub(super) fn parse_addr(s: &str) -> Result<SocketAddr, Error> {
-    s.parse().map_err(|_| Error::Cluster {
-        cause: format!("bad peer address {s:?}"),
-    })
+    s.parse()
+        .map_err(|e| Error::cluster_from(format!("bad peer address {s:?}"), e))
 }
 
 pub(super) fn missing(id: u64, what: &str) -> Error {
-    Error::Cluster {
-        cause: format!(
-            "{what} {id:016x} is not in this worker's binary (the job binary and the driver differ)"
-        ),
-    }
+    Error::cluster(format!(
+        "{what} {id:016x} is not in this worker's binary (the job binary and the driver differ)"
+    ))
 }
 
 /// `strategy` in wire form.
@@ -131,7 +128,7 @@ pub(crate) fn error_from_wire(w: WireError, name: &'static str) -> Error {
         (ErrorKind::TaskFailed, Some(task), ..) => Error::TaskFailed {
             task,
             function: name,
-            error: UserError::new(
+            error: UserError::from_wire(
                 intern(&w.type_name),
                 w.message,
                 ObjectBuffer::from_aligned(aligned(&w.payload)),
@@ -147,7 +144,8 @@ pub(crate) fn error_from_wire(w: WireError, name: &'static str) -> Error {
             cause: w.message,
         },
         (ErrorKind::ShutDown, ..) => Error::ShutDown,
-        _ => Error::Cluster { cause: w.message },
+        // Only the text crossed the wire: no typed source.
+        _ => Error::cluster(w.message),
     }
 }
 

@@ -148,7 +148,8 @@ impl InsightHub {
     ///
     /// # Errors
     ///
-    /// The reason, when the batch does not decode (nothing of it is kept).
+    /// [`HubError::TooLarge`], [`HubError::Undecodable`]: nothing of the
+    /// batch is kept.
     fn accept(
         &mut self,
         job: JobId,
@@ -156,12 +157,9 @@ impl InsightHub {
         epoch_unix_nanos: u64,
         bytes: &[u8],
         log: Option<LogPermit<'_>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), HubError> {
         if bytes.len() > MAX_SHIPPED_BYTES {
-            return Err(format!(
-                "insight batch of {} bytes refused: at most {MAX_SHIPPED_BYTES}",
-                bytes.len()
-            ));
+            return Err(HubError::TooLarge { len: bytes.len() });
         }
         let decoded = decode_records(bytes);
         let opened = self.open_job(job, epoch_unix_nanos);
@@ -177,7 +175,7 @@ impl InsightHub {
                     // The job's log is created all the same.
                     log.write(job, Some(opened), Vec::new());
                 }
-                return Err(format!("insight batch does not decode: {e}"));
+                return Err(HubError::Undecodable(e));
             }
         };
         // Sender time t is job time t + (sender epoch - job epoch).
@@ -198,19 +196,28 @@ impl InsightHub {
     }
 
     /// The job `job` names (`None`: the most recent), and its state.
-    fn pick(&self, job: Option<JobId>) -> Result<(JobId, &JobInsight), String> {
+    fn pick(&self, job: Option<JobId>) -> Result<(JobId, &JobInsight), dashboard::SourceError> {
         let (job, state) = match job {
             Some(job) => (job, self.jobs.get(&job)),
             None => match self.jobs.last_key_value() {
                 Some((job, state)) => (*job, Some(state)),
-                None => return Err("the head has no insight records yet (did the driver set Config::insight or RAYRS_INSIGHT=1?)".into()),
+                None => {
+                    return Err(dashboard::SourceError::UnknownJob {
+                        reason: "the head has no insight records yet (did the driver set \
+                                 Config::insight or RAYRS_INSIGHT=1?)"
+                            .into(),
+                    })
+                }
             },
         };
         match state {
             Some(state) => Ok((job, state)),
-            None => Err(format!(
-                "the head has no insight records of {job} (it keeps the last {MAX_JOBS} jobs that recorded)"
-            )),
+            None => Err(dashboard::SourceError::UnknownJob {
+                reason: format!(
+                    "the head has no insight records of {job} (it keeps the last {MAX_JOBS} \
+                     jobs that recorded)"
+                ),
+            }),
         }
     }
 }
@@ -227,7 +234,7 @@ pub(crate) async fn accept_shipped(
     worker: WorkerId,
     epoch_unix_nanos: u64,
     bytes: &[u8],
-) -> Result<(), String> {
+) -> Result<(), HubError> {
     let logs = hub.lock().logs.clone();
     let permit = match &logs {
         Some(logs) => logs.reserve().await,
@@ -252,22 +259,24 @@ pub(crate) fn export(
     at_nanos: Option<u64>,
     filter: Option<&str>,
     metric: Option<&str>,
-) -> Result<String, String> {
-    let view: ViewKind = view.parse().map_err(|e| format!("{e}"))?;
-    let format: ExportFormat = format.parse().map_err(|e| format!("{e}"))?;
+) -> Result<String, HubError> {
+    let view: ViewKind = view.parse().map_err(dashboard::SourceError::from)?;
+    let format: ExportFormat = format.parse().map_err(dashboard::SourceError::from)?;
     let metric = match metric {
-        Some(m) => export::parse_metric(m).map_err(|e| e.to_string())?,
+        Some(m) => export::parse_metric(m).map_err(dashboard::SourceError::from)?,
         None => FlameMetric::SelfTime,
     };
     let filter = match filter {
         Some(f) => Some(
             f.split_once('=')
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .ok_or_else(|| format!("bad filter {f:?}: expected key=value"))?,
+                .ok_or_else(|| HubError::Filter {
+                    filter: f.to_owned(),
+                })?,
         ),
         None => None,
     };
-    render(
+    Ok(render(
         hub,
         &ViewQuery {
             job: job.map(|j| j.to_string()),
@@ -278,13 +287,13 @@ pub(crate) fn export(
             metric,
             summary: None,
         },
-    )
+    )?)
 }
 
 /// Renders `query`: the live views under the hub's lock; a replay from the
 /// job's log with the lock released, once the log's writer has written
 /// every batch accepted before.
-fn render(hub: &Mutex<InsightHub>, query: &ViewQuery) -> Result<String, String> {
+fn render(hub: &Mutex<InsightHub>, query: &ViewQuery) -> Result<String, dashboard::SourceError> {
     let job = query.job.as_deref().map(parse_job).transpose()?;
     let (job, limits, logs) = {
         let hub = hub.lock();
@@ -300,11 +309,40 @@ fn render(hub: &Mutex<InsightHub>, query: &ViewQuery) -> Result<String, String> 
 }
 
 /// `job-<hex>`, as [`JobId`] displays itself.
-fn parse_job(text: &str) -> Result<JobId, String> {
+fn parse_job(text: &str) -> Result<JobId, dashboard::SourceError> {
     text.strip_prefix("job-")
         .and_then(|hex| u32::from_str_radix(hex, 16).ok())
         .map(JobId)
-        .ok_or_else(|| format!("bad job {text:?}: expected job-<hex>"))
+        .ok_or_else(|| dashboard::SourceError::UnknownJob {
+            reason: format!("bad job {text:?}: expected job-<hex>"),
+        })
+}
+
+/// Why the head's collector refused a batch or an export.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HubError {
+    /// A shipped batch over [`MAX_SHIPPED_BYTES`].
+    #[error("insight batch of {len} bytes refused: at most {MAX_SHIPPED_BYTES}")]
+    TooLarge {
+        /// Its length.
+        len: usize,
+    },
+    /// A shipped batch that does not decode.
+    #[error("insight batch does not decode: {0}")]
+    Undecodable(#[source] ray_insight::log::LogError),
+    /// An export's filter that is not `key=value`.
+    #[error("bad filter {filter:?}: expected key=value")]
+    Filter {
+        /// The filter.
+        filter: String,
+    },
+    /// An export the views cannot give: an unknown view, format, metric or
+    /// job, or a time with no event log.
+    #[error(transparent)]
+    Export(#[from] dashboard::SourceError),
+    /// The export's blocking task failed.
+    #[error("the export failed: {0}")]
+    Stopped(#[source] tokio::task::JoinError),
 }
 
 /// The head's collector as the dashboard's [`Source`].
@@ -325,7 +363,7 @@ impl Source for HubSource {
             .collect()
     }
 
-    fn stats(&self, job: Option<&str>) -> Result<serde_json::Value, String> {
+    fn stats(&self, job: Option<&str>) -> Result<serde_json::Value, dashboard::SourceError> {
         let job = job.map(parse_job).transpose()?;
         let hub = self.0.lock();
         let (job, state) = hub.pick(job)?;
@@ -336,7 +374,7 @@ impl Source for HubSource {
         ))
     }
 
-    fn view(&self, query: &ViewQuery) -> Result<String, String> {
+    fn view(&self, query: &ViewQuery) -> Result<String, dashboard::SourceError> {
         render(&self.0, query)
     }
 }
@@ -451,13 +489,14 @@ mod tests {
         let err = hub
             .accept(JobId(1), WorkerId(1), 0, &[0xff, 0xff, 0xff], None)
             .unwrap_err();
-        assert!(err.contains("does not decode"), "{err}");
+        assert!(err.to_string().contains("does not decode"), "{err}");
         assert_eq!(hub.jobs[&JobId(1)].bad_batches, 1);
         let hub = Mutex::new(hub);
         assert!(export(&hub, Some(JobId(2)), "logical", "json", None, None, None).is_err());
         assert!(
             export(&hub, Some(JobId(1)), "logical", "json", Some(5), None, None)
                 .unwrap_err()
+                .to_string()
                 .contains("no event log")
         );
     }

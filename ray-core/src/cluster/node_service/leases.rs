@@ -284,10 +284,11 @@ impl NodeService {
                         me.drain();
                     }
                 }
-                Err(reason) => {
+                Err(e) => {
                     me.inner.lease_jobs.lock().remove(&task.id);
                     me.inner.sched.lock().finish(task.id);
                     me.drain();
+                    let reason = e.to_string();
                     me.reply(task.id, Message::Error { reason });
                 }
             }

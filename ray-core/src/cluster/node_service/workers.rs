@@ -12,12 +12,12 @@ use ray_proto::{JobId, WorkerId};
 use tokio::sync::oneshot;
 
 use super::NodeService;
-use crate::cluster::worker::WorkerEnv;
+use crate::cluster::worker::{WorkerEnv, WorkerStartError};
 
 /// How long a started worker has to report in.
 const WORKER_START_TIMEOUT: Duration = Duration::from_secs(60);
 /// A started worker's id and address, or why it did not start.
-type Started = Result<(WorkerId, String), String>;
+type Started = Result<(WorkerId, String), WorkerStartError>;
 
 /// The worker process of one job on this node.
 #[derive(Default)]
@@ -60,13 +60,16 @@ impl NodeService {
         let expected = *w.expected.lock();
         let tx = w.ready.lock().take();
         if expected != Some(fingerprint) {
-            let reason = format!(
-                "worker {worker} (pid {pid}) was built as {fingerprint}, but {job} \
-                 was built as {}",
-                expected.map_or("unknown".to_string(), |f| f.to_string())
-            );
+            let err = WorkerStartError::OtherBuild {
+                worker,
+                pid,
+                built: fingerprint,
+                job,
+                expected,
+            };
+            let reason = err.to_string();
             if let Some(tx) = tx {
-                let _ = tx.send(Err(reason.clone()));
+                let _ = tx.send(Err(err));
             }
             return Message::Refused { reason };
         }
@@ -87,7 +90,7 @@ impl NodeService {
         job: JobId,
         binary_hash: [u8; 32],
         fingerprint: BuildFingerprint,
-    ) -> Result<(WorkerId, String), String> {
+    ) -> Started {
         let w = self.inner.jobs.lock().entry(job).or_default().clone();
         w.started
             .get_or_init(|| self.start_worker(job, binary_hash, fingerprint, w.clone()))
@@ -101,7 +104,7 @@ impl NodeService {
         binary_hash: [u8; 32],
         fingerprint: BuildFingerprint,
         w: Arc<JobWorker>,
-    ) -> Result<(WorkerId, String), String> {
+    ) -> Started {
         let inner = &self.inner;
         let path = self.cached_binary(binary_hash).await?;
         let (tx, rx) = oneshot::channel();
@@ -110,7 +113,7 @@ impl NodeService {
         let node_addr = inner
             .endpoint
             .local_addr()
-            .map_err(|e| format!("cannot read the node address: {e}"))?;
+            .map_err(|e| WorkerStartError::NodeAddress(Arc::new(e)))?;
         let node_addr = if node_addr.ip().is_unspecified() {
             SocketAddr::new(inner.config.bind_ip, node_addr.port())
         } else {
@@ -137,9 +140,10 @@ impl NodeService {
             .stdin(std::process::Stdio::null())
             .kill_on_drop(false);
         crate::cluster::local::die_with_parent(cmd.as_std_mut());
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start worker {}: {e}", path.display()))?;
+        let mut child = cmd.spawn().map_err(|e| WorkerStartError::Spawn {
+            path: path.clone(),
+            source: Arc::new(e),
+        })?;
         let pid = child.id().unwrap_or(0);
         *w.pid.lock() = Some(pid);
         tracing::info!(target: "ray::node", node = %inner.node, job = %job, pid, "worker.started");
@@ -170,20 +174,20 @@ impl NodeService {
                 me.inner.jobs.lock().remove(&job);
             }
             if let Some(tx) = watched.ready.lock().take() {
-                let _ = tx.send(Err(format!(
-                    "worker of {job} (pid {pid}) exited: {status:?}"
-                )));
+                let status = status.map_err(Arc::new);
+                let _ = tx.send(Err(WorkerStartError::Exited { job, pid, status }));
             }
             me.release_job_leases(job, true);
         });
         match tokio::time::timeout(WORKER_START_TIMEOUT, rx).await {
             Ok(Ok(r)) => r,
-            Ok(Err(_)) => Err(format!("worker of {job} went away before reporting in")),
+            Ok(Err(_)) => Err(WorkerStartError::WentAway { job }),
             Err(_) => {
                 w.stop();
-                Err(format!(
-                    "worker of {job} did not report in within {WORKER_START_TIMEOUT:?}"
-                ))
+                Err(WorkerStartError::Timeout {
+                    job,
+                    after: WORKER_START_TIMEOUT,
+                })
             }
         }
     }
