@@ -6,11 +6,17 @@
 //! only one global allocator, and linking this crate must not change
 //! another binary's):
 //!
-//! ```ignore
+//! ```
 //! use ray_test_support::counting_alloc::{allocations_in, Counting};
 //!
 //! #[global_allocator]
 //! static GLOBAL: Counting = Counting;
+//!
+//! fn main() {
+//!     let one = allocations_in(|| drop(std::hint::black_box(vec![1u8; 8])));
+//!     assert_eq!(one, 1);
+//!     assert_eq!(allocations_in(|| ()), 0);
+//! }
 //! ```
 //!
 //! [`allocations_in`] counts only while [`Counting`] is the global
