@@ -8,36 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ray_dashboard::{Dashboard, DashboardConfig, ViewsSource};
-use ray_insight::{FieldValue, Record, RecordKind, Sink, Views};
 use serde_json::Value;
 
 use ray_test_support::http::{get, post, request};
 
 /// One finished task `m::work` called by the driver, as job `job-1`.
 fn fixed() -> Arc<ViewsSource> {
-    let record = |kind, at_nanos, fields: &[(&'static str, &str)]| Record {
-        kind,
-        span: 1,
-        parent: 0,
-        name: "task.run",
-        target: "ray::task",
-        at_nanos,
-        thread: 0,
-        fields: fields
-            .iter()
-            .map(|(k, v)| (*k, FieldValue::Str((*v).into())))
-            .collect(),
-    };
-    let mut views = Views::default();
-    views.accept(&[
-        record(
-            RecordKind::SpanNew,
-            1_000,
-            &[("task_id", "task-1.1"), ("function", "m::work")],
-        ),
-        record(RecordKind::SpanClose, 5_000, &[]),
-    ]);
-    ViewsSource::new("job-1", views, None)
+    ray_test_support::http::one_task_source()
 }
 
 fn start() -> Dashboard {

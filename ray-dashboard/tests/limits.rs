@@ -14,7 +14,7 @@ use std::time::Duration;
 use ray_dashboard::{
     Dashboard, DashboardConfig, JobEntry, Source, SourceError, ViewQuery, ViewsSource,
 };
-use ray_insight::{FieldValue, Record, RecordKind, Sink, Views};
+use ray_insight::Views;
 use serde_json::{json, Value};
 
 use ray_test_support::http::{exchange, get, post, request};
@@ -30,29 +30,7 @@ fn config() -> DashboardConfig {
 
 /// One finished task `m::work` called by the driver, as job `job-1`.
 fn one_task() -> Arc<ViewsSource> {
-    let record = |kind, at_nanos, fields: &[(&'static str, &str)]| Record {
-        kind,
-        span: 1,
-        parent: 0,
-        name: "task.run",
-        target: "ray::task",
-        at_nanos,
-        thread: 0,
-        fields: fields
-            .iter()
-            .map(|(k, v)| (*k, FieldValue::Str((*v).into())))
-            .collect(),
-    };
-    let mut views = Views::default();
-    views.accept(&[
-        record(
-            RecordKind::SpanNew,
-            1_000,
-            &[("task_id", "task-1.1"), ("function", "m::work")],
-        ),
-        record(RecordKind::SpanClose, 5_000, &[]),
-    ]);
-    ViewsSource::new("job-1", views, None)
+    ray_test_support::http::one_task_source()
 }
 
 fn start() -> Dashboard {

@@ -65,3 +65,32 @@ pub fn post(dash: &Dashboard, target: &str, body: &[u8]) -> (u16, String) {
     raw.extend_from_slice(body);
     request(dash, raw)
 }
+
+/// A dashboard source holding one finished task `m::work` called by the
+/// driver, as job `job-1`: the smallest job every view can show.
+pub fn one_task_source() -> std::sync::Arc<ray_dashboard::ViewsSource> {
+    use ray_insight::{FieldValue, Record, RecordKind, Sink, Views};
+    let record = |kind, at_nanos, fields: &[(&'static str, &str)]| Record {
+        kind,
+        span: 1,
+        parent: 0,
+        name: "task.run",
+        target: "ray::task",
+        at_nanos,
+        thread: 0,
+        fields: fields
+            .iter()
+            .map(|(k, v)| (*k, FieldValue::Str((*v).into())))
+            .collect(),
+    };
+    let mut views = Views::default();
+    views.accept(&[
+        record(
+            RecordKind::SpanNew,
+            1_000,
+            &[("task_id", "task-1.1"), ("function", "m::work")],
+        ),
+        record(RecordKind::SpanClose, 5_000, &[]),
+    ]);
+    ray_dashboard::ViewsSource::new("job-1", views, None)
+}
