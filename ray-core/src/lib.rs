@@ -7,19 +7,27 @@
 //! node that ties ray-sched (admission), ray-store (object bytes) and
 //! ray-gcs (actor names, jobs, nodes) together.
 //!
-//! The multi-process cluster runs on the QUIC transport of `ray-transport`
-//! (mutual TLS with a cluster CA, a versioned hello, validated rkyv frames).
-//! [`cluster`] is the control plane on top of it: the GCS service, its
-//! client and node registration with heartbeats (the `rayrs` binary).
+//! Inside, the runtime (object table, admission, pool, actors, placement
+//! groups) knows no cluster and no recorder: a process that joins a
+//! cluster installs the cluster side behind the runtime's `Remote` trait,
+//! and a recorder reaches it through an idle hook. Three features, all on
+//! by default, add what the embedded runtime does not need:
 //!
-//! Its code emits `tracing` spans and events (`task.submit`, `task.run`,
-//! `actor.call`, `object.put`, `wait`, `resource.sample`, …) with exact ids
-//! in their fields, and knows nothing of how they are recorded. Only the
-//! recording set-up depends on ray-insight: [`Config::insight`] installs
-//! its layer (embedded: views and an event log in this process; cluster:
-//! every process ships its records to the head, whose collector builds the
-//! job's views), and `rayrs insight` exports them. ray-core must not depend
-//! on a dashboard or any UI code.
+//! - `cluster`: [`cluster`], the multi-process cluster on the QUIC transport
+//!   of `ray-transport` (the owner and worker sides, node daemons, the GCS
+//!   server and client, the head assembly, [`Cluster::local`]);
+//! - `insight`: the runtime records its own `tracing` spans and events
+//!   (`task.submit`, `task.run`, `actor.call`, `object.put`, `wait`,
+//!   `resource.sample`, …, with exact ids in their fields) into
+//!   ray-insight's views ([`Config::insight`]; on a cluster every process
+//!   ships its records to the head);
+//! - `dashboard`: the browser dashboard of ray-dashboard, for an embedded
+//!   runtime's recording and the head's.
+//!
+//! Without them (`default-features = false`) ray-core is the embedded
+//! runtime alone, and asking it for a cluster address or insight is an
+//! [`Error::InvalidArgument`] naming the feature. ray-core must not depend
+//! on ray-insight, ray-dashboard or the transport outside those features.
 //!
 //! ```
 //! use ray_core::prelude::*;
