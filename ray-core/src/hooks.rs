@@ -4,14 +4,12 @@
 //! The runtime knows nothing of insight: a recorder installs itself here
 //! ([`set_recorder`]) and the runtime calls [`flush`] at those points and
 //! asks [`recording`] before doing extra work for it. Without a recorder,
-//! each costs one relaxed load and a branch.
+//! each costs one atomic load and a branch.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-/// Set once a recorder is installed.
-static RECORDING: AtomicBool = AtomicBool::new(false);
-/// Hands the calling thread's recorded events to the recorder.
+/// Hands the calling thread's recorded events to the recorder; set once a
+/// recorder is installed.
 static FLUSH: OnceLock<fn()> = OnceLock::new();
 
 /// Installs the recorder's per-thread flush; from now on [`recording`] is
@@ -19,13 +17,12 @@ static FLUSH: OnceLock<fn()> = OnceLock::new();
 #[cfg_attr(not(feature = "insight"), allow(dead_code))] // called by the recorder
 pub(crate) fn set_recorder(flush: fn()) {
     let _ = FLUSH.set(flush);
-    RECORDING.store(true, Ordering::Relaxed);
 }
 
 /// Whether this process records its events.
 #[inline]
 pub(crate) fn recording() -> bool {
-    RECORDING.load(Ordering::Relaxed)
+    FLUSH.get().is_some()
 }
 
 /// Hands the calling thread's recorded events over, if the process
@@ -33,9 +30,7 @@ pub(crate) fn recording() -> bool {
 /// I/O thread.
 #[inline]
 pub(crate) fn flush() {
-    if recording() {
-        if let Some(flush) = FLUSH.get() {
-            flush();
-        }
+    if let Some(flush) = FLUSH.get() {
+        flush();
     }
 }

@@ -72,8 +72,8 @@ const EXCESS_IDLE: Duration = Duration::from_secs(5);
 
 /// How long an idle thread of an embedded runtime spins for new work before it sleeps. A job that arrives
 /// meanwhile starts without a futex wake-up, which is most of the latency
-/// of a short synchronous task (embedded W2 p50 1.3 µs with it, 6.8 µs
-/// without).
+/// of a short synchronous task (measured in
+/// `docs/perf-log/2026-11-figures-from-code-comments.md`).
 pub(crate) const SPIN: Duration = Duration::from_micros(50);
 
 /// How long the oldest queued job may wait before the pool grows.

@@ -62,13 +62,13 @@ pub(crate) fn start_cluster_process(p: ClusterProcess) -> Result<(Ray, Arc<Clust
         namespace: config.namespace,
         // A cluster process runs only work pushed over the network, which
         // arrives through its I/O thread: a pool thread spinning for it
-        // only takes the core that thread needs (cluster W2 p50 ~150 µs
-        // spinning, ~120 µs not).
+        // only takes the core that thread needs (measured: see
+        // docs/perf-log/2026-11-figures-from-code-comments.md).
         pool_spin: std::time::Duration::ZERO,
-        // Results come back over the network, a round trip of ~100 µs: a
-        // get spinning 10 µs for one spins in vain, holding up whatever
-        // else its thread would run (timestamped W2 round trips: 18 µs from
-        // submit to the frame's send with the spin, 13 µs without).
+        // Results come back over the network, a round trip far longer than
+        // a get's spin: spinning for one is in vain and holds up whatever
+        // else its thread would run (measured: see
+        // docs/perf-log/2026-11-figures-from-code-comments.md).
         get_spin: std::time::Duration::ZERO,
     };
     if p.insight {
