@@ -72,13 +72,14 @@ mod runtime;
 #[cfg(feature = "insight")]
 mod sampler;
 mod task;
+mod timer;
 
 pub use actor::{ActorHandle, RawActorHandle, RemoteActor};
 #[cfg(feature = "cluster")]
 pub use cluster::{Cluster, LocalClusterConfig};
 pub use error::{Error, Result, SharedError, UserError};
 pub use object::Object;
-pub use object_ref::{ArchivedRef, IntoArg, ObjectRef, TaskArg};
+pub use object_ref::{AnyRef, ArchivedRef, IntoArg, ObjectRef, TaskArg, Waitable};
 pub use options::{
     ActorOptions, ActorOptionsBuilder, ResourceOptions, ResourceRequest, TaskOptions,
     TaskOptionsBuilder,
@@ -96,7 +97,7 @@ pub use runtime::tune_allocator;
 /// The names most programs need: `use ray_core::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        remote, ActorHandle, ActorOptionsBuilder, Error, ObjectRef, Ray, ResourceOptions,
+        remote, ActorHandle, ActorOptionsBuilder, AnyRef, Error, ObjectRef, Ray, ResourceOptions,
         TaskOptionsBuilder,
     };
 }

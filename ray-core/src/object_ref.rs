@@ -109,11 +109,19 @@ impl<T: Object> ObjectRef<T> {
     }
 
     /// Like [`get`](Self::get), but fails with [`Error::Timeout`] after `timeout`.
+    ///
+    /// Works on any executor and thread (tokio, a sync task, a plain
+    /// thread): the deadline does not need a tokio reactor.
     pub async fn get_timeout(&self, timeout: Duration) -> Result<T> {
-        match tokio::time::timeout(timeout, self.get()).await {
-            Ok(r) => r,
-            Err(_) => Err(Error::Timeout(timeout)),
-        }
+        crate::timer::timeout(timeout, self.get())
+            .await
+            .unwrap_or(Err(Error::Timeout(timeout)))
+    }
+
+    /// Blocking [`get_timeout`](Self::get_timeout), for code that is not
+    /// async: a sync remote function, an actor method, a plain thread.
+    pub fn get_timeout_blocking(&self, timeout: Duration) -> Result<T> {
+        futures::executor::block_on(self.get_timeout(timeout))
     }
 
     /// Waits for the object and returns a zero-copy view of its archive:
@@ -134,6 +142,116 @@ impl<T: Object> ObjectRef<T> {
     /// Blocking [`get_archived`](Self::get_archived).
     pub fn get_archived_blocking(&self) -> Result<ArchivedRef<T>> {
         futures::executor::block_on(self.get_archived())
+    }
+}
+
+/// An [`ObjectRef`] whose value type is forgotten, so refs of different
+/// types can share one list (for [`Ray::wait`](crate::Ray::wait), as Ray's
+/// `wait` mixes anything).
+///
+/// It counts as a reference like the typed ref it came from. Turn it back
+/// with [`AnyRef::typed`]; the type is checked when the value is read.
+#[derive(Clone)]
+pub struct AnyRef {
+    pub(crate) handle: Arc<RefHandle>,
+}
+
+impl AnyRef {
+    /// The object's id.
+    pub fn id(&self) -> ObjectId {
+        self.handle.id
+    }
+
+    /// Whether the value (or the error) is there, without waiting.
+    pub fn is_ready(&self) -> bool {
+        self.handle.is_ready()
+    }
+
+    /// The typed ref again. Reading it as the wrong type fails with
+    /// [`Error::Serialization`] (the bytes are validated), never with
+    /// undefined behaviour.
+    pub fn typed<T>(self) -> ObjectRef<T> {
+        ObjectRef::from_handle(self.handle)
+    }
+}
+
+impl<T> From<ObjectRef<T>> for AnyRef {
+    fn from(r: ObjectRef<T>) -> Self {
+        Self { handle: r.handle }
+    }
+}
+
+impl<T> From<&ObjectRef<T>> for AnyRef {
+    fn from(r: &ObjectRef<T>) -> Self {
+        Self {
+            handle: r.handle.clone(),
+        }
+    }
+}
+
+impl fmt::Debug for AnyRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "AnyRef({})", self.handle.id)
+    }
+}
+
+impl PartialEq for AnyRef {
+    fn eq(&self, other: &Self) -> bool {
+        self.handle.id == other.handle.id
+    }
+}
+
+impl Eq for AnyRef {}
+
+/// A reference [`Ray::wait`](crate::Ray::wait) can wait on: an
+/// [`ObjectRef<T>`] or an [`AnyRef`]. Sealed.
+pub trait Waitable: Clone + sealed::Sealed {
+    /// The object's id.
+    fn object_id(&self) -> ObjectId;
+
+    /// Whether the value (or the error) is there, without waiting.
+    fn is_ready(&self) -> bool;
+}
+
+mod sealed {
+    use super::*;
+
+    /// What the runtime asks of a [`Waitable`](super::Waitable).
+    pub trait Sealed {
+        /// Whether the object is ready; if not, `waker` is woken when it is.
+        fn poll_ready(&self, waker: &std::task::Waker) -> bool;
+    }
+
+    impl<T> Sealed for ObjectRef<T> {
+        fn poll_ready(&self, waker: &std::task::Waker) -> bool {
+            self.handle.poll(Some(waker)).is_ready()
+        }
+    }
+
+    impl Sealed for AnyRef {
+        fn poll_ready(&self, waker: &std::task::Waker) -> bool {
+            self.handle.poll(Some(waker)).is_ready()
+        }
+    }
+}
+
+impl<T> Waitable for ObjectRef<T> {
+    fn object_id(&self) -> ObjectId {
+        self.handle.id
+    }
+
+    fn is_ready(&self) -> bool {
+        self.handle.is_ready()
+    }
+}
+
+impl Waitable for AnyRef {
+    fn object_id(&self) -> ObjectId {
+        self.handle.id
+    }
+
+    fn is_ready(&self) -> bool {
+        self.handle.is_ready()
     }
 }
 

@@ -14,7 +14,7 @@ use ray_store::{ObjectStore, StoreConfig};
 use crate::actor::{self, ActorHandle, RemoteActor};
 use crate::error::{Error, Result};
 use crate::object::{self, Object};
-use crate::object_ref::{ObjectRef, TaskArg};
+use crate::object_ref::{ObjectRef, TaskArg, Waitable};
 use crate::options::TaskOptions;
 use crate::registry::RemoteFunction;
 use crate::runtime::{Runtime, Settings};
@@ -100,10 +100,7 @@ pub async fn init_with(config: Config) -> Result<Ray> {
         #[cfg(feature = "cluster")]
         Some(address) => crate::cluster::connect_driver(config, address).await,
         #[cfg(not(feature = "cluster"))]
-        Some(address) => Err(Error::InvalidArgument(format!(
-            "cannot join the cluster at {address}: this build of ray-core has no cluster \
-             support (its `cluster` feature is off)"
-        ))),
+        Some(address) => Err(no_cluster_support(&address)),
         None => start(config, handle),
     }
 }
@@ -117,22 +114,43 @@ pub(crate) fn cluster_address(config: &Config) -> Option<String> {
         .filter(|a| !a.is_empty())
 }
 
-/// Starts an embedded runtime for code that is not async; it owns its own
-/// tokio runtime. Do not call it from inside an async runtime.
+/// [`init_with`] for code that is not async: the runtime owns its own tokio
+/// runtime. With an address ([`Config::address`] or `RAY_ADDRESS`) it joins
+/// that cluster as a driver, like [`init_with`]. Do not call it from inside
+/// an async runtime.
 pub fn init_blocking(config: Config) -> Result<Ray> {
-    let tokio = crate::runtime::io_runtime(2)
-        .map_err(|e| Error::InvalidArgument(format!("cannot start tokio: {e}")))?;
-    let ray = start(config, tokio.handle().clone())?;
-    *ray.rt.owned_tokio.lock() = Some(tokio);
-    Ok(ray)
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Err(Error::InvalidArgument(
+            "init_blocking was called inside a tokio runtime: use init_with there".into(),
+        ));
+    }
+    match cluster_address(&config) {
+        #[cfg(feature = "cluster")]
+        Some(address) => {
+            futures::executor::block_on(crate::cluster::connect_driver(config, address))
+        }
+        #[cfg(not(feature = "cluster"))]
+        Some(address) => Err(no_cluster_support(&address)),
+        None => {
+            let tokio = crate::runtime::io_runtime(2)
+                .map_err(|e| Error::InvalidArgument(format!("cannot start tokio: {e}")))?;
+            let ray = start(config, tokio.handle().clone())?;
+            *ray.rt.owned_tokio.lock() = Some(tokio);
+            Ok(ray)
+        }
+    }
+}
+
+/// The error of a build without the `cluster` feature asked to join one.
+#[cfg(not(feature = "cluster"))]
+fn no_cluster_support(address: &str) -> Error {
+    Error::InvalidArgument(format!(
+        "cannot join the cluster at {address}: this build of ray-core has no cluster \
+         support (its `cluster` feature is off)"
+    ))
 }
 
 fn start(config: Config, handle: tokio::runtime::Handle) -> Result<Ray> {
-    if let Some(addr) = cluster_address(&config) {
-        return Err(Error::InvalidArgument(format!(
-            "joining the cluster at {addr} needs an async caller: use init_with inside tokio"
-        )));
-    }
     if config.tune_allocator {
         crate::runtime::tune_allocator();
     }
@@ -304,23 +322,32 @@ impl Ray {
         futures::executor::block_on(self.put(value))
     }
 
-    /// Waits until `num_returns` of `refs` are ready or `timeout` passes.
+    /// Waits until `num_returns` of `refs` are ready or `timeout` passes,
+    /// with Ray's contract.
     ///
-    /// Returns `(ready, not_ready)`, each in the order of `refs`. A failed
-    /// object counts as ready. `num_returns` larger than `refs.len()` is an
-    /// error.
-    pub async fn wait<T>(
+    /// Returns `(ready, not_ready)`: at most `num_returns` ready refs, in
+    /// the order of `refs` (the first ones found ready in that order), and
+    /// every other ref, ready or not, in `not_ready`, also in order. A failed
+    /// object counts as ready. On timeout `ready` holds what was ready by
+    /// then (possibly fewer than `num_returns`).
+    ///
+    /// `refs` may be typed refs of one type or [`AnyRef`](crate::AnyRef)s
+    /// of any types mixed (`ObjectRef::into` makes one).
+    ///
+    /// The timeout works on any thread (see [`wait_blocking`](Self::wait_blocking)
+    /// for code that is not async).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when `num_returns` is 0 or larger than
+    /// `refs.len()`, or when a ref appears twice in `refs`.
+    pub async fn wait<R: Waitable>(
         &self,
-        refs: &[ObjectRef<T>],
+        refs: &[R],
         num_returns: usize,
         timeout: Option<Duration>,
-    ) -> Result<(Vec<ObjectRef<T>>, Vec<ObjectRef<T>>)> {
-        if num_returns > refs.len() {
-            return Err(Error::InvalidArgument(format!(
-                "wait for {num_returns} of {} refs",
-                refs.len()
-            )));
-        }
+    ) -> Result<(Vec<R>, Vec<R>)> {
+        check_wait(refs, num_returns)?;
         let fut = WaitFuture {
             refs,
             num_returns,
@@ -328,12 +355,35 @@ impl Ray {
         };
         match timeout {
             Some(t) => {
-                let _ = tokio::time::timeout(t, fut).await;
+                let _ = crate::timer::timeout(t, fut).await;
             }
             None => fut.await,
         }
-        let (ready, not_ready) = refs.iter().cloned().partition(|r| r.is_ready());
+        let mut ready = Vec::with_capacity(num_returns);
+        let mut not_ready = Vec::with_capacity(refs.len().saturating_sub(num_returns));
+        for r in refs {
+            if ready.len() < num_returns && Waitable::is_ready(r) {
+                ready.push(r.clone());
+            } else {
+                not_ready.push(r.clone());
+            }
+        }
         Ok((ready, not_ready))
+    }
+
+    /// Blocking [`wait`](Self::wait), for code that is not async: a sync
+    /// remote function, an actor method, a plain thread.
+    ///
+    /// # Errors
+    ///
+    /// As [`wait`](Self::wait).
+    pub fn wait_blocking<R: Waitable>(
+        &self,
+        refs: &[R],
+        num_returns: usize,
+        timeout: Option<Duration>,
+    ) -> Result<(Vec<R>, Vec<R>)> {
+        futures::executor::block_on(self.wait(refs, num_returns, timeout))
     }
 
     /// Gets every ref in order.
@@ -479,20 +529,45 @@ impl Ray {
     }
 }
 
+/// `wait`'s arguments as Ray checks them.
+fn check_wait<R: Waitable>(refs: &[R], num_returns: usize) -> Result<()> {
+    if num_returns == 0 {
+        return Err(Error::InvalidArgument(
+            "wait needs num_returns of at least 1".into(),
+        ));
+    }
+    if num_returns > refs.len() {
+        return Err(Error::InvalidArgument(format!(
+            "wait for {num_returns} of {} refs",
+            refs.len()
+        )));
+    }
+    if refs.len() > 1 {
+        let mut seen = hashbrown::HashSet::with_capacity(refs.len());
+        if let Some(twice) = refs.iter().find(|r| !seen.insert(r.object_id())) {
+            return Err(Error::InvalidArgument(format!(
+                "wait needs distinct refs; {} appears twice",
+                twice.object_id()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Resolves when `num_returns` refs are ready; blocks the task meanwhile.
-struct WaitFuture<'a, T> {
-    refs: &'a [ObjectRef<T>],
+struct WaitFuture<'a, R> {
+    refs: &'a [R],
     num_returns: usize,
     guard: Option<Option<crate::context::BlockGuard>>,
 }
 
-impl<T> Future for WaitFuture<'_, T> {
+impl<R: Waitable> Future for WaitFuture<'_, R> {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let mut ready = 0;
         for r in self.refs {
-            if r.handle.poll(Some(cx.waker())).is_ready() {
+            if r.poll_ready(cx.waker()) {
                 ready += 1;
             }
         }
@@ -501,7 +576,7 @@ impl<T> Future for WaitFuture<'_, T> {
             Poll::Ready(())
         } else {
             if self.guard.is_none() {
-                let ids: Vec<_> = self.refs.iter().map(|r| r.handle.id).collect();
+                let ids: Vec<_> = self.refs.iter().map(Waitable::object_id).collect();
                 self.guard = Some(crate::context::begin_blocking(&ids));
             }
             Poll::Pending

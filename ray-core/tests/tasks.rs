@@ -237,7 +237,7 @@ async fn wait_returns_ready_and_not_ready_in_order() {
     let (ready, not_ready) = ray.wait(&[fast, slow], 2, None).await.unwrap();
     assert_eq!(ready.len(), 2);
     assert!(not_ready.is_empty());
-    assert!(ray.wait::<u64>(&[], 1, None).await.is_err());
+    assert!(ray.wait::<ObjectRef<u64>>(&[], 1, None).await.is_err());
     ray.shutdown();
 }
 
