@@ -126,7 +126,7 @@ impl ActorCell {
             worker_id = rt.worker.0,
         );
         let _enter = span.enter();
-        let outcome = context::with_task(rt, task, task, None, || {
+        let outcome = context::with_task(rt, task, task, Some(self.id), None, || {
             let args = resolve_args(&args)?;
             match catch_unwind(AssertUnwindSafe(|| (self.class.construct)(&args))) {
                 Ok(Ok(state)) => Ok(state),
@@ -252,7 +252,7 @@ impl ActorCell {
             worker_id = rt.worker.0,
         );
         let _enter = span.enter();
-        let outcome = context::with_task(rt, call.task, call.trace, None, || {
+        let outcome = context::with_task(rt, call.task, call.trace, Some(self.id), None, || {
             let args = resolve_args(&call.args)?;
             invoke_guarded(call.task, call.method.name, || match call.method.invoke {
                 MethodInvoke::Shared(f) => {

@@ -7,7 +7,7 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use ray_proto::TaskId;
+use ray_proto::{ActorId, TaskId};
 use ray_sched::ResourceSet;
 
 use crate::placement::Pool;
@@ -41,6 +41,8 @@ impl RuntimeRef {
 pub(crate) struct TaskContext {
     rt: RuntimeRef,
     pub(crate) task: TaskId,
+    /// The actor whose constructor or method this is, if any.
+    actor: Option<ActorId>,
     /// The id insight records for it: `task`, except in a worker running
     /// work pushed by another process, where it is the owner's id.
     trace: TaskId,
@@ -63,12 +65,14 @@ pub(crate) fn with_task<R>(
     rt: &Arc<Runtime>,
     task: TaskId,
     trace: TaskId,
+    actor: Option<ActorId>,
     resources: Option<(Pool, ResourceSet)>,
     f: impl FnOnce() -> R,
 ) -> R {
     let ctx = TaskContext {
         rt: RuntimeRef(Arc::as_ptr(rt)),
         task,
+        actor,
         trace,
         resources,
         blocked: 0,
@@ -89,6 +93,11 @@ pub(crate) fn with_task<R>(
 /// The runtime and task of the current thread, if it runs a task.
 pub(crate) fn current() -> Option<(Arc<Runtime>, TaskId)> {
     CURRENT.with(|c| c.borrow().as_ref().map(|ctx| (ctx.rt.arc(), ctx.task)))
+}
+
+/// The task and actor running on this thread, if it runs a task.
+pub(crate) fn current_ids() -> Option<(Option<TaskId>, Option<ActorId>)> {
+    CURRENT.with(|c| c.borrow().as_ref().map(|ctx| (Some(ctx.task), ctx.actor)))
 }
 
 /// Whether this thread runs a task or actor call.

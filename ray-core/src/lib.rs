@@ -57,6 +57,7 @@ mod context;
 mod error;
 mod hooks;
 pub mod insight;
+pub mod machine;
 mod object;
 mod object_ref;
 mod options;
@@ -71,6 +72,7 @@ mod remote;
 mod runtime;
 #[cfg(feature = "insight")]
 mod sampler;
+mod state;
 mod task;
 mod timer;
 
@@ -93,6 +95,7 @@ pub use ray_proto::{
 pub use ray_sched::{PlacementStrategy, Quantity, ResourceSet, SchedulingStrategy};
 pub use ray_store::{release_recycled, set_recycle_idle, set_recycle_limit};
 pub use runtime::tune_allocator;
+pub use state::{NodeState, RuntimeContext};
 
 /// The names most programs need: `use ray_core::prelude::*;`.
 pub mod prelude {

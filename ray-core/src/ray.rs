@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use ray_gcs::{Gcs, JobInfo, NodeInfo};
 use ray_proto::{NodeId, TaskId, WorkerId};
-use ray_sched::{Quantity, ResourceSet, CPU, GPU};
+use ray_sched::{Quantity, ResourceSet, CPU, GPU, MEMORY};
 use ray_store::{ObjectStore, StoreConfig};
 
 use crate::actor::{self, ActorHandle, RemoteActor};
@@ -26,8 +26,13 @@ pub struct Config {
     /// CPUs of the node (default: the machine's cores). Tasks are admitted
     /// against it (1 CPU each unless asked otherwise).
     pub num_cpus: Option<f64>,
-    /// GPUs of the node (default 0).
-    pub num_gpus: f64,
+    /// GPUs of the node (default: the GPUs [`machine::detect`](crate::machine::detect)
+    /// finds, 0 on a machine without any).
+    pub num_gpus: Option<f64>,
+    /// The node's `memory` resource, in bytes, that tasks ask for with
+    /// `.memory(bytes)` (default: 70 % of the memory available at start, as
+    /// Ray does; see [`machine::MEMORY_SHARE`](crate::machine::MEMORY_SHARE)).
+    pub memory_bytes: Option<u64>,
     /// Custom resources of the node.
     pub resources: Vec<(String, f64)>,
     /// Object store capacity in bytes (default 2 GiB).
@@ -66,7 +71,8 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             num_cpus: None,
-            num_gpus: 0.0,
+            num_gpus: None,
+            memory_bytes: None,
             resources: Vec::new(),
             object_store_bytes: 2 << 30,
             put_timeout: Duration::from_secs(10),
@@ -154,14 +160,19 @@ fn start(config: Config, handle: tokio::runtime::Handle) -> Result<Ray> {
     if config.tune_allocator {
         crate::runtime::tune_allocator();
     }
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-    let cpus = config.num_cpus.unwrap_or(cores);
+    let machine = crate::machine::detect();
+    let cpus = config.num_cpus.unwrap_or(machine.cpus as f64);
     let q = |name: &str, x: f64| {
         Quantity::from_f64(x).map_err(|e| Error::InvalidArgument(format!("{name}: {e}")))
     };
+    let gpus = config.num_gpus.unwrap_or(machine.gpus.len() as f64);
+    let memory = config
+        .memory_bytes
+        .unwrap_or_else(|| machine.default_memory_bytes());
     let mut total = ResourceSet::new()
         .with(CPU, q(CPU, cpus)?)
-        .with(GPU, q(GPU, config.num_gpus)?);
+        .with(GPU, q(GPU, gpus)?)
+        .with(MEMORY, q(MEMORY, memory as f64)?);
     for (name, amount) in &config.resources {
         total.set(name, q(name, *amount)?);
     }

@@ -91,6 +91,12 @@ pub(crate) trait Remote: Send + Sync + 'static {
     /// Removes a group `create_placement_group` made.
     fn remove_placement_group(&self, pg: &Arc<dyn RemotePg>, why: &str);
 
+    /// The GCS's node table, each node with its load as of its last
+    /// heartbeat. The future runs on any executor.
+    fn nodes(
+        &self,
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<crate::NodeState>>> + Send + 'static>>;
+
     /// Stops the cluster side of this process. The future resolves once
     /// every peer was told (a runtime that owns its I/O threads keeps them
     /// until then).

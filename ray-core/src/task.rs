@@ -249,6 +249,7 @@ impl Runtime {
             self,
             spec.task,
             spec.trace_id(),
+            None,
             Some((spec.pool.clone(), spec.resources.clone())),
             || {
                 let args = resolve_args(&spec.args)?;

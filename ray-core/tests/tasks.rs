@@ -375,3 +375,43 @@ async fn scheduling_strategies_place_on_the_one_embedded_node() {
     );
     ray.shutdown();
 }
+
+/// The ids a task sees of itself.
+#[remote]
+fn who_am_i() -> (u64, bool, bool) {
+    let ray = Ray::current().expect("inside a task");
+    let ctx = ray.runtime_context();
+    (ctx.node.0, ctx.task.is_some(), ctx.actor.is_some())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_from_code_reports_the_node_its_resources_and_the_caller() {
+    let ray = ray_core::init_with(Config {
+        num_cpus: Some(2.0),
+        num_gpus: Some(1.0),
+        memory_bytes: Some(1 << 30),
+        ..Config::default()
+    })
+    .await
+    .unwrap();
+    let nodes = ray.nodes().await.unwrap();
+    assert_eq!(nodes.len(), 1);
+    assert!(nodes[0].alive);
+    assert_eq!(nodes[0].id, ray.node_id());
+    let total = ray.cluster_resources().await.unwrap();
+    assert_eq!(total.get("CPU").to_f64(), 2.0);
+    assert_eq!(total.get("GPU").to_f64(), 1.0);
+    assert_eq!(total.get("memory").to_f64(), (1u64 << 30) as f64);
+    assert_eq!(ray.available_resources().await.unwrap(), total);
+    // A task asking for the GPU and half the memory now fits.
+    let on_gpu = who_am_i::options()
+        .num_gpus(1.0)
+        .memory(1 << 29)
+        .remote(&ray)
+        .unwrap();
+    assert_eq!(on_gpu.get().await.unwrap(), (ray.node_id().0, true, false));
+    let driver = ray.runtime_context();
+    assert_eq!((driver.task, driver.actor), (None, None));
+    assert_eq!(driver.node, ray.node_id());
+    ray.shutdown();
+}

@@ -142,6 +142,13 @@ pub struct StartCli {
     /// CPUs this node offers [default: the CPU of --resources, else every core]
     #[arg(long, value_name = "N", value_parser = quantity)]
     pub num_cpus: Option<Quantity>,
+    /// GPUs this node offers [default: the GPU of --resources, else the GPUs detected]
+    #[arg(long, value_name = "N", value_parser = quantity)]
+    pub num_gpus: Option<Quantity>,
+    /// The `memory` resource this node offers, in bytes [default: the memory of
+    /// --resources, else 70 % of the memory available at start]
+    #[arg(long, value_name = "BYTES")]
+    pub memory: Option<u64>,
     /// Resources this node offers, as a JSON object: {"GPU": 1, "disk": 0.5}
     #[arg(long, value_name = "JSON", value_parser = parse_resources)]
     pub resources: Option<ResourceSet>,
@@ -432,20 +439,37 @@ impl From<QueryCli> for QueryArgs {
 impl StartCli {
     fn command(self) -> Command {
         let mut resources = self.resources.unwrap_or_default();
-        let cpus = match self.num_cpus {
-            Some(n) => n,
-            None if resources.get("CPU").is_zero() => Quantity::from_units(
-                std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
-            ),
-            None => resources.get("CPU"),
+        let machine = ray_core::machine::detect();
+        // A flag wins, then --resources, then what the machine has.
+        let mut pick = |name: &str, flag: Option<Quantity>, detected: u64| {
+            let amount = match flag {
+                Some(n) => n,
+                None if resources.get(name).is_zero() => Quantity::from_units(detected),
+                None => resources.get(name),
+            };
+            resources.set(name, amount);
         };
-        resources.set("CPU", cpus);
+        pick("CPU", self.num_cpus, machine.cpus as u64);
+        pick("GPU", self.num_gpus, machine.gpus.len() as u64);
+        pick(
+            "memory",
+            self.memory.map(Quantity::from_units),
+            machine.default_memory_bytes(),
+        );
         let args = StartArgs {
             dir: self.dir.resolve(),
             host: self.host,
             port: self.port,
             resources,
-            labels: self.labels.unwrap_or_default(),
+            labels: {
+                let mut labels = self.labels.unwrap_or_default();
+                if let Some(model) = machine.gpu_model() {
+                    labels
+                        .entry("accelerator_type".into())
+                        .or_insert_with(|| model.to_owned());
+                }
+                labels
+            },
             credentials: self.credentials,
             health_timeout: Duration::from_millis(self.health_timeout_ms.max(1)),
             timeout: Duration::from_millis(self.timeout_ms.max(1)),

@@ -58,6 +58,22 @@ impl Remote for ClusterRemote {
         self.0.task_blocked(task, blocked);
     }
 
+    fn nodes(&self) -> Pin<Box<dyn Future<Output = crate::Result<Vec<crate::NodeState>>> + Send>> {
+        // The GCS client lives on the cluster's I/O runtime: ask there, so
+        // the caller may be on any executor or thread.
+        let gcs = self.0.gcs.clone();
+        let asked = self.0.tokio.spawn(async move { gcs.nodes().await });
+        Box::pin(async move {
+            let nodes = asked
+                .await
+                .map_err(|e| {
+                    Error::cluster_from(format!("asking the GCS for nodes stopped: {e}"), e)
+                })?
+                .map_err(Error::cluster_source)?;
+            Ok(nodes.into_iter().map(node_state).collect())
+        })
+    }
+
     fn fetch_counts(&self) -> (u64, u64, u64) {
         self.0.fetch_counts()
     }
@@ -151,5 +167,26 @@ pub(super) fn block_on_cluster<F: std::future::Future>(
              runtime or outside one"
                 .into(),
         )),
+    }
+}
+
+/// A node table entry as the user API reports it.
+fn node_state(entry: ray_proto::wire::NodeEntry) -> crate::NodeState {
+    let total = ray_sched::wire::resources_from_wire(&entry.resources);
+    let available = if entry.alive {
+        let mut free = total.clone();
+        free.sub_saturating(&ray_sched::wire::resources_from_wire(&entry.used));
+        free
+    } else {
+        ResourceSet::new()
+    };
+    crate::NodeState {
+        id: entry.id,
+        address: entry.address,
+        alive: entry.alive,
+        death_cause: entry.death_cause,
+        total,
+        available,
+        labels: entry.labels.into_iter().map(|l| (l.key, l.value)).collect(),
     }
 }
