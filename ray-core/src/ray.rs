@@ -503,7 +503,11 @@ impl Ray {
         let remote = rt.remote.get();
         // On a cluster the nodes decide placement; embedded, it is checked here.
         let pool = match remote {
-            Some(_) => crate::placement::Pool::Node,
+            Some(remote) => {
+                let request = opts.resources.checked()?;
+                remote.check_feasible(function.name, request, &opts.resources.strategy)?;
+                crate::placement::Pool::Node
+            }
             None => rt.check_placeable(function.name, &opts.resources)?,
         };
         let resources = opts.resources.checked()?.clone();

@@ -34,6 +34,15 @@ use crate::task::TaskSpec;
 /// the caller's tokio runtime, a blocking facade); none may block on the
 /// cluster's I/O except [`Remote::find_actor`], which says how it waits.
 pub(crate) trait Remote: Send + Sync + 'static {
+    /// Fails with `Infeasible` when no live node of the cluster can ever
+    /// hold `request` placed by `strategy` (work named `what`).
+    fn check_feasible(
+        &self,
+        what: &str,
+        request: &ResourceSet,
+        strategy: &SchedulingStrategy,
+    ) -> Result<()>;
+
     /// Submits `spec` to the cluster; its result completes `spec.task`'s
     /// return object in this process's table, by id.
     fn submit_task(&self, spec: TaskSpec, strategy: &SchedulingStrategy);

@@ -694,6 +694,8 @@ mod tests {
                         lease: crate::TaskId::new(WorkerId(2), 5),
                         resources: Vec::new(),
                         attempt: 0,
+                        max_retries: 3,
+                        retry_exceptions: true,
                         parent: None,
                     },
                     WorkItem::KillActor {

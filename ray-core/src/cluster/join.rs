@@ -30,12 +30,16 @@ pub(crate) struct ClusterProcess {
     pub(crate) resources: ResourceSet,
     /// Its job records for insight: ship records to the head.
     pub(crate) insight: bool,
+    /// The settings the process runs with: a driver's own [`Config`]
+    /// (store size, put timeout, inline limit, namespace), a worker's
+    /// from its node and job.
+    pub(crate) config: Config,
 }
 
 /// Builds the runtime of a cluster process and starts serving peers.
 pub(crate) fn start_cluster_process(p: ClusterProcess) -> Result<(Ray, Arc<ClusterCore>)> {
     let handle = tokio::runtime::Handle::current();
-    let config = Config::default();
+    let config = p.config;
     let keep_threads = p.resources.get(CPU).ceil_units().max(1) as usize;
     let mut gcs = Gcs::in_memory();
     let _ = gcs.register_node(
@@ -212,7 +216,7 @@ async fn connect_driver_on_io(config: Config, address: String) -> Result<Ray> {
     }
     drop(bytes);
     let nodes = gcs.nodes().await.map_err(Error::cluster_source)?;
-    let mut alive: Vec<_> = nodes.into_iter().filter(|n| n.alive).collect();
+    let mut alive: Vec<_> = nodes.iter().filter(|n| n.alive).cloned().collect();
     alive.sort_by_key(|n| {
         (
             n.address.parse::<std::net::SocketAddr>().map(|a| a.ip()) != Ok(my_addr.ip()),
@@ -225,7 +229,7 @@ async fn connect_driver_on_io(config: Config, address: String) -> Result<Ray> {
     let local_addr = local_node.address.parse().map_err(|e| {
         Error::cluster_from(format!("bad node address {:?}", local_node.address), e)
     })?;
-    let (ray, _core) = start_cluster_process(ClusterProcess {
+    let (ray, core) = start_cluster_process(ClusterProcess {
         endpoint,
         gcs,
         worker,
@@ -237,7 +241,9 @@ async fn connect_driver_on_io(config: Config, address: String) -> Result<Ray> {
         resources: ResourceSet::new().with(CPU, Quantity::ZERO),
         // The log, if any, is the head's: a driver ships its records.
         insight: insight.is_some(),
+        config,
     })?;
+    core.set_node_totals(&nodes);
     Ok(ray)
 }
 

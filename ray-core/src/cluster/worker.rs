@@ -339,7 +339,11 @@ async fn serve(env: WorkerEnv) -> Result<(), ProcessError> {
         my_addr,
         resources: env.resources.clone(),
         insight,
+        config: crate::Config::default(),
     })?;
+    if let Ok(nodes) = core.gcs.nodes().await {
+        core.set_node_totals(&nodes);
+    }
     let reply = core
         .ask(
             env.node,

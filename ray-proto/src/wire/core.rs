@@ -60,6 +60,11 @@ pub enum WorkItem {
         /// What the task holds while it runs (the lease's shape).
         resources: Vec<ResourceAmount>,
         attempt: u32,
+        /// How many times the worker re-runs it after a user error (see
+        /// `retry_exceptions`).
+        max_retries: u32,
+        /// Whether a panic or an `Err` of the task is retried.
+        retry_exceptions: bool,
         parent: Option<TaskId>,
     },
     /// Construct an actor that holds `lease` for its life. The result of

@@ -98,8 +98,10 @@ impl RemoteActor {
         }
     }
 
-    /// Kills the actor.
+    /// Kills the actor: calls made from now on fail with `ActorDied`
+    /// ("killed by its owner"), as embedded.
     pub(crate) fn kill(&self) {
+        self.set_dead("killed by its owner".into());
         let _ = self.tx.send(ActorMsg::Kill);
     }
 }
@@ -126,7 +128,30 @@ impl ClusterCore {
         args: Vec<TaskArg>,
         opts: &ActorOptions,
     ) -> crate::Result<Arc<RemoteActor>> {
-        let resources = resources_to_wire(opts.validate()?);
+        let request = opts.validate()?;
+        self.check_feasible(class.name, request, &opts.resources.strategy)?;
+        let namespace = opts
+            .namespace
+            .clone()
+            .unwrap_or_else(|| rt.settings.namespace.clone());
+        if let Some(name) = &opts.name {
+            // A name held by a live actor fails here, at create, as it does
+            // embedded. (Two creators racing for a free name both pass; the
+            // GCS registers the first and the other dies with the reason.)
+            let gcs = self.gcs.clone();
+            let (ns, n) = (namespace.clone(), name.clone());
+            let held = super::remote::block_on_cluster(&self.tokio, async move {
+                gcs.lookup_actor(&ns, &n).await
+            })?;
+            if let Ok(holder) = held {
+                return Err(Error::NameTaken {
+                    namespace,
+                    name: name.clone(),
+                    existing: holder.id,
+                });
+            }
+        }
+        let resources = resources_to_wire(request);
         let strategy = strategy_to_wire(&opts.resources.strategy);
         let id = ActorId::new(rt.worker, rt.next_seq());
         let (tx, rx) = mpsc::unbounded_channel();
@@ -149,10 +174,7 @@ impl ClusterCore {
             id,
             class_name: class.name.to_string(),
             name: opts.name.clone(),
-            namespace: opts
-                .namespace
-                .clone()
-                .unwrap_or_else(|| rt.settings.namespace.clone()),
+            namespace,
             job: self.job,
             detached: opts.detached,
             status: ActorStatus::PendingCreation,
@@ -234,6 +256,13 @@ impl ClusterCore {
                     args,
                     parent,
                 } => {
+                    let dead = actor.dead.lock().clone();
+                    if let Some(cause) = dead {
+                        if let Some(rt) = self.rt() {
+                            rt.complete_object(task.return_object(), Err(actor.died(&cause)));
+                        }
+                        continue;
+                    }
                     let wire = match self.wire_args(&args).await {
                         Ok(w) => w,
                         Err(e) => {
@@ -244,7 +273,9 @@ impl ClusterCore {
                         }
                     };
                     let f = Inflight {
-                        kind: InflightKind::ActorCall,
+                        kind: InflightKind::ActorCall {
+                            class: actor.class.name,
+                        },
                         name: method.name,
                         link: link.addr,
                         node: link.node,

@@ -27,6 +27,7 @@
 
 mod actors;
 mod borrow;
+mod feasible;
 mod fetch_cache;
 mod frees;
 mod owner;
@@ -133,6 +134,9 @@ pub(crate) struct ClusterCore {
     /// Block and unblock notices for the node, sent in order.
     notices: mpsc::UnboundedSender<(TaskId, bool)>,
     notices_rx: Mutex<Option<mpsc::UnboundedReceiver<(TaskId, bool)>>>,
+    /// The totals of the cluster's live nodes, to refuse infeasible work
+    /// at submit.
+    node_totals: Mutex<feasible::NodeTotals>,
 }
 
 impl ClusterCore {
@@ -170,6 +174,7 @@ impl ClusterCore {
             blocked: Mutex::new(HashMap::new()),
             notices,
             notices_rx: Mutex::new(Some(notices_rx)),
+            node_totals: Mutex::new(feasible::NodeTotals::default()),
         })
     }
 
@@ -222,6 +227,9 @@ impl ClusterCore {
         self.tokio.spawn(async move { me.reap_loop().await });
         let me = self.clone();
         self.tokio.spawn(async move { me.notice_loop().await });
+        let me = self.clone();
+        self.tokio
+            .spawn(async move { me.refresh_node_totals().await });
     }
 
     pub(super) fn rt(&self) -> Option<Arc<Runtime>> {

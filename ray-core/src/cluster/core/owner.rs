@@ -21,6 +21,8 @@ pub(super) struct Queued {
     pub(super) args: Vec<WireArg>,
     pub(super) keep: Vec<TaskArg>,
     pub(super) attempt: u32,
+    pub(super) max_retries: u32,
+    pub(super) retry_exceptions: bool,
     pub(super) parent: Option<TaskId>,
 }
 
@@ -57,8 +59,14 @@ pub(super) fn take_idle(
 }
 
 pub(super) enum InflightKind {
-    Task { key: SchedKey, lease: TaskId },
-    ActorCall,
+    Task {
+        key: SchedKey,
+        lease: TaskId,
+    },
+    /// A call of an actor of this class.
+    ActorCall {
+        class: &'static str,
+    },
     ActorCreate(oneshot::Sender<Result<(), Error>>),
 }
 
@@ -170,6 +178,8 @@ impl ClusterCore {
             args,
             keep: spec.args,
             attempt: spec.attempt,
+            max_retries: spec.max_retries,
+            retry_exceptions: spec.retry_exceptions,
             parent: spec.parent,
         };
         self.owner
@@ -218,6 +228,8 @@ impl ClusterCore {
                     lease: lease.id,
                     resources: key.resources.clone(),
                     attempt: q.attempt,
+                    max_retries: q.max_retries,
+                    retry_exceptions: q.retry_exceptions,
                     parent: q.parent,
                 };
                 inflight.insert(
@@ -471,6 +483,8 @@ mod tests {
                 args: Vec::new(),
                 keep: Vec::new(),
                 attempt: 0,
+                max_retries: 0,
+                retry_exceptions: false,
                 parent: None,
             });
         assert!(st.others_waiting(&spread), "default work waits");
@@ -495,6 +509,8 @@ mod tests {
             args: Vec::new(),
             keep: Vec::new(),
             attempt: 0,
+            max_retries: 0,
+            retry_exceptions: false,
             parent: None,
         });
         assert!(st.take_idle_leases_of_others(&default).is_empty());

@@ -159,7 +159,12 @@ impl ClusterCore {
                     self.finish(&rt, r.task, f, Ok(buf));
                 }
                 WireOutcome::Failed(e) => {
-                    let err = error_from_wire(e, f.name);
+                    // A dead actor's worker may not know its class; its owner does.
+                    let name = match (&f.kind, e.kind) {
+                        (InflightKind::ActorCall { class }, ErrorKind::ActorDied) => *class,
+                        _ => f.name,
+                    };
+                    let err = error_from_wire(e, name);
                     self.finish(&rt, r.task, f, Err(err));
                 }
                 WireOutcome::Stored { .. } => {

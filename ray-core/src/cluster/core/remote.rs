@@ -16,6 +16,15 @@ use crate::remote::{Remote, RemoteActorRef, RemotePg};
 pub(crate) struct ClusterRemote(pub(crate) Arc<ClusterCore>);
 
 impl Remote for ClusterRemote {
+    fn check_feasible(
+        &self,
+        what: &str,
+        request: &ResourceSet,
+        strategy: &SchedulingStrategy,
+    ) -> crate::Result<()> {
+        self.0.check_feasible(what, request, strategy)
+    }
+
     fn submit_task(&self, spec: TaskSpec, strategy: &SchedulingStrategy) {
         self.0.submit_task(spec, strategy);
     }
@@ -163,8 +172,8 @@ pub(super) fn block_on_cluster<F: std::future::Future>(
             Ok(tokio::task::block_in_place(|| tokio.block_on(f)))
         }
         Ok(_) => Err(Error::InvalidArgument(
-            "get_actor on a cluster waits for the GCS: call it from a multi-thread tokio \
-             runtime or outside one"
+            "get_actor and creating a named actor on a cluster wait for the GCS: call them \
+             from a multi-thread tokio runtime or outside one"
                 .into(),
         )),
     }

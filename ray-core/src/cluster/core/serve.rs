@@ -202,6 +202,8 @@ impl ClusterCore {
                 lease,
                 resources,
                 attempt,
+                max_retries,
+                retry_exceptions,
                 parent,
             } => {
                 let Some(f) = registry().function(function) else {
@@ -220,8 +222,8 @@ impl ClusterCore {
                     args,
                     resources: resources_from_wire(&resources),
                     pool: Pool::Node,
-                    max_retries: 0,
-                    retry_exceptions: false,
+                    max_retries,
+                    retry_exceptions,
                     attempt,
                     parent,
                     trace: Some(task),

@@ -114,10 +114,13 @@ pub(crate) fn error_to_wire(e: &Error) -> WireError {
 /// The typed error a wire form describes; `name` is the function, method
 /// or class the receiver knows the work by.
 pub(crate) fn error_from_wire(w: WireError, name: &'static str) -> Error {
-    let name = if name.is_empty() {
-        intern(&w.name)
-    } else {
+    // The name the error was made with wins: a task whose argument failed
+    // upstream reports the upstream function, not itself. `name` (what
+    // this process pushed) stands in when the peer did not know it.
+    let name = if w.name.is_empty() || w.name == name {
         name
+    } else {
+        intern(&w.name)
     };
     match (w.kind, w.task, w.actor, w.object) {
         (ErrorKind::TaskPanicked, Some(task), ..) => Error::TaskPanicked {
@@ -136,7 +139,7 @@ pub(crate) fn error_from_wire(w: WireError, name: &'static str) -> Error {
         },
         (ErrorKind::ActorDied, _, Some(actor), _) => Error::ActorDied {
             actor,
-            class: intern(&w.name),
+            class: name,
             cause: w.message,
         },
         (ErrorKind::ObjectLost, _, _, Some(object)) => Error::ObjectLost {

@@ -1,0 +1,163 @@
+//! Infeasible work fails at submit, as it does embedded: each process
+//! keeps the totals of the cluster's live nodes (from the GCS at start,
+//! refreshed every [`REFRESH`]) and refuses a task or actor no node can
+//! ever hold before it is queued.
+//!
+//! The snapshot may lag a node that just joined by up to [`REFRESH`]; an
+//! empty snapshot (not read yet) refuses nothing, and the node daemons
+//! still answer infeasible leases themselves.
+
+use ray_sched::ResourceSet;
+
+use super::*;
+
+/// How often the totals are read again from the GCS.
+const REFRESH: Duration = Duration::from_secs(2);
+
+/// The totals of the live nodes, as last read.
+#[derive(Default)]
+pub(super) struct NodeTotals {
+    nodes: Vec<(NodeId, ResourceSet)>,
+}
+
+impl NodeTotals {
+    /// `Err(Infeasible)` when no node's total holds `request`. Work into a
+    /// placement group is checked against its bundle instead, and work
+    /// pinned to one node against that node.
+    pub(super) fn check(
+        &self,
+        what: &str,
+        request: &ResourceSet,
+        strategy: &SchedulingStrategy,
+    ) -> Result<(), Error> {
+        if self.nodes.is_empty() || matches!(strategy, SchedulingStrategy::PlacementGroup { .. }) {
+            return Ok(());
+        }
+        let candidates: Vec<&(NodeId, ResourceSet)> = match strategy {
+            SchedulingStrategy::NodeAffinity { node, soft: false } => {
+                self.nodes.iter().filter(|(id, _)| id == node).collect()
+            }
+            _ => self.nodes.iter().collect(),
+        };
+        if candidates
+            .iter()
+            .any(|(_, total)| request.is_subset_of(total))
+        {
+            return Ok(());
+        }
+        // Name the largest node: the one that came closest.
+        let largest = self
+            .nodes
+            .iter()
+            .max_by_key(|(_, t)| t.get(ray_sched::CPU))
+            .map(|(_, t)| t.clone())
+            .unwrap_or_default();
+        Err(Error::Infeasible {
+            what: what.to_string(),
+            reason: match strategy {
+                SchedulingStrategy::NodeAffinity { node, soft: false } => {
+                    format!("node {node} can never hold it (or is not alive)")
+                }
+                _ => format!(
+                    "none of the cluster's {} live nodes can ever hold it",
+                    self.nodes.len()
+                ),
+            },
+            request: Box::new(request.clone()),
+            total: Box::new(largest),
+        })
+    }
+
+    /// Replaces the snapshot with the live nodes of `entries`.
+    pub(super) fn set(&mut self, entries: &[ray_proto::wire::NodeEntry]) {
+        self.nodes = entries
+            .iter()
+            .filter(|n| n.alive)
+            .map(|n| (n.id, resources_from_wire(&n.resources)))
+            .collect();
+    }
+}
+
+impl ClusterCore {
+    /// Fails at once if no live node can ever hold `request`.
+    pub(crate) fn check_feasible(
+        &self,
+        what: &str,
+        request: &ResourceSet,
+        strategy: &SchedulingStrategy,
+    ) -> Result<(), Error> {
+        self.node_totals.lock().check(what, request, strategy)
+    }
+
+    /// Sets the node totals from a node table just read.
+    pub(crate) fn set_node_totals(&self, entries: &[ray_proto::wire::NodeEntry]) {
+        self.node_totals.lock().set(entries);
+    }
+
+    /// Reads the node table every [`REFRESH`] while the runtime lives.
+    pub(super) async fn refresh_node_totals(self: Arc<Self>) {
+        let mut ticks = tokio::time::interval(REFRESH);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            if self.rt().is_none_or(|rt| rt.is_shut_down()) {
+                return;
+            }
+            if let Ok(nodes) = self.gcs.nodes().await {
+                self.set_node_totals(&nodes);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ray_proto::wire::NodeEntry;
+    use ray_sched::{Quantity, CPU};
+
+    fn node(id: u64, cpus: u64, alive: bool) -> NodeEntry {
+        NodeEntry {
+            id: NodeId(id),
+            address: format!("127.0.0.1:{id}"),
+            resources: resources_to_wire(&ResourceSet::new().with(CPU, Quantity::from_units(cpus))),
+            labels: Vec::new(),
+            alive,
+            death_cause: None,
+            used: Vec::new(),
+            version: 1,
+        }
+    }
+
+    #[test]
+    fn work_no_live_node_can_hold_is_infeasible_and_the_rest_is_not() {
+        let mut totals = NodeTotals::default();
+        let want = |cpus| ResourceSet::new().with(CPU, Quantity::from_units(cpus));
+        let hybrid = SchedulingStrategy::default();
+        // Nothing read yet: nothing refused.
+        assert!(totals.check("f", &want(100), &hybrid).is_ok());
+        totals.set(&[node(1, 2, true), node(2, 4, true), node(3, 64, false)]);
+        assert!(totals.check("f", &want(4), &hybrid).is_ok());
+        match totals.check("f", &want(8), &hybrid) {
+            Err(Error::Infeasible { what, total, .. }) => {
+                assert_eq!(what, "f");
+                assert_eq!(
+                    total.get(CPU),
+                    Quantity::from_units(4),
+                    "the largest live node"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let pinned = |node, soft| SchedulingStrategy::NodeAffinity {
+            node: NodeId(node),
+            soft,
+        };
+        assert!(totals.check("f", &want(4), &pinned(1, false)).is_err());
+        assert!(totals.check("f", &want(4), &pinned(1, true)).is_ok());
+        assert!(
+            totals.check("f", &want(1), &pinned(3, false)).is_err(),
+            "node 3 is dead"
+        );
+    }
+}

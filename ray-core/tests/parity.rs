@@ -1,0 +1,220 @@
+//! One program, one behaviour: the same error tour runs embedded and on a
+//! two-node `Cluster::local`, and every step must end the same way (the
+//! same error variant, the real names in its message) in both modes.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use ray_core::prelude::*;
+use ray_core::{Cluster, Config};
+
+#[remote]
+fn add_one(x: u64) -> u64 {
+    x + 1
+}
+
+#[remote]
+fn boom() -> u64 {
+    panic!("boom on purpose")
+}
+
+#[remote]
+fn refuse(x: u64) -> Result<u64, String> {
+    Err(format!("refused {x}"))
+}
+
+static FLAKY_RUNS: AtomicU32 = AtomicU32::new(0);
+
+/// Fails with a user error on its first run in each process, then succeeds.
+#[remote]
+fn flaky() -> Result<u32, String> {
+    match FLAKY_RUNS.fetch_add(1, Ordering::SeqCst) {
+        0 => Err("first run fails".into()),
+        n => Ok(n),
+    }
+}
+
+#[remote]
+struct Counter {
+    n: u64,
+}
+
+#[remote]
+impl Counter {
+    fn new() -> Self {
+        Counter { n: 0 }
+    }
+
+    fn incr(&mut self) -> u64 {
+        self.n += 1;
+        self.n
+    }
+}
+
+/// What one step of the tour ended with: comparable across modes.
+fn outcome<T: std::fmt::Debug>(r: &Result<T, Error>) -> String {
+    match r {
+        Ok(v) => format!("Ok({v:?})"),
+        Err(e) => {
+            let debug = format!("{e:?}");
+            let variant = debug
+                .split([' ', '{', '('])
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            variant
+        }
+    }
+}
+
+/// Runs the tour on `ray`; returns each step's name, outcome and message.
+async fn tour(ray: &Ray) -> Vec<(&'static str, String, String)> {
+    let mut steps = Vec::new();
+    let mut step = |name: &'static str, r: Result<String, Error>| {
+        let message = r
+            .as_ref()
+            .err()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        steps.push((name, outcome(&r), message));
+    };
+
+    // Work no node can ever run fails at submit.
+    let r = add_one::options()
+        .num_cpus(1000.0)
+        .remote(ray, 1)
+        .map(|_| "submitted".to_string());
+    step("infeasible task", r);
+    let r = Counter::options()
+        .num_cpus(1000.0)
+        .remote(ray)
+        .map(|_| "created".to_string());
+    step("infeasible actor", r);
+
+    // A taken name fails at create.
+    let first = Counter::options().name("tour-counter").remote(ray).unwrap();
+    assert_eq!(first.incr().unwrap().get().await.unwrap(), 1);
+    let r = Counter::options()
+        .name("tour-counter")
+        .remote(ray)
+        .map(|_| "created".to_string());
+    step("taken name", r);
+
+    // A killed actor's calls fail naming its class.
+    first.kill();
+    let mut r = Ok(String::new());
+    for _ in 0..1000 {
+        r = match first.incr() {
+            Ok(call) => call.get().await.map(|n| n.to_string()),
+            Err(e) => Err(e),
+        };
+        if r.is_err() {
+            break;
+        }
+    }
+    step("killed actor", r);
+
+    // A panic, a user error, and work downstream of a failure.
+    step(
+        "panic",
+        boom::remote(ray)
+            .unwrap()
+            .get()
+            .await
+            .map(|n| n.to_string()),
+    );
+    step(
+        "user error",
+        refuse::remote(ray, 7)
+            .unwrap()
+            .get()
+            .await
+            .map(|n| n.to_string()),
+    );
+    let failed = boom::remote(ray).unwrap();
+    let downstream = add_one::remote(ray, &failed).unwrap();
+    step(
+        "failed argument",
+        downstream.get().await.map(|n| n.to_string()),
+    );
+
+    // retry_exceptions retries a user error.
+    let retried = flaky::options()
+        .max_retries(1)
+        .retry_exceptions(true)
+        .remote(ray)
+        .unwrap();
+    step(
+        "retried user error",
+        retried.get().await.map(|n| n.to_string()),
+    );
+
+    // Timeouts and wait.
+    let pending = ray.put(1u8).await.unwrap();
+    step(
+        "get_timeout on a ready object",
+        pending
+            .get_timeout(Duration::from_secs(600))
+            .await
+            .map(|n| n.to_string()),
+    );
+    let r = ray
+        .wait(&[pending.clone(), pending], 1, None)
+        .await
+        .map(|_| String::new());
+    step("wait on a ref given twice", r);
+
+    // A value larger than the whole store.
+    let r = ray
+        .put(vec![0u8; 2 << 20])
+        .await
+        .map(|_| "stored".to_string());
+    step("put larger than the store", r);
+    steps
+}
+
+/// The tour's configuration: a small store, a namespace of its own.
+fn config() -> Config {
+    Config {
+        num_cpus: Some(2.0),
+        object_store_bytes: 1 << 20,
+        namespace: "tour".into(),
+        ..Config::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_error_tour_ends_the_same_way_embedded_and_on_a_cluster() {
+    let embedded = ray_core::init_with(config()).await.unwrap();
+    let expected = tour(&embedded).await;
+    embedded.shutdown();
+
+    let cluster = Cluster::local(2).await.expect("cluster starts");
+    let on_cluster = ray_core::init_with(Config {
+        address: Some(cluster.address()),
+        credentials: Some(cluster.credentials()),
+        ..config()
+    })
+    .await
+    .expect("driver joins");
+    let got = tour(&on_cluster).await;
+    on_cluster.shutdown();
+
+    for ((name, want, want_msg), (_, got, got_msg)) in expected.iter().zip(&got) {
+        eprintln!("{name}: embedded {want} ({want_msg}) / cluster {got} ({got_msg})");
+    }
+    for ((name, want, _), (_, got, got_msg)) in expected.iter().zip(&got) {
+        assert_eq!(want, got, "{name}: cluster said {got_msg}");
+    }
+    for (name, _, msg) in expected.iter().chain(&got) {
+        for bad in [
+            "()",
+            "node total {}",
+            "object store full: object store full",
+            " died:  ",
+        ] {
+            assert!(!msg.contains(bad), "{name}: {msg:?} has {bad:?}");
+        }
+    }
+    drop(cluster);
+}
