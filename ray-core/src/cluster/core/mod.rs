@@ -69,6 +69,13 @@ use ray_transport::{Connections, Endpoint, Envelope, FrameReader, FrameWriter};
 
 /// Tasks pushed to one lease before its results come back.
 pub(crate) const PIPELINE: usize = 64;
+/// The work a lease's pipeline should hold: the owner pushes as many tasks
+/// as it takes a worker this long to run (by their measured length), up to
+/// [`PIPELINE`]; enough to hide a round trip between results.
+pub(crate) const PIPELINE_BUDGET: Duration = Duration::from_millis(1);
+/// Lease requests of one shape a process has out at once (Ray's
+/// `max_pending_lease_requests_per_scheduling_category` is 10).
+pub(crate) const MAX_LEASE_REQUESTS: usize = 8;
 /// How long an idle lease is kept for more work of its shape.
 pub(crate) const LEASE_IDLE: Duration = Duration::from_millis(50);
 /// How long a lease may idle while other work of this process waits for

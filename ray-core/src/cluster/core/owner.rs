@@ -1,7 +1,8 @@
 //! The owner's side of task submission: tasks queued per scheduling key
-//! (resources and strategy), leases asked of the local node daemon one at
-//! a time per key, pushed up to [`PIPELINE`] per lease, and returned when
-//! idle.
+//! (resources and strategy), leases asked of the local node daemon (one
+//! per task beyond the leases held, up to [`MAX_LEASE_REQUESTS`] at once,
+//! so a backlog spreads over the nodes), the backlog shared among the
+//! leases up to [`PIPELINE`] each, and leases returned when idle.
 
 use ray_proto::wire::TaskRow;
 
@@ -32,13 +33,45 @@ pub(super) struct Lease {
     pub(super) link: Arc<Link>,
     pub(super) inflight: usize,
     pub(super) idle_since: Option<Instant>,
+    /// Since when the lease's oldest unanswered task has (about) been
+    /// running: when it got work while idle, or its last result.
+    pub(super) busy_from: Option<Instant>,
 }
 
 #[derive(Default)]
 pub(super) struct KeyState {
     pub(super) queue: VecDeque<Queued>,
     pub(super) leases: Vec<Lease>,
-    pub(super) requesting: bool,
+    /// Lease requests sent and not answered yet.
+    pub(super) requesting: usize,
+    /// A running average of how long one task of this shape takes a
+    /// worker, in nanoseconds, from the spacing of results (0: unknown).
+    pub(super) task_nanos: u64,
+}
+
+impl KeyState {
+    /// Notes a result of a task that took a worker about `took`.
+    pub(super) fn observe(&mut self, took: Duration) {
+        let took = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX).max(1);
+        self.task_nanos = if self.task_nanos == 0 {
+            took
+        } else {
+            (self.task_nanos.saturating_mul(7) / 8).saturating_add(took / 8)
+        };
+    }
+
+    /// How many tasks one lease may have pushed: enough to cover
+    /// [`PIPELINE_BUDGET`] of work (short tasks fill the pipeline and hide
+    /// the round trip; long ones go one or two at a time, so a lease granted
+    /// later still finds work queued), two while their length is unknown.
+    pub(super) fn depth_for_length(&self) -> usize {
+        match self.task_nanos {
+            0 => 2,
+            n => usize::try_from(PIPELINE_BUDGET.as_nanos() as u64 / n)
+                .unwrap_or(PIPELINE)
+                .clamp(1, PIPELINE),
+        }
+    }
 }
 
 /// Takes out the leases of `ks` idle for at least `min_idle` at `now`
@@ -195,19 +228,39 @@ impl ClusterCore {
     /// Pushes queued work of `key` onto its leases; asks for a lease if
     /// work remains and none is being asked for.
     pub(super) fn pump(self: &Arc<Self>, key: &SchedKey) {
-        let mut request = false;
+        let mut requests = 0;
         let mut give_back = Vec::new();
         {
             let mut st = self.owner.lock();
             let OwnerState { keys, inflight } = &mut *st;
             let Some(ks) = keys.get_mut(key) else { return };
+            // The backlog: work queued here and pushed but not answered.
+            let backlog = ks.queue.len() + ks.leases.iter().map(|l| l.inflight).sum::<usize>();
+            // Ask for a lease per task beyond the leases held, a few at a
+            // time: the node grants them locally while it has room and
+            // spills the rest to nodes with free resources, so a backlog
+            // spreads over the cluster instead of queueing on one lease.
+            if !ks.queue.is_empty() {
+                let want = backlog
+                    .saturating_sub(ks.leases.len())
+                    .min(MAX_LEASE_REQUESTS);
+                requests = want.saturating_sub(ks.requesting);
+                ks.requesting += requests;
+            }
             // Spread work takes one lease per task in flight, so every task
             // is placed by the policy (a deep pipeline would put a burst on
-            // the first node that granted a lease).
+            // the first node that granted a lease). Other work shares the
+            // backlog among the leases held and those asked for: a lease
+            // on its way gets its share rather than finding it all pushed
+            // to the first one. A deep backlog still fills every pipeline.
             let depth = if key.strategy == WireStrategy::Spread {
                 1
             } else {
-                PIPELINE
+                let slots = (ks.leases.len() + ks.requesting).max(1);
+                backlog
+                    .div_ceil(slots)
+                    .min(ks.depth_for_length())
+                    .clamp(1, PIPELINE)
             };
             while !ks.queue.is_empty() {
                 let Some(lease) = ks
@@ -219,6 +272,9 @@ impl ClusterCore {
                     break;
                 };
                 let Some(q) = ks.queue.pop_front() else { break };
+                if lease.inflight == 0 {
+                    lease.busy_from = Some(Instant::now());
+                }
                 lease.inflight += 1;
                 lease.idle_since = None;
                 let item = WorkItem::Task {
@@ -249,11 +305,7 @@ impl ClusterCore {
                 let _ = lease.link.tx.send(item);
             }
             let waiting = !ks.queue.is_empty();
-            if waiting && !ks.requesting {
-                ks.requesting = true;
-                request = true;
-            }
-            if !waiting && ks.leases.is_empty() && !ks.requesting {
+            if !waiting && ks.leases.is_empty() && ks.requesting == 0 {
                 keys.remove(key);
             }
             if waiting {
@@ -263,7 +315,7 @@ impl ClusterCore {
         for (node, lease) in give_back {
             self.return_lease(node, lease);
         }
-        if request {
+        for _ in 0..requests {
             let me = self.clone();
             let key = key.clone();
             self.tokio.spawn(async move { me.request_lease(key).await });
@@ -282,11 +334,14 @@ impl ClusterCore {
                 }
                 return;
             };
-            ks.requesting = false;
+            ks.requesting = ks.requesting.saturating_sub(1);
             match result {
-                Ok((id, node, _)) if ks.queue.is_empty() && others_waiting => {
+                Ok((id, node, _))
+                    if ks.queue.is_empty() && (others_waiting || !ks.leases.is_empty()) =>
+                {
                     // Granted after this key's work ran out, while other
-                    // work waits for a lease: its CPUs go back at once.
+                    // work waits for a lease or another lease of this key
+                    // is there for what comes next: its CPUs go back at once.
                     drop(st);
                     self.return_lease(node, id);
                     None
@@ -298,6 +353,7 @@ impl ClusterCore {
                         link,
                         inflight: 0,
                         idle_since: Some(Instant::now()),
+                        busy_from: None,
                     });
                     None
                 }
@@ -402,7 +458,7 @@ impl ClusterCore {
                     if ks.queue.is_empty() {
                         take_idle(ks, now, LEASE_IDLE, &mut expired);
                     }
-                    !(ks.queue.is_empty() && ks.leases.is_empty() && !ks.requesting)
+                    !(ks.queue.is_empty() && ks.leases.is_empty() && ks.requesting == 0)
                 });
             }
             for (node, lease) in expired {
@@ -449,6 +505,7 @@ mod tests {
             }),
             inflight,
             idle_since: idle_for.map(|d| Instant::now() - d),
+            busy_from: None,
         }
     }
 

@@ -129,6 +129,7 @@ impl ClusterCore {
         {
             let mut st = self.owner.lock();
             let OwnerState { keys, inflight } = &mut *st;
+            let mut now = None;
             for r in results {
                 let Some(f) = inflight.remove(&r.task) else {
                     continue;
@@ -136,9 +137,15 @@ impl ClusterCore {
                 if let InflightKind::Task { key, lease } = &f.kind {
                     if let Some(ks) = keys.get_mut(key) {
                         if let Some(l) = ks.leases.iter_mut().find(|l| l.id == *lease) {
+                            let now = *now.get_or_insert_with(Instant::now);
                             l.inflight -= 1;
+                            let took = l.busy_from.map(|t| now.saturating_duration_since(t));
+                            l.busy_from = (l.inflight > 0).then_some(now);
                             if l.inflight == 0 {
-                                l.idle_since = Some(Instant::now());
+                                l.idle_since = Some(now);
+                            }
+                            if let Some(took) = took {
+                                ks.observe(took);
                             }
                         }
                         if !ks.queue.is_empty() && !touched.contains(key) {
