@@ -13,11 +13,15 @@ use std::time::Duration;
 
 use hashbrown::HashMap;
 use ray_proto::hex;
-use ray_proto::wire::{labels_to_wire, MAX_BINARY_LEN};
 use ray_proto::wire::{
-    ActorEntry, ActorStatus, BuildFingerprint, JobEntry, Message, NodeEntry, ResourceAmount,
-    WireChannel, WireEvent, WorkerEntry,
+    self, ActorEntry, ActorLocation, ActorStatus, Actors, BuildFingerprint, Events, FetchBinary,
+    FinishJob, GcsRequest, GetActors, GetJobs, GetNodes, GetWorker, GetWorkers, Heartbeat,
+    JobEntry, JobRegistered, Jobs, KvGet, KvPut, KvPutDone, KvValue, LocateActor, LookupActor,
+    Message, NodeEntry, NodeRegistered, Nodes, PollEvents, RegisterActor, RegisterJob,
+    RegisterNode, RegisterWorker, ResourceAmount, Subscribe, Subscribed, Unsubscribe, UploadBinary,
+    WireChannel, WireEvent, WorkerEntry, WorkerRegistered, Workers,
 };
+use ray_proto::wire::{labels_to_wire, MAX_BINARY_LEN};
 use ray_proto::{ActorId, JobId, NodeId, WorkerId};
 use ray_sched::wire::{resources_from_wire, resources_to_wire};
 use rkyv::util::AlignedVec;
@@ -113,15 +117,33 @@ pub enum Action {
         /// The bytes announced.
         len: u64,
     },
-    /// Answer [`Message::BinaryFollows`] and send these bytes.
+    /// Answer [`BinaryFollows`](wire::BinaryFollows) and send these bytes.
     SendBinary(Arc<AlignedVec<16>>),
 }
 
+/// The answer to one message of a connection: a GCS request is
+/// [`handle`]d, a [`Message::Ping`] answered [`Message::Pong`], and any
+/// other message (a reply, another service's request) refused with a
+/// [`Message::Error`] naming its kind.
+pub fn handle_message(state: &mut State, message: Message, now: Duration) -> Action {
+    match message {
+        Message::Gcs(request) => handle(state, request, now),
+        Message::Ping { seq } => Action::Reply(Message::Pong { seq }),
+        other => Action::Reply(Message::Error {
+            reason: format!("the GCS does not serve {}", other.kind()),
+        }),
+    }
+}
+
 /// The answer to one request: the whole of the service's logic, without I/O.
-pub fn handle(state: &mut State, request: Message, now: Duration) -> Action {
+///
+/// [`InsightBatch`](wire::InsightBatch) and
+/// [`InsightExport`](wire::InsightExport) are the shell's (its insight
+/// collector answers them, off the tables); here they are refused.
+pub fn handle(state: &mut State, request: GcsRequest, now: Duration) -> Action {
     let reply = match request {
-        Message::UploadBinary { hash, len } => return upload(state, hash, len),
-        Message::FetchBinary { hash } => {
+        GcsRequest::UploadBinary(UploadBinary { hash, len }) => return upload(state, hash, len),
+        GcsRequest::FetchBinary(FetchBinary { hash }) => {
             return match state.binaries.get(&hash) {
                 Some(bytes) => Action::SendBinary(bytes.clone()),
                 None => Action::Reply(Message::Error {
@@ -129,16 +151,16 @@ pub fn handle(state: &mut State, request: Message, now: Duration) -> Action {
                 }),
             }
         }
-        Message::RegisterNode {
+        GcsRequest::RegisterNode(RegisterNode {
             address,
             resources,
             labels,
-        } => register_node(state, address, &resources, labels, now),
-        Message::Heartbeat {
+        }) => register_node(state, address, &resources, labels, now),
+        GcsRequest::Heartbeat(Heartbeat {
             node,
             version,
             used,
-        } => match state.gcs.heartbeat(node, now) {
+        }) => match state.gcs.heartbeat(node, now) {
             Ok(()) => {
                 // Each request has its own stream, so reports can overtake
                 // each other: keep the newest.
@@ -150,10 +172,11 @@ pub fn handle(state: &mut State, request: Message, now: Duration) -> Action {
             }
             Err(e) => error(e),
         },
-        Message::GetNodes => Message::Nodes {
+        GcsRequest::GetNodes(GetNodes) => Nodes {
             nodes: nodes(state),
-        },
-        Message::Subscribe { channels } => {
+        }
+        .into(),
+        GcsRequest::Subscribe(Subscribe { channels }) => {
             let sub = state.next_sub;
             state.next_sub += 1;
             let ids = channels
@@ -167,9 +190,9 @@ pub fn handle(state: &mut State, request: Message, now: Duration) -> Action {
                 })
                 .collect();
             state.subs.insert(sub, ids);
-            Message::Subscribed { sub }
+            Subscribed { sub }.into()
         }
-        Message::PollEvents { sub, .. } => {
+        GcsRequest::PollEvents(PollEvents { sub, .. }) => {
             let Some(ids) = state.subs.get(&sub).cloned() else {
                 return Action::Reply(Message::Error {
                     reason: format!("no subscription {sub}"),
@@ -187,49 +210,51 @@ pub fn handle(state: &mut State, request: Message, now: Duration) -> Action {
                     });
                 }
             }
-            Message::Events { events, dropped }
+            Events { events, dropped }.into()
         }
-        Message::Unsubscribe { sub } => {
+        GcsRequest::Unsubscribe(Unsubscribe { sub }) => {
             state.unsubscribe(sub);
             Message::Ok
         }
-        Message::GetJobs => {
+        GcsRequest::GetJobs(GetJobs) => {
             let mut jobs: Vec<JobEntry> = state.gcs.jobs().map(job_entry).collect();
             jobs.sort_by_key(|j| j.id);
-            Message::Jobs { jobs }
+            Jobs { jobs }.into()
         }
-        Message::GetActors => Message::Actors {
+        GcsRequest::GetActors(GetActors) => Actors {
             actors: actors(state),
-        },
-        Message::KvGet { namespace, key } => Message::KvValue {
+        }
+        .into(),
+        GcsRequest::KvGet(KvGet { namespace, key }) => KvValue {
             value: state.gcs.kv_get(&namespace, &key).map(<[u8]>::to_vec),
-        },
-        Message::KvPut {
+        }
+        .into(),
+        GcsRequest::KvPut(KvPut {
             namespace,
             key,
             value,
             overwrite,
-        } => Message::KvPutDone {
+        }) => KvPutDone {
             written: state.gcs.kv_put(&namespace, &key, value, overwrite),
-        },
-        Message::RegisterJob {
-            driver,
-            driver_address,
-            binary_hash,
-            fingerprint,
-            insight,
-        } => {
-            let reply = register_job(state, driver, driver_address, binary_hash, fingerprint, now);
-            if let (Message::JobRegistered { job, .. }, true) = (&reply, insight) {
-                state.insight_jobs.insert(*job);
-            }
-            reply
         }
-        Message::FinishJob { job } => match finish_job(state, job, now) {
+        .into(),
+        GcsRequest::RegisterJob(request) => {
+            let insight = request.insight;
+            match register_job(state, request, now) {
+                Ok(registered) => {
+                    if insight {
+                        state.insight_jobs.insert(registered.job);
+                    }
+                    registered.into()
+                }
+                Err(e) => error(e),
+            }
+        }
+        GcsRequest::FinishJob(FinishJob { job }) => match finish_job(state, job, now) {
             Ok(()) => Message::Ok,
             Err(e) => error(e),
         },
-        Message::RegisterWorker { job, node, address } => {
+        GcsRequest::RegisterWorker(RegisterWorker { job, node, address }) => {
             let info = WorkerInfo {
                 job,
                 node: Some(node),
@@ -238,30 +263,37 @@ pub fn handle(state: &mut State, request: Message, now: Duration) -> Action {
             match state.gcs.register_worker(info) {
                 Ok(worker) => {
                     tracing::debug!(target: "ray::gcs", job = %job, node = %node, worker = %worker, "worker.registered");
-                    Message::WorkerRegistered {
+                    WorkerRegistered {
                         worker,
                         insight: state.insight_jobs.contains(&job),
                     }
+                    .into()
                 }
                 Err(e) => error(e),
             }
         }
-        Message::GetWorker { worker } => Message::WorkerInfo {
+        GcsRequest::GetWorker(GetWorker { worker }) => wire::WorkerInfo {
             address: state.gcs.worker(worker).map(|row| row.info.address.clone()),
-        },
-        Message::GetWorkers => Message::Workers {
+        }
+        .into(),
+        GcsRequest::GetWorkers(GetWorkers) => Workers {
             workers: live_workers(state),
-        },
-        Message::RegisterActor {
+        }
+        .into(),
+        GcsRequest::RegisterActor(RegisterActor {
             entry,
             worker,
             address,
-        } => register_actor(state, entry, worker, address),
-        Message::LookupActor { namespace, name } => lookup_actor(state, &namespace, &name),
-        Message::LocateActor { id } => locate_actor(state, id),
-        Message::Ping { seq } => Message::Pong { seq },
-        other => Message::Error {
-            reason: format!("the GCS does not serve {}", Message::kind(&other)),
+        }) => register_actor(state, entry, worker, address),
+        GcsRequest::LookupActor(LookupActor { namespace, name }) => {
+            lookup_actor(state, &namespace, &name)
+        }
+        GcsRequest::LocateActor(LocateActor { id }) => locate_actor(state, id),
+        request @ (GcsRequest::InsightBatch(_) | GcsRequest::InsightExport(_)) => Message::Error {
+            reason: format!(
+                "{} is answered by the head's insight collector, not the GCS tables",
+                request.kind()
+            ),
         },
     };
     Action::Reply(reply)
@@ -333,10 +365,11 @@ fn register_node(
         Ok(()) => {
             state.next_node += 1;
             tracing::info!(target: "ray::gcs", node = %id, "node.registered");
-            Message::NodeRegistered {
+            NodeRegistered {
                 node: id,
                 heartbeat_interval_ms: state.heartbeat_interval.as_millis() as u64,
             }
+            .into()
         }
         Err(e) => error(e),
     }
@@ -428,30 +461,29 @@ fn live_workers(state: &State) -> Vec<WorkerEntry> {
 
 fn register_job(
     state: &mut State,
-    driver: String,
-    driver_address: String,
-    binary_hash: [u8; 32],
-    fingerprint: BuildFingerprint,
+    request: RegisterJob,
     now: Duration,
-) -> Message {
+) -> Result<JobRegistered, crate::GcsError> {
+    let RegisterJob {
+        driver,
+        driver_address,
+        binary_hash,
+        fingerprint,
+        insight: _,
+    } = request;
     let job = state.gcs.next_job_id();
     let info = JobInfo {
         id: job,
         driver,
         started_at: now,
     };
-    if let Err(e) = state.gcs.add_job(info) {
-        return error(e);
-    }
+    state.gcs.add_job(info)?;
     let driver_info = WorkerInfo {
         job,
         node: None,
         address: driver_address,
     };
-    let worker = match state.gcs.register_worker(driver_info) {
-        Ok(worker) => worker,
-        Err(e) => return error(e),
-    };
+    let worker = state.gcs.register_worker(driver_info)?;
     state.job_binaries.insert(
         job,
         JobBinary {
@@ -461,11 +493,11 @@ fn register_job(
     );
     let upload = !state.binaries.contains_key(&binary_hash);
     tracing::info!(target: "ray::gcs", job = %job, worker = %worker, binary = %hex(&binary_hash), upload, "job.registered");
-    Message::JobRegistered {
+    Ok(JobRegistered {
         job,
         worker,
         upload,
-    }
+    })
 }
 
 fn finish_job(state: &mut State, job: JobId, now: Duration) -> Result<(), crate::GcsError> {
@@ -530,12 +562,12 @@ fn lookup_actor(state: &State, namespace: &str, name: &str) -> Message {
     let found = state.gcs.named_actor(namespace, name).and_then(|id| {
         let row = state.gcs.actor(id)?;
         let home = state.actor_homes.get(&id)?;
-        Some(Message::ActorLocation {
+        Some(Message::from(ActorLocation {
             id,
             class_name: row.info.class_name.clone(),
             worker: home.worker,
             address: home.address.clone(),
-        })
+        }))
     });
     found.unwrap_or_else(|| Message::Error {
         reason: format!("no actor named {name:?} in namespace {namespace:?}"),
@@ -548,12 +580,12 @@ fn locate_actor(state: &State, id: ray_proto::ActorId) -> Message {
             return None;
         }
         let home = state.actor_homes.get(&id)?;
-        Some(Message::ActorLocation {
+        Some(Message::from(ActorLocation {
             id,
             class_name: row.info.class_name.clone(),
             worker: home.worker,
             address: home.address.clone(),
-        })
+        }))
     });
     found.unwrap_or_else(|| Message::Error {
         reason: format!("{id} is not a live registered actor"),

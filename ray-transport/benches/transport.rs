@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use ray_proto::wire::{GetObject, ObjectFollows};
 use ray_proto::{ObjectId, WorkerId};
 use ray_transport::{
     BuildFingerprint, ClusterCa, Connection, Endpoint, EndpointConfig, Envelope, Message, Role,
@@ -104,9 +105,9 @@ async fn serve(conn: Connection, payload: Arc<Vec<u8>>) {
                         }
                     }
                     _ => {
-                        let head = Envelope::new(Message::ObjectFollows {
+                        let head = Envelope::new(Message::from(ObjectFollows {
                             len: payload.0.len() as u64,
-                        });
+                        }));
                         if w.send(&head).await.is_ok() {
                             let _ = w.send_shared(payload).await;
                         }
@@ -123,7 +124,7 @@ async fn serve(conn: Connection, payload: Arc<Vec<u8>>) {
 /// Fetches the served payload once; its length.
 async fn fetch(conn: &Connection) -> usize {
     let id = ObjectId::new(WorkerId(1), 1);
-    let request = Envelope::new(Message::GetObject { id, take: false });
+    let request = Envelope::new(Message::from(GetObject { id, take: false }));
     let (_, bytes) = conn
         .request_bulk(&request, u64::MAX)
         .await

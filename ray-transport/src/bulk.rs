@@ -4,8 +4,10 @@
 //! frames: a frame is copied whole into one buffer, validated, and limited
 //! to [`DEFAULT_MAX_FRAME_LEN`](super::DEFAULT_MAX_FRAME_LEN). Instead a frame
 //! announces a length (`UploadBinary { len }`, `BinaryFollows { len }`,
-//! `ObjectFollows { len }`) and exactly that many raw bytes follow it on the
-//! same stream, after which the sender finishes the stream.
+//! `ObjectFollows { len }`; see
+//! [`Message::follows`](ray_proto::wire::Message::follows)) and exactly
+//! that many raw bytes follow it on the same stream, after which the sender
+//! finishes the stream.
 //!
 //! The receiver copies the bytes once, from quinn's receive buffers straight
 //! into one preallocated 16-aligned buffer (an rkyv archive can be read from
@@ -23,7 +25,7 @@
 
 use std::net::SocketAddr;
 
-use ray_proto::wire::{Envelope, Message};
+use ray_proto::wire::Envelope;
 use rkyv::util::AlignedVec;
 
 use super::connection::{read_error, stream_error, Connection, RecvHalf, SendHalf};
@@ -42,11 +44,12 @@ impl Connection {
     /// for the peer's one reply.
     ///
     /// `request` announces the length (for example
-    /// [`Message::UploadBinary`]); the peer reads the bytes with
-    /// [`IncomingRequest::read_bytes`]. If the peer refuses the payload
-    /// before it is all sent, its reply (typically [`Message::Error`]) is
-    /// still returned. Cancelling the future resets the stream; the
-    /// connection stays usable.
+    /// [`UploadBinary`](ray_proto::wire::UploadBinary)); the peer reads the
+    /// bytes with [`IncomingRequest::read_bytes`]. If the peer refuses the
+    /// payload before it is all sent, its reply (typically
+    /// [`Message::Error`](ray_proto::wire::Message::Error)) is still
+    /// returned. Cancelling the future resets the stream; the connection
+    /// stays usable.
     ///
     /// # Errors
     ///
@@ -84,10 +87,12 @@ impl Connection {
     /// Sends `request` on a new stream and waits for the peer's one reply,
     /// and for the raw bytes after it when it announces some.
     ///
-    /// When the reply is [`Message::BinaryFollows`] or
-    /// [`Message::ObjectFollows`], exactly `len` raw bytes are read into one
-    /// 16-aligned buffer; any other reply comes back with `None`.
-    /// Cancelling the future drops the stream; the connection stays usable.
+    /// When the reply announces raw bytes
+    /// ([`Message::follows`](ray_proto::wire::Message::follows):
+    /// [`BinaryFollows`](ray_proto::wire::BinaryFollows) or
+    /// [`ObjectFollows`](ray_proto::wire::ObjectFollows)), exactly `len` raw
+    /// bytes are read into one 16-aligned buffer; any other reply comes back
+    /// with `None`. Cancelling the future drops the stream; the connection stays usable.
     ///
     /// # Errors
     ///
@@ -106,9 +111,8 @@ impl Connection {
             .read_envelope()
             .await
             .map_err(|failure| read_error(self.quic(), addr, failure))?;
-        let len = match reply.body {
-            Message::BinaryFollows { len } | Message::ObjectFollows { len } => len,
-            _ => return Ok((reply, None)),
+        let Some(len) = reply.body.follows() else {
+            return Ok((reply, None));
         };
         let payload = read_payload(recv.stream_mut(), addr, len, max_len).await?;
         Ok((reply, Some(payload)))
@@ -117,7 +121,8 @@ impl Connection {
 
 impl IncomingRequest {
     /// Reads the `len` raw bytes that follow the request frame, as its
-    /// request announced (for example [`Message::UploadBinary`]).
+    /// request announced (for example
+    /// [`UploadBinary`](ray_proto::wire::UploadBinary)).
     ///
     /// The request stays answerable: after a refusal, [`IncomingRequest::respond`]
     /// can still tell the peer why.
@@ -140,8 +145,9 @@ impl IncomingRequest {
     /// Sends the one reply `header`, then the raw `bytes`, and finishes the
     /// stream.
     ///
-    /// `header` announces the length (for example [`Message::BinaryFollows`]
-    /// with `len` = `bytes.len()`). Dropping the future mid-way resets the
+    /// `header` announces the length (for example
+    /// [`BinaryFollows`](ray_proto::wire::BinaryFollows) with `len` =
+    /// `bytes.len()`). Dropping the future mid-way resets the
     /// stream, so the peer sees a truncated payload, never a short one.
     ///
     /// # Errors

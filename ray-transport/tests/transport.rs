@@ -11,6 +11,10 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use quinn::crypto::rustls::QuicClientConfig;
+use ray_proto::wire::{
+    BinaryFollows, FetchBinary, GcsReply, GcsRequest, GetObject, ObjectFollows, UploadBinary,
+    WorkerReply, WorkerRequest,
+};
 use ray_proto::{NodeId, WorkerId};
 use ray_transport::frame::{self, FrameDecoder, DEFAULT_MAX_FRAME_LEN};
 use ray_transport::{
@@ -671,15 +675,18 @@ fn serve_bulk(conn: ray_transport::Connection, server: BulkServer) {
                     return;
                 };
                 let header = |len| match &envelope.body {
-                    Message::GetObject { .. } => Message::ObjectFollows { len },
-                    _ => Message::BinaryFollows { len },
+                    Message::Worker(WorkerRequest::GetObject(_)) => {
+                        Message::from(ObjectFollows { len })
+                    }
+                    _ => Message::from(BinaryFollows { len }),
                 };
                 match &envelope.body {
-                    Message::FetchBinary { .. } | Message::GetObject { .. } => {
+                    Message::Gcs(GcsRequest::FetchBinary(_))
+                    | Message::Worker(WorkerRequest::GetObject(_)) => {
                         let header = Envelope::new(header(server.announced));
                         let _ = request.respond_with_bytes(&header, &server.payload).await;
                     }
-                    Message::UploadBinary { len, .. } => {
+                    Message::Gcs(GcsRequest::UploadBinary(UploadBinary { len, .. })) => {
                         let read = request.read_bytes(*len, server.max_upload).await;
                         let reply = match &read {
                             Ok(_) => Message::Ok,
@@ -740,10 +747,10 @@ async fn bulk_bytes_round_trip_both_ways_at_0_1_and_20_mib() {
         let (server, mut uploads) = bulk_server(data.clone(), u64::MAX);
         serve_bulk(accepted, server);
 
-        let upload = Message::UploadBinary {
+        let upload = Message::from(UploadBinary {
             hash: [0; 32],
             len: len as u64,
-        };
+        });
         let reply = conn
             .request_with_bytes(&upload.into(), &data)
             .await
@@ -753,11 +760,11 @@ async fn bulk_bytes_round_trip_both_ways_at_0_1_and_20_mib() {
         assert!(received.expect("whole upload") == data, "{len} bytes");
 
         for request in [
-            Message::FetchBinary { hash: [0; 32] },
-            Message::GetObject {
+            Message::from(FetchBinary { hash: [0; 32] }),
+            Message::from(GetObject {
                 id: ray_proto::ObjectId::new(WorkerId(7), 1),
                 take: false,
-            },
+            }),
         ] {
             let (reply, payload) = conn
                 .request_bulk(&request.into(), len as u64)
@@ -765,7 +772,8 @@ async fn bulk_bytes_round_trip_both_ways_at_0_1_and_20_mib() {
                 .expect("download");
             assert!(matches!(
                 reply.body,
-                Message::BinaryFollows { .. } | Message::ObjectFollows { .. }
+                Message::GcsReply(GcsReply::BinaryFollows(_))
+                    | Message::WorkerReply(WorkerReply::ObjectFollows(_))
             ));
             let payload = payload.expect("bytes follow the header");
             if len > 0 {
@@ -793,7 +801,10 @@ async fn payload_ending_early_is_truncated_in_both_directions() {
     serve_bulk(accepted, server);
 
     let err = conn
-        .request_bulk(&Message::FetchBinary { hash: [0; 32] }.into(), u64::MAX)
+        .request_bulk(
+            &Message::from(FetchBinary { hash: [0; 32] }).into(),
+            u64::MAX,
+        )
         .await
         .expect_err("10 of 1000 bytes");
     assert!(
@@ -808,10 +819,10 @@ async fn payload_ending_early_is_truncated_in_both_directions() {
         "{err}"
     );
 
-    let upload = Message::UploadBinary {
+    let upload = Message::from(UploadBinary {
         hash: [0; 32],
         len: 1000,
-    };
+    });
     let reply = conn
         .request_with_bytes(&upload.into(), &pattern(10))
         .await
@@ -839,7 +850,7 @@ async fn payload_over_the_limit_is_refused_on_its_stream_only() {
     serve_bulk(accepted, server);
 
     let err = conn
-        .request_bulk(&Message::FetchBinary { hash: [0; 32] }.into(), 999)
+        .request_bulk(&Message::from(FetchBinary { hash: [0; 32] }).into(), 999)
         .await
         .expect_err("1000 bytes over a limit of 999");
     assert!(
@@ -857,10 +868,10 @@ async fn payload_over_the_limit_is_refused_on_its_stream_only() {
 
     // Large enough that the refusal arrives while the client still writes.
     let big = pattern(8 << 20);
-    let upload = Message::UploadBinary {
+    let upload = Message::from(UploadBinary {
         hash: [0; 32],
         len: big.len() as u64,
-    };
+    });
     let reply = conn
         .request_with_bytes(&upload.into(), &big)
         .await
@@ -891,17 +902,20 @@ async fn bulk_throughput_of_100_mib_on_loopback() {
     for round in 0..3 {
         let start = std::time::Instant::now();
         let (_, payload) = conn
-            .request_bulk(&Message::FetchBinary { hash: [0; 32] }.into(), len as u64)
+            .request_bulk(
+                &Message::from(FetchBinary { hash: [0; 32] }).into(),
+                len as u64,
+            )
             .await
             .expect("download");
         let down = start.elapsed();
         assert_eq!(payload.expect("payload").len(), len);
 
         let start = std::time::Instant::now();
-        let upload = Message::UploadBinary {
+        let upload = Message::from(UploadBinary {
             hash: [0; 32],
             len: len as u64,
-        };
+        });
         conn.request_with_bytes(&upload.into(), &data)
             .await
             .expect("upload");
@@ -934,28 +948,31 @@ async fn an_object_sent_shared_arrives_whole_and_packets_grow_past_ethernet_size
     let serving = tokio::spawn(async move {
         let (mut w, mut r) = accepted.accept_frames().await.expect("a request stream");
         let request = r.recv().await.expect("read").expect("a request");
-        assert!(matches!(request.body, Message::GetObject { .. }));
-        let head = Envelope::new(Message::ObjectFollows {
+        assert!(matches!(
+            request.body,
+            Message::Worker(WorkerRequest::GetObject(_))
+        ));
+        let head = Envelope::new(Message::from(ObjectFollows {
             len: served.len() as u64,
-        });
+        }));
         w.send(&head).await.expect("header");
         w.send_shared(SharedBytes(served)).await.expect("payload");
         w.finish();
         accepted
     });
-    let request = Message::GetObject {
+    let request = Message::from(GetObject {
         id: ray_proto::ObjectId::new(WorkerId(7), 1),
         take: false,
-    };
+    });
     let (reply, payload) = conn
         .request_bulk(&request.into(), u64::MAX)
         .await
         .expect("fetch");
     assert_eq!(
         reply.body,
-        Message::ObjectFollows {
+        Message::from(ObjectFollows {
             len: data.len() as u64
-        }
+        })
     );
     let payload = payload.expect("bytes follow the header");
     assert_eq!(payload.as_ptr() as usize % 16, 0, "16-aligned");

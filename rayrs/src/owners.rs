@@ -11,7 +11,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use ray_core::cluster::GcsClient;
-use ray_proto::wire::{Envelope, Message, ObjectRow, TaskRow, WorkerEntry};
+use ray_proto::wire::{
+    Call, Envelope, ListObjects, ListTasks, Message, ObjectRow, Objects, TaskRow, Tasks,
+    WorkerEntry,
+};
 use ray_transport::{CloseCode, Endpoint, TransportError};
 use serde_json::{json, Value};
 
@@ -62,22 +65,6 @@ pub enum Ask {
     Tasks,
     /// `ListObjects`.
     Objects,
-}
-
-impl Ask {
-    fn request(self) -> Message {
-        match self {
-            Ask::Tasks => Message::ListTasks,
-            Ask::Objects => Message::ListObjects,
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Ask::Tasks => "ListTasks",
-            Ask::Objects => "ListObjects",
-        }
-    }
 }
 
 /// The rows of every owner that answered `ask`, as table lines and JSON
@@ -138,29 +125,47 @@ async fn ask_owner(
     let addr: SocketAddr = owner.address.parse().map_err(|_| OwnerError::BadAddress)?;
     let exchange = async {
         let conn = endpoint.connect(addr).await?;
-        let reply = conn.request(&Envelope::new(ask.request())).await;
+        let reply = match ask {
+            Ask::Tasks => call(&conn, ListTasks).await.map(|r| r.map(Report::from)),
+            Ask::Objects => call(&conn, ListObjects).await.map(|r| r.map(Report::from)),
+        };
         conn.close(CloseCode::Normal, "state query done");
         reply
     };
-    let reply = tokio::time::timeout(timeout, exchange)
+    tokio::time::timeout(timeout, exchange)
         .await
-        .map_err(|_| OwnerError::Timeout(timeout))??;
-    match (ask, reply.body) {
-        (Ask::Tasks, Message::Tasks { tasks }) => Ok(Report::Tasks(tasks)),
-        (Ask::Objects, Message::Objects { objects }) => Ok(Report::Objects(objects)),
-        (_, Message::Error { reason }) => Err(OwnerError::Refused { reason }),
-        (_, other) => Err(OwnerError::UnexpectedReply {
-            request: ask.name(),
-            reply: kind(&other),
-        }),
+        .map_err(|_| OwnerError::Timeout(timeout))??
+}
+
+/// Sends `request` on one stream of `conn` and types its one reply:
+/// [`OwnerError::Refused`] for an error, [`OwnerError::UnexpectedReply`]
+/// for a reply of another kind.
+async fn call<C: Call>(
+    conn: &ray_transport::Connection,
+    request: C,
+) -> Result<Result<C::Reply, OwnerError>, TransportError> {
+    let request: Message = request.into();
+    let kind = request.kind();
+    let reply = conn.request(&Envelope::new(request)).await?;
+    Ok(C::reply(reply.body).map_err(|other| match other {
+        Message::Error { reason } => OwnerError::Refused { reason },
+        other => OwnerError::UnexpectedReply {
+            request: kind,
+            reply: other.kind().to_owned(),
+        },
+    }))
+}
+
+impl From<Tasks> for Report {
+    fn from(reply: Tasks) -> Self {
+        Report::Tasks(reply.tasks)
     }
 }
 
-/// A message's variant name, for errors.
-fn kind(m: &Message) -> String {
-    let debug = format!("{m:?}");
-    let end = debug.find([' ', '{', '(']).unwrap_or(debug.len());
-    debug[..end].to_owned()
+impl From<Objects> for Report {
+    fn from(reply: Objects) -> Self {
+        Report::Objects(reply.objects)
+    }
 }
 
 fn task_line(t: &TaskRow, owner: &WorkerEntry) -> String {

@@ -5,13 +5,17 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use ray_proto::wire::{
-    ActorEntry, BuildFingerprint, Envelope, JobEntry, Label, Message, NodeEntry, ResourceAmount,
-    WireChannel, WireEvent, WorkerEntry,
+    ActorEntry, BinaryFollows, BuildFingerprint, Call, Done, Envelope, Events, FetchBinary,
+    FinishJob, GetActors, GetJobs, GetNodes, GetWorker, GetWorkers, Heartbeat, InsightBatch,
+    InsightExport, JobEntry, JobRegistered, KvGet, KvPut, Label, LocateActor, LookupActor, Message,
+    NodeEntry, NodeRegistered, PollEvents, RegisterActor, RegisterJob, RegisterNode,
+    RegisterWorker, ResourceAmount, Subscribe, UploadBinary, WireChannel, WireEvent, WorkerEntry,
+    WorkerRegistered,
 };
 use ray_proto::{ActorId, JobId, NodeId, WorkerId};
 use rkyv::util::AlignedVec;
 
-use super::{message_kind, ClusterError};
+use super::ClusterError;
 use ray_transport::{Connection, Endpoint, TransportError};
 
 pub use ray_proto::wire::MAX_BINARY_LEN;
@@ -31,18 +35,9 @@ pub fn binary_hash(bytes: &[u8]) -> [u8; 32] {
     hash
 }
 
-/// Where a named actor lives, as [`GcsClient::lookup_actor`] finds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ActorLocation {
-    /// The actor.
-    pub id: ActorId,
-    /// Its type's name.
-    pub class_name: String,
-    /// The worker hosting it.
-    pub worker: WorkerId,
-    /// Where that worker listens.
-    pub address: String,
-}
+/// Where a live actor is, as [`GcsClient::lookup_actor`] and
+/// [`GcsClient::locate_actor`] find it.
+pub use ray_proto::wire::ActorLocation;
 
 /// A connection to the GCS with one method per request.
 ///
@@ -91,19 +86,20 @@ impl GcsClient {
         &self.conn
     }
 
-    /// Sends `request` and returns the reply, turning [`Message::Error`] into
-    /// [`ClusterError::Refused`].
+    /// Sends `request` and returns its reply, typed by its [`Call`].
     ///
     /// # Errors
     ///
-    /// [`ClusterError::Transport`], [`ClusterError::Timeout`] or
-    /// [`ClusterError::Refused`].
-    pub async fn call(&self, request: Message) -> Result<Message, ClusterError> {
-        let request = Envelope::new(request);
+    /// [`ClusterError::Transport`], [`ClusterError::Timeout`],
+    /// [`ClusterError::Refused`] for a [`Message::Error`], or
+    /// [`ClusterError::UnexpectedReply`] for a reply of another kind.
+    pub async fn call<C: Call>(&self, request: C) -> Result<C::Reply, ClusterError> {
+        let request: Message = request.into();
+        let kind = request.kind();
         let reply = self
-            .within(self.timeout, self.conn.request(&request))
+            .within(self.timeout, self.conn.request(&Envelope::new(request)))
             .await?;
-        refused(reply)
+        reply_to::<C>(kind, reply.body)
     }
 
     /// `transfer` bounded by `timeout`, with its errors typed.
@@ -128,27 +124,24 @@ impl GcsClient {
     ///
     /// # Errors
     ///
-    /// As [`GcsClient::call`], or [`ClusterError::UnexpectedReply`].
+    /// As [`GcsClient::call`].
     pub async fn register_node(
         &self,
         address: String,
         resources: Vec<ResourceAmount>,
         labels: Vec<Label>,
     ) -> Result<(NodeId, Duration), ClusterError> {
-        match self
-            .call(Message::RegisterNode {
+        let NodeRegistered {
+            node,
+            heartbeat_interval_ms,
+        } = self
+            .call(RegisterNode {
                 address,
                 resources,
                 labels,
             })
-            .await?
-        {
-            Message::NodeRegistered {
-                node,
-                heartbeat_interval_ms,
-            } => Ok((node, Duration::from_millis(heartbeat_interval_ms))),
-            other => Err(unexpected("RegisterNode", &other)),
-        }
+            .await?;
+        Ok((node, Duration::from_millis(heartbeat_interval_ms)))
     }
 
     /// Tells the GCS `node` is alive and what it has in use: `used`, in
@@ -165,71 +158,58 @@ impl GcsClient {
         version: u64,
         used: Vec<ResourceAmount>,
     ) -> Result<(), ClusterError> {
-        let request = Message::Heartbeat {
-            node,
-            version,
-            used,
-        };
-        match self.call(request).await? {
-            Message::Ok => Ok(()),
-            other => Err(unexpected("Heartbeat", &other)),
-        }
+        let Done = self
+            .call(Heartbeat {
+                node,
+                version,
+                used,
+            })
+            .await?;
+        Ok(())
     }
 
     /// The node table, by id.
     ///
     /// # Errors
     ///
-    /// As [`GcsClient::call`], or [`ClusterError::UnexpectedReply`].
+    /// As [`GcsClient::call`].
     pub async fn nodes(&self) -> Result<Vec<NodeEntry>, ClusterError> {
-        match self.call(Message::GetNodes).await? {
-            Message::Nodes { nodes } => Ok(nodes),
-            other => Err(unexpected("GetNodes", &other)),
-        }
+        Ok(self.call(GetNodes).await?.nodes)
     }
 
     /// The job table, by id.
     ///
     /// # Errors
     ///
-    /// As [`GcsClient::call`], or [`ClusterError::UnexpectedReply`].
+    /// As [`GcsClient::call`].
     pub async fn jobs(&self) -> Result<Vec<JobEntry>, ClusterError> {
-        match self.call(Message::GetJobs).await? {
-            Message::Jobs { jobs } => Ok(jobs),
-            other => Err(unexpected("GetJobs", &other)),
-        }
+        Ok(self.call(GetJobs).await?.jobs)
     }
 
     /// The actor table, by id.
     ///
     /// # Errors
     ///
-    /// As [`GcsClient::call`], or [`ClusterError::UnexpectedReply`].
+    /// As [`GcsClient::call`].
     pub async fn actors(&self) -> Result<Vec<ActorEntry>, ClusterError> {
-        match self.call(Message::GetActors).await? {
-            Message::Actors { actors } => Ok(actors),
-            other => Err(unexpected("GetActors", &other)),
-        }
+        Ok(self.call(GetActors).await?.actors)
     }
 
     /// The value of `key` in `namespace` of the internal KV, if any.
     ///
     /// # Errors
     ///
-    /// As [`GcsClient::call`], or [`ClusterError::UnexpectedReply`].
+    /// As [`GcsClient::call`].
     pub async fn kv_get(
         &self,
         namespace: &str,
         key: &[u8],
     ) -> Result<Option<Vec<u8>>, ClusterError> {
-        let request = Message::KvGet {
+        let request = KvGet {
             namespace: namespace.to_owned(),
             key: key.to_vec(),
         };
-        match self.call(request).await? {
-            Message::KvValue { value } => Ok(value),
-            other => Err(unexpected("KvGet", &other)),
-        }
+        Ok(self.call(request).await?.value)
     }
 
     /// Writes `key` in `namespace`; returns whether it was written (false if
@@ -237,7 +217,7 @@ impl GcsClient {
     ///
     /// # Errors
     ///
-    /// As [`GcsClient::call`], or [`ClusterError::UnexpectedReply`].
+    /// As [`GcsClient::call`].
     pub async fn kv_put(
         &self,
         namespace: &str,
@@ -245,16 +225,13 @@ impl GcsClient {
         value: Vec<u8>,
         overwrite: bool,
     ) -> Result<bool, ClusterError> {
-        let request = Message::KvPut {
+        let request = KvPut {
             namespace: namespace.to_owned(),
             key: key.to_vec(),
             value,
             overwrite,
         };
-        match self.call(request).await? {
-            Message::KvPutDone { written } => Ok(written),
-            other => Err(unexpected("KvPut", &other)),
-        }
+        Ok(self.call(request).await?.written)
     }
 
     /// Starts a job for the driver `driver` (a program name, for humans)
@@ -268,7 +245,7 @@ impl GcsClient {
     ///
     /// # Errors
     ///
-    /// As [`GcsClient::call`], or [`ClusterError::UnexpectedReply`].
+    /// As [`GcsClient::call`].
     pub async fn register_job(
         &self,
         driver: String,
@@ -277,21 +254,19 @@ impl GcsClient {
         fingerprint: BuildFingerprint,
         insight: bool,
     ) -> Result<(JobId, WorkerId, bool), ClusterError> {
-        let request = Message::RegisterJob {
+        let request = RegisterJob {
             driver,
             driver_address,
             binary_hash,
             fingerprint,
             insight,
         };
-        match self.call(request).await? {
-            Message::JobRegistered {
-                job,
-                worker,
-                upload,
-            } => Ok((job, worker, upload)),
-            other => Err(unexpected("RegisterJob", &other)),
-        }
+        let JobRegistered {
+            job,
+            worker,
+            upload,
+        } = self.call(request).await?;
+        Ok((job, worker, upload))
     }
 
     /// Uploads a job binary whose SHA-256 is `hash` (see [`binary_hash`]).
@@ -306,17 +281,16 @@ impl GcsClient {
     /// exceeds [`MAX_BINARY_LEN`]; otherwise as [`GcsClient::call`].
     pub async fn upload_binary(&self, hash: [u8; 32], bytes: &[u8]) -> Result<(), ClusterError> {
         let len = bytes.len() as u64;
-        let request = Envelope::new(Message::UploadBinary { hash, len });
+        let request = Message::from(UploadBinary { hash, len });
+        let kind = request.kind();
         let reply = self
             .within(
                 self.transfer_timeout(len),
-                self.conn.request_with_bytes(&request, bytes),
+                self.conn.request_with_bytes(&Envelope::new(request), bytes),
             )
             .await?;
-        match refused(reply)? {
-            Message::Ok => Ok(()),
-            other => Err(unexpected("UploadBinary", &other)),
-        }
+        let Done = reply_to::<UploadBinary>(kind, reply.body)?;
+        Ok(())
     }
 
     /// Downloads the job binary whose SHA-256 is `hash`, into a 16-aligned
@@ -328,19 +302,10 @@ impl GcsClient {
     /// # Errors
     ///
     /// [`ClusterError::Refused`] if the GCS does not have it; otherwise as
-    /// [`GcsClient::call`], or [`ClusterError::UnexpectedReply`].
+    /// [`GcsClient::call`].
     pub async fn fetch_binary(&self, hash: [u8; 32]) -> Result<AlignedVec<16>, ClusterError> {
-        let request = Envelope::new(Message::FetchBinary { hash });
-        let (reply, bytes) = self
-            .within(
-                self.transfer_timeout(MAX_BINARY_LEN),
-                self.conn.request_bulk(&request, MAX_BINARY_LEN),
-            )
-            .await?;
-        match (refused(reply)?, bytes) {
-            (Message::BinaryFollows { .. }, Some(bytes)) => Ok(bytes),
-            (other, _) => Err(unexpected("FetchBinary", &other)),
-        }
+        self.request_bulk(FetchBinary { hash }, MAX_BINARY_LEN)
+            .await
     }
 
     /// Ships one batch of insight records of `job` to the head's collector
@@ -349,7 +314,7 @@ impl GcsClient {
     ///
     /// # Errors
     ///
-    /// As [`GcsClient::call`], or [`ClusterError::UnexpectedReply`].
+    /// As [`GcsClient::call`].
     pub async fn insight_batch(
         &self,
         job: JobId,
@@ -357,20 +322,18 @@ impl GcsClient {
         epoch_unix_nanos: u64,
         records: Vec<u8>,
     ) -> Result<(), ClusterError> {
-        let request = Message::InsightBatch {
-            job,
-            worker,
-            epoch_unix_nanos,
-            records,
-        };
-        match self.call(request).await? {
-            Message::Ok => Ok(()),
-            other => Err(unexpected("InsightBatch", &other)),
-        }
+        let Done = self
+            .call(InsightBatch {
+                job,
+                worker,
+                epoch_unix_nanos,
+                records,
+            })
+            .await?;
+        Ok(())
     }
 
-    /// One insight view as text, built by the head (see
-    /// [`Message::InsightExport`]).
+    /// One insight view as text, built by the head (see [`InsightExport`]).
     ///
     /// # Errors
     ///
@@ -386,26 +349,42 @@ impl GcsClient {
         filter: Option<String>,
         metric: Option<String>,
     ) -> Result<String, ClusterError> {
-        let request = Envelope::new(Message::InsightExport {
+        let request = InsightExport {
             job,
             view,
             format,
             at_nanos,
             filter,
             metric,
-        });
+        };
+        let bytes = self.request_bulk(request, MAX_EXPORT_LEN).await?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// Sends `request`, whose reply announces raw bytes, and reads them (at
+    /// most `max_len`), in the time allowed for `max_len` bytes.
+    async fn request_bulk<C>(
+        &self,
+        request: C,
+        max_len: u64,
+    ) -> Result<AlignedVec<16>, ClusterError>
+    where
+        C: Call<Reply = BinaryFollows>,
+    {
+        let request: Message = request.into();
+        let kind = request.kind();
         let (reply, bytes) = self
             .within(
-                self.transfer_timeout(MAX_EXPORT_LEN),
-                self.conn.request_bulk(&request, MAX_EXPORT_LEN),
+                self.transfer_timeout(max_len),
+                self.conn.request_bulk(&Envelope::new(request), max_len),
             )
             .await?;
-        match (refused(reply)?, bytes) {
-            (Message::BinaryFollows { .. }, Some(bytes)) => {
-                Ok(String::from_utf8_lossy(&bytes).into_owned())
-            }
-            (other, _) => Err(unexpected("InsightExport", &other)),
-        }
+        let BinaryFollows { .. } = reply_to::<C>(kind, reply.body)?;
+        // The transport reads the bytes of every reply that announces some.
+        bytes.ok_or(ClusterError::UnexpectedReply {
+            request: kind,
+            reply: "BinaryFollows".to_owned(),
+        })
     }
 
     /// Marks `job` finished: its non-detached actors die, and node daemons
@@ -417,14 +396,13 @@ impl GcsClient {
     /// [`ClusterError::Refused`] for an unknown job; otherwise as
     /// [`GcsClient::call`].
     pub async fn finish_job(&self, job: JobId) -> Result<(), ClusterError> {
-        match self.call(Message::FinishJob { job }).await? {
-            Message::Ok => Ok(()),
-            other => Err(unexpected("FinishJob", &other)),
-        }
+        let Done = self.call(FinishJob { job }).await?;
+        Ok(())
     }
 
     /// Registers a worker process of `job` started on `node`, listening at
-    /// `address`; returns its id, which no other worker or driver ever gets.
+    /// `address`; returns its id, which no other worker or driver ever gets,
+    /// and whether its job records for insight.
     ///
     /// # Errors
     ///
@@ -436,13 +414,9 @@ impl GcsClient {
         node: NodeId,
         address: String,
     ) -> Result<(WorkerId, bool), ClusterError> {
-        match self
-            .call(Message::RegisterWorker { job, node, address })
-            .await?
-        {
-            Message::WorkerRegistered { worker, insight } => Ok((worker, insight)),
-            other => Err(unexpected("RegisterWorker", &other)),
-        }
+        let WorkerRegistered { worker, insight } =
+            self.call(RegisterWorker { job, node, address }).await?;
+        Ok((worker, insight))
     }
 
     /// Where worker (or driver) `worker` listens; `None` if the GCS never
@@ -450,12 +424,9 @@ impl GcsClient {
     ///
     /// # Errors
     ///
-    /// As [`GcsClient::call`], or [`ClusterError::UnexpectedReply`].
+    /// As [`GcsClient::call`].
     pub async fn get_worker(&self, worker: WorkerId) -> Result<Option<String>, ClusterError> {
-        match self.call(Message::GetWorker { worker }).await? {
-            Message::WorkerInfo { address } => Ok(address),
-            other => Err(unexpected("GetWorker", &other)),
-        }
+        Ok(self.call(GetWorker { worker }).await?.address)
     }
 
     /// Every worker and driver of a running job, by id, except workers on
@@ -464,12 +435,9 @@ impl GcsClient {
     ///
     /// # Errors
     ///
-    /// As [`GcsClient::call`], or [`ClusterError::UnexpectedReply`].
+    /// As [`GcsClient::call`].
     pub async fn workers(&self) -> Result<Vec<WorkerEntry>, ClusterError> {
-        match self.call(Message::GetWorkers).await? {
-            Message::Workers { workers } => Ok(workers),
-            other => Err(unexpected("GetWorkers", &other)),
-        }
+        Ok(self.call(GetWorkers).await?.workers)
     }
 
     /// Registers an actor, pending or alive, hosted by `worker` at
@@ -487,23 +455,16 @@ impl GcsClient {
         worker: WorkerId,
         address: String,
     ) -> Result<(), ClusterError> {
-        let request = Message::RegisterActor {
-            entry,
-            worker,
-            address,
-        };
-        match self.call(request).await? {
-            Message::Ok => Ok(()),
-            other => Err(unexpected("RegisterActor", &other)),
-        }
+        let Done = self
+            .call(RegisterActor {
+                entry,
+                worker,
+                address,
+            })
+            .await?;
+        Ok(())
     }
 
-    /// The live actor named `name` in `namespace`, and where it is.
-    ///
-    /// # Errors
-    ///
-    /// [`ClusterError::Refused`] with "no actor named …" if there is none;
-    /// otherwise as [`GcsClient::call`].
     /// Subscribes to changes of the GCS tables on `channels`; the
     /// subscription ends with this client's connection.
     ///
@@ -511,10 +472,7 @@ impl GcsClient {
     ///
     /// What [`GcsClient::call`] returns.
     pub async fn subscribe(&self, channels: Vec<WireChannel>) -> Result<u64, ClusterError> {
-        match self.call(Message::Subscribe { channels }).await? {
-            Message::Subscribed { sub } => Ok(sub),
-            other => Err(unexpected("Subscribe", &other)),
-        }
+        Ok(self.call(Subscribe { channels }).await?.sub)
     }
 
     /// The events of subscription `sub` since the last poll, waiting up to
@@ -531,10 +489,8 @@ impl GcsClient {
         wait: Duration,
     ) -> Result<(Vec<WireEvent>, u64), ClusterError> {
         let wait_ms = u32::try_from(wait.as_millis()).unwrap_or(u32::MAX);
-        match self.call(Message::PollEvents { sub, wait_ms }).await? {
-            Message::Events { events, dropped } => Ok((events, dropped)),
-            other => Err(unexpected("PollEvents", &other)),
-        }
+        let Events { events, dropped } = self.call(PollEvents { sub, wait_ms }).await?;
+        Ok((events, dropped))
     }
 
     /// Where the live actor `id` is.
@@ -544,60 +500,37 @@ impl GcsClient {
     /// [`ClusterError::Refused`] if it is not registered or dead; otherwise
     /// what [`GcsClient::call`] returns.
     pub async fn locate_actor(&self, id: ActorId) -> Result<ActorLocation, ClusterError> {
-        match self.call(Message::LocateActor { id }).await? {
-            Message::ActorLocation {
-                id,
-                class_name,
-                worker,
-                address,
-            } => Ok(ActorLocation {
-                id,
-                class_name,
-                worker,
-                address,
-            }),
-            other => Err(unexpected("LocateActor", &other)),
-        }
+        self.call(LocateActor { id }).await
     }
 
     /// Where the live actor named `name` in `namespace` is.
+    ///
+    /// # Errors
+    ///
+    /// [`ClusterError::Refused`] with "no actor named …" if there is none;
+    /// otherwise as [`GcsClient::call`].
     pub async fn lookup_actor(
         &self,
         namespace: &str,
         name: &str,
     ) -> Result<ActorLocation, ClusterError> {
-        let request = Message::LookupActor {
+        self.call(LookupActor {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
-        };
-        match self.call(request).await? {
-            Message::ActorLocation {
-                id,
-                class_name,
-                worker,
-                address,
-            } => Ok(ActorLocation {
-                id,
-                class_name,
-                worker,
-                address,
-            }),
-            other => Err(unexpected("LookupActor", &other)),
-        }
+        })
+        .await
     }
 }
 
-/// The reply's body, or [`ClusterError::Refused`] for [`Message::Error`].
-fn refused(reply: Envelope) -> Result<Message, ClusterError> {
-    match reply.body {
-        Message::Error { reason } => Err(ClusterError::Refused { reason }),
-        body => Ok(body),
-    }
-}
-
-fn unexpected(request: &'static str, reply: &Message) -> ClusterError {
-    ClusterError::UnexpectedReply {
-        request,
-        reply: message_kind(reply),
-    }
+/// `reply` as the answer to a `C` request of kind `request`:
+/// [`ClusterError::Refused`] for [`Message::Error`],
+/// [`ClusterError::UnexpectedReply`] for a reply of another kind.
+fn reply_to<C: Call>(request: &'static str, reply: Message) -> Result<C::Reply, ClusterError> {
+    C::reply(reply).map_err(|other| match other {
+        Message::Error { reason } => ClusterError::Refused { reason },
+        other => ClusterError::UnexpectedReply {
+            request,
+            reply: other.kind().to_owned(),
+        },
+    })
 }

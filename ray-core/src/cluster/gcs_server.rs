@@ -14,7 +14,10 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use ray_gcs::{Gcs, GcsConfig, HealthConfig};
-use ray_proto::wire::{BuildFingerprint, Envelope, Message};
+use ray_proto::wire::{
+    BinaryFollows, BuildFingerprint, Envelope, Events, GcsReply, GcsRequest, InsightBatch,
+    InsightExport, JobRegistered, Message, PollEvents, Subscribed,
+};
 use ray_proto::JobId;
 use tokio::task::{JoinHandle, JoinSet};
 
@@ -244,7 +247,7 @@ async fn serve_connection(conn: Connection, state: Arc<Mutex<State>>, hub: Arc<M
     }
 }
 
-/// Reads one request, performs what [`service::handle`] decides, and
+/// Reads one request, performs what [`service::handle_message`] decides, and
 /// records a job registered here in `registered`.
 async fn serve_request(
     mut request: IncomingRequest,
@@ -260,33 +263,39 @@ async fn serve_request(
             return;
         }
     };
-    if let Message::PollEvents { sub, wait_ms } = envelope.body {
-        let reply = poll_events(&state, sub, wait_ms).await;
-        if let Err(e) = request.respond(&Envelope::new(reply)).await {
-            tracing::debug!(target: "ray::gcs", error = %e, "gcs.reply_failed");
-        }
-        return;
-    }
     let body = match envelope.body {
-        Message::InsightBatch { .. } | Message::InsightExport { .. } => {
-            return serve_insight(request, envelope.body, hub).await;
+        Message::Gcs(GcsRequest::PollEvents(PollEvents { sub, wait_ms })) => {
+            let reply = poll_events(&state, sub, wait_ms).await;
+            if let Err(e) = request.respond(&Envelope::new(reply)).await {
+                tracing::debug!(target: "ray::gcs", error = %e, "gcs.reply_failed");
+            }
+            return;
+        }
+        Message::Gcs(insight @ (GcsRequest::InsightBatch(_) | GcsRequest::InsightExport(_))) => {
+            return serve_insight(request, insight, hub).await;
         }
         body => body,
     };
-    let envelope = Envelope { body, ..envelope };
-    let subscribed = matches!(envelope.body, Message::Subscribe { .. });
+    let subscribed = matches!(body, Message::Gcs(GcsRequest::Subscribe(_)));
     let action = {
         let mut state = state.lock();
         let now = state.now();
-        let action = service::handle(&mut state, envelope.body, now);
+        let action = service::handle_message(&mut state, body, now);
         // Recorded under the state lock, with no await since the job was
         // added: an aborted request either did both or neither.
         match &action {
-            Action::Reply(Message::JobRegistered { job, .. }) => {
+            Action::Reply(Message::GcsReply(GcsReply::JobRegistered(JobRegistered {
+                job,
+                ..
+            }))) => {
                 registered.lock().push(*job);
                 hub.lock().job_registered(*job);
             }
-            Action::Reply(Message::Subscribed { sub }) if subscribed => subs.lock().push(*sub),
+            Action::Reply(Message::GcsReply(GcsReply::Subscribed(Subscribed { sub })))
+                if subscribed =>
+            {
+                subs.lock().push(*sub)
+            }
             _ => {}
         }
         state.changed.notify_waiters();
@@ -295,9 +304,12 @@ async fn serve_request(
     let sent = match action {
         Action::Reply(reply) => request.respond(&Envelope::new(reply)).await,
         Action::SendBinary(bytes) => {
-            let header = Envelope::new(Message::BinaryFollows {
-                len: bytes.len() as u64,
-            });
+            let header = Envelope::new(
+                BinaryFollows {
+                    len: bytes.len() as u64,
+                }
+                .into(),
+            );
             request.respond_with_bytes(&header, &bytes).await
         }
         Action::ReceiveBinary { hash, len } => {
@@ -313,14 +325,14 @@ async fn serve_request(
 /// Answers the insight requests, off the GCS state lock: a shipped batch
 /// goes into its job's views and is queued for its log's writer; an export
 /// is built on a blocking thread (a replay reads the job's log).
-async fn serve_insight(request: IncomingRequest, body: Message, hub: Arc<Mutex<InsightHub>>) {
+async fn serve_insight(request: IncomingRequest, body: GcsRequest, hub: Arc<Mutex<InsightHub>>) {
     let sent = match body {
-        Message::InsightBatch {
+        GcsRequest::InsightBatch(InsightBatch {
             job,
             worker,
             epoch_unix_nanos,
             records,
-        } => {
+        }) => {
             let reply =
                 match insight_hub::accept_shipped(&hub, job, worker, epoch_unix_nanos, &records)
                     .await
@@ -332,14 +344,14 @@ async fn serve_insight(request: IncomingRequest, body: Message, hub: Arc<Mutex<I
                 };
             request.respond(&Envelope::new(reply)).await
         }
-        Message::InsightExport {
+        GcsRequest::InsightExport(InsightExport {
             job,
             view,
             format,
             at_nanos,
             filter,
             metric,
-        } => {
+        }) => {
             let built = tokio::task::spawn_blocking(move || {
                 insight_hub::export(
                     &hub,
@@ -355,9 +367,12 @@ async fn serve_insight(request: IncomingRequest, body: Message, hub: Arc<Mutex<I
             .unwrap_or_else(|e| Err(super::insight_hub::HubError::Stopped(e)));
             match built {
                 Ok(text) => {
-                    let header = Envelope::new(Message::BinaryFollows {
-                        len: text.len() as u64,
-                    });
+                    let header = Envelope::new(
+                        BinaryFollows {
+                            len: text.len() as u64,
+                        }
+                        .into(),
+                    );
                     request.respond_with_bytes(&header, text.as_bytes()).await
                 }
                 Err(e) => {
@@ -384,7 +399,8 @@ async fn poll_events(state: &Mutex<State>, sub: u64, wait_ms: u32) -> Message {
         let (reply, changed) = {
             let mut st = state.lock();
             let now = st.now();
-            let reply = match service::handle(&mut st, Message::PollEvents { sub, wait_ms }, now) {
+            let poll = PollEvents { sub, wait_ms }.into();
+            let reply = match service::handle(&mut st, poll, now) {
                 Action::Reply(reply) => reply,
                 other => Message::Error {
                     reason: format!("unexpected action for a poll: {other:?}"),
@@ -392,7 +408,10 @@ async fn poll_events(state: &Mutex<State>, sub: u64, wait_ms: u32) -> Message {
             };
             (reply, st.changed.clone())
         };
-        let empty = matches!(&reply, Message::Events { events, .. } if events.is_empty());
+        let empty = matches!(
+            &reply,
+            Message::GcsReply(GcsReply::Events(Events { events, .. })) if events.is_empty()
+        );
         if !empty || tokio::time::Instant::now() >= deadline {
             return reply;
         }
@@ -404,10 +423,13 @@ async fn poll_events(state: &Mutex<State>, sub: u64, wait_ms: u32) -> Message {
         let again = {
             let mut st = state.lock();
             let now = st.now();
-            service::handle(&mut st, Message::PollEvents { sub, wait_ms }, now)
+            service::handle(&mut st, PollEvents { sub, wait_ms }.into(), now)
         };
-        if let Action::Reply(reply @ Message::Events { .. }) = again {
-            if matches!(&reply, Message::Events { events, .. } if !events.is_empty()) {
+        if let Action::Reply(reply @ Message::GcsReply(GcsReply::Events(Events { .. }))) = again {
+            if matches!(
+                &reply,
+                Message::GcsReply(GcsReply::Events(Events { events, .. })) if !events.is_empty()
+            ) {
                 return reply;
             }
         }

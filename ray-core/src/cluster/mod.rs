@@ -53,7 +53,7 @@ pub use node_service::NodeServiceConfig;
 pub(crate) use pg::ClusterPg;
 pub(crate) use worker::job_fingerprint;
 
-use ray_proto::wire::{BuildFingerprint, Message};
+use ray_proto::wire::BuildFingerprint;
 
 use ray_transport::TransportError;
 
@@ -101,7 +101,8 @@ pub enum ClusterError {
         /// The GCS's reason.
         reason: String,
     },
-    /// The GCS answered with a message that does not answer the request.
+    /// The GCS answered with a message that does not answer the request
+    /// (a reply of another kind than the request's [`Call`](ray_proto::wire::Call)).
     #[error("GCS answered {reply} to {request}")]
     UnexpectedReply {
         /// The request's kind.
@@ -116,21 +117,13 @@ pub use ray_sched::wire::{resources_from_wire, resources_to_wire};
 
 pub(crate) use ray_proto::hex;
 
-/// A short name for a message, for errors.
-fn message_kind(m: &Message) -> String {
-    m.kind()
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use ray_proto::wire::{GetNodes, Message};
 
     #[test]
     fn message_kind_is_the_variant_name() {
-        assert_eq!(message_kind(&Message::GetNodes), "GetNodes");
-        assert_eq!(
-            message_kind(&Message::Error { reason: "x".into() }),
-            "Error"
-        );
+        assert_eq!(Message::from(GetNodes).kind(), "GetNodes");
+        assert_eq!(Message::Error { reason: "x".into() }.kind(), "Error");
     }
 }

@@ -15,7 +15,9 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use ray_proto::wire::Message;
+use ray_proto::wire::{
+    BundlePlaced, Call, CommitBundle, Done, PrepareBundle, ReleaseBundle, RemoveGroup,
+};
 use ray_proto::{NodeId, PlacementGroupId};
 use ray_sched::{
     ClusterView, NodeUpdate, PgError, PgState, PlacementGroups, PlacementStrategy, ResourceSet,
@@ -159,7 +161,7 @@ impl ClusterCore {
         // Phase two on the nodes: all or nothing.
         let mut prepared = Vec::new();
         for &(i, node) in &placements {
-            let request = Message::PrepareBundle {
+            let request = PrepareBundle {
                 group: pg.id,
                 index: i as u32,
                 resources: resources_to_wire(&pg.bundles[i]),
@@ -172,7 +174,7 @@ impl ClusterCore {
             }
         }
         for &(i, node) in &placements {
-            let commit = Message::CommitBundle {
+            let commit = CommitBundle {
                 group: pg.id,
                 index: i as u32,
             };
@@ -188,7 +190,7 @@ impl ClusterCore {
         crate::placement::trace_group_placed(pg.id, pg.strategy, &nodes);
         for n in &alive {
             for &(i, node) in &placements {
-                let placed = Message::BundlePlaced {
+                let placed = BundlePlaced {
                     group: pg.id,
                     index: i as u32,
                     node,
@@ -201,16 +203,16 @@ impl ClusterCore {
     }
 
     /// Sends `request` to node `node`'s daemon; true if it answered `Ok`.
-    async fn ask_node(&self, node: NodeId, request: Message) -> bool {
+    async fn ask_node<C: Call<Reply = Done>>(&self, node: NodeId, request: C) -> bool {
         match self.node_addr(node).await {
-            Ok(addr) => matches!(self.ask(addr, request).await, Ok(Message::Ok)),
+            Ok(addr) => matches!(self.ask(addr, request).await, Ok(Ok(Done))),
             Err(_) => false,
         }
     }
 
     async fn release(&self, group: PlacementGroupId, bundles: &[(usize, NodeId)]) {
         for &(i, node) in bundles {
-            let release = Message::ReleaseBundle {
+            let release = ReleaseBundle {
                 group,
                 index: i as u32,
             };
@@ -242,8 +244,7 @@ impl ClusterCore {
         self.tokio.spawn(async move {
             if let Ok(nodes) = me.gcs.nodes().await {
                 for n in nodes.into_iter().filter(|n| n.alive) {
-                    me.ask_node(n.id, Message::RemoveGroup { group: pg.id })
-                        .await;
+                    me.ask_node(n.id, RemoveGroup { group: pg.id }).await;
                 }
             }
             me.release_placed(&pg).await;

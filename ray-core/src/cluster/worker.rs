@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ray_proto::wire::{BuildFingerprint, Message};
+use ray_proto::wire::{BuildFingerprint, Done, Message, WorkerReady};
 use ray_proto::{JobId, NodeId, WorkerId};
 use ray_sched::{Quantity, ResourceSet};
 
@@ -347,7 +347,7 @@ async fn serve(env: WorkerEnv) -> Result<(), ProcessError> {
     let reply = core
         .ask(
             env.node,
-            Message::WorkerReady {
+            WorkerReady {
                 job: env.job,
                 worker,
                 address: my_addr.to_string(),
@@ -357,11 +357,11 @@ async fn serve(env: WorkerEnv) -> Result<(), ProcessError> {
         )
         .await?;
     match reply {
-        Message::Ok => {}
-        Message::Refused { reason } | Message::Error { reason } => {
+        Ok(Done) => {}
+        Err(Message::Refused { reason } | Message::Error { reason }) => {
             return Err(ProcessError::Refused { reason })
         }
-        other => return Err(ProcessError::Unexpected(Box::new(other))),
+        Err(other) => return Err(ProcessError::Unexpected(Box::new(other))),
     }
     // Serve until the node daemon goes away, or ends the job (SIGTERM).
     let conn = core.connections().get(env.node).await?;

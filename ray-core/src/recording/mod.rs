@@ -9,7 +9,7 @@
 //!   file (`ray_insight::log`) that `rayrs insight export --log` reads;
 //! - **cluster** (drivers and workers of a job that asked for insight):
 //!   encoded, into a bounded queue that a tokio task ships to the head's
-//!   collector ([`Message::InsightBatch`](ray_proto::wire::Message)), which
+//!   collector ([`InsightBatch`](ray_proto::wire::InsightBatch)), which
 //!   builds the job's views and log there.
 //!
 //! Nothing here runs on an instrumented thread except the layer itself (no

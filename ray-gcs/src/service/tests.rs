@@ -2,6 +2,7 @@ use std::collections::BTreeMap;
 
 use crate::{GcsConfig, HealthConfig};
 use ray_proto::wire::{ActorEntry, ActorStatus, ResourceAmount, WorkerEntry};
+use ray_proto::wire::{GcsReply, WorkerInfo as WorkerAddress};
 
 use super::*;
 
@@ -33,24 +34,32 @@ fn state(timeout: Duration) -> State {
 }
 
 /// The reply `request` gets; panics if the service wants bytes moved.
-fn reply(state: &mut State, request: Message, now: Duration) -> Message {
-    match handle(state, request, now) {
+fn reply(state: &mut State, request: impl Into<GcsRequest>, now: Duration) -> Message {
+    match handle(state, request.into(), now) {
+        Action::Reply(reply) => reply,
+        other => panic!("expected a reply, got {other:?}"),
+    }
+}
+
+/// The answer to any message, as the shell gives it.
+fn answer(state: &mut State, message: Message, now: Duration) -> Message {
+    match handle_message(state, message, now) {
         Action::Reply(reply) => reply,
         other => panic!("expected a reply, got {other:?}"),
     }
 }
 
 fn register(state: &mut State, now: Duration) -> NodeId {
-    let request = Message::RegisterNode {
+    let request = RegisterNode {
         address: "127.0.0.1:1".into(),
         resources: vec![cpu(20_000)],
         labels: labels_to_wire(&labels(&[("zone", "a")])),
     };
     match reply(state, request, now) {
-        Message::NodeRegistered {
+        Message::GcsReply(GcsReply::NodeRegistered(NodeRegistered {
             node,
             heartbeat_interval_ms,
-        } => {
+        })) => {
             assert_eq!(heartbeat_interval_ms, 200);
             node
         }
@@ -66,14 +75,14 @@ fn cpu(raw: u64) -> ResourceAmount {
 }
 
 fn nodes(state: &mut State) -> Vec<NodeEntry> {
-    match reply(state, Message::GetNodes, Duration::ZERO) {
-        Message::Nodes { nodes } => nodes,
+    match reply(state, GetNodes, Duration::ZERO) {
+        Message::GcsReply(GcsReply::Nodes(Nodes { nodes })) => nodes,
         other => panic!("{other:?}"),
     }
 }
 
-fn heartbeat(node: NodeId, version: u64, used: Vec<ResourceAmount>) -> Message {
-    Message::Heartbeat {
+fn heartbeat(node: NodeId, version: u64, used: Vec<ResourceAmount>) -> Heartbeat {
+    Heartbeat {
         node,
         version,
         used,
@@ -83,7 +92,7 @@ fn heartbeat(node: NodeId, version: u64, used: Vec<ResourceAmount>) -> Message {
 /// Registers a job of binary `hash`; returns its id, its driver's id and
 /// whether the GCS asked for an upload.
 fn register_job(state: &mut State, hash: [u8; 32]) -> (JobId, WorkerId, bool) {
-    let request = Message::RegisterJob {
+    let request = RegisterJob {
         driver: "main".into(),
         driver_address: "127.0.0.1:4000".into(),
         binary_hash: hash,
@@ -91,29 +100,31 @@ fn register_job(state: &mut State, hash: [u8; 32]) -> (JobId, WorkerId, bool) {
         insight: false,
     };
     match reply(state, request, Duration::ZERO) {
-        Message::JobRegistered {
+        Message::GcsReply(GcsReply::JobRegistered(JobRegistered {
             job,
             worker,
             upload,
-        } => (job, worker, upload),
+        })) => (job, worker, upload),
         other => panic!("{other:?}"),
     }
 }
 
 fn running(state: &mut State, job: JobId) -> bool {
-    match reply(state, Message::GetJobs, Duration::ZERO) {
-        Message::Jobs { jobs } => jobs.iter().any(|j| j.id == job && j.running),
+    match reply(state, GetJobs, Duration::ZERO) {
+        Message::GcsReply(GcsReply::Jobs(Jobs { jobs })) => {
+            jobs.iter().any(|j| j.id == job && j.running)
+        }
         other => panic!("{other:?}"),
     }
 }
 
 /// Uploads `bytes` as binary `hash` the way the shell does.
 fn upload(state: &mut State, hash: [u8; 32], bytes: &[u8]) -> Message {
-    let request = Message::UploadBinary {
+    let request = UploadBinary {
         hash,
         len: bytes.len() as u64,
     };
-    match handle(state, request, Duration::ZERO) {
+    match handle(state, request.into(), Duration::ZERO) {
         Action::ReceiveBinary { hash: h, len } => {
             assert_eq!((h, len), (hash, bytes.len() as u64));
             let mut buf = AlignedVec::<16>::new();
@@ -138,7 +149,7 @@ fn actor_entry(job: JobId, seq: u64, name: &str, status: ActorStatus) -> ActorEn
 }
 
 fn lookup(state: &mut State, name: &str) -> Message {
-    let request = Message::LookupActor {
+    let request = LookupActor {
         namespace: "ns".into(),
         name: name.into(),
     };
@@ -203,7 +214,7 @@ fn heartbeat_load_reports_fill_node_entries_and_older_ones_are_ignored() {
 #[test]
 fn kv_put_then_get_and_unknown_requests_are_errors() {
     let mut s = state(Duration::from_secs(1));
-    let put = Message::KvPut {
+    let put = KvPut {
         namespace: "ns".into(),
         key: b"k".to_vec(),
         value: b"v".to_vec(),
@@ -211,24 +222,24 @@ fn kv_put_then_get_and_unknown_requests_are_errors() {
     };
     assert_eq!(
         reply(&mut s, put.clone(), Duration::ZERO),
-        Message::KvPutDone { written: true }
+        Message::from(KvPutDone { written: true })
     );
     assert_eq!(
         reply(&mut s, put, Duration::ZERO),
-        Message::KvPutDone { written: false }
+        Message::from(KvPutDone { written: false })
     );
-    let get = Message::KvGet {
+    let get = KvGet {
         namespace: "ns".into(),
         key: b"k".to_vec(),
     };
     assert_eq!(
         reply(&mut s, get, Duration::ZERO),
-        Message::KvValue {
+        Message::from(KvValue {
             value: Some(b"v".to_vec())
-        }
+        })
     );
     assert!(matches!(
-        reply(&mut s, Message::Ok, Duration::ZERO),
+        answer(&mut s, Message::Ok, Duration::ZERO),
         Message::Error { reason } if reason.contains("Ok")
     ));
 }
@@ -255,14 +266,10 @@ fn register_job_asks_for_an_upload_only_until_the_binary_is_stored() {
     );
     // The driver's address is known under its worker id.
     assert_eq!(
-        reply(
-            &mut s,
-            Message::GetWorker { worker: driver1 },
-            Duration::ZERO
-        ),
-        Message::WorkerInfo {
+        reply(&mut s, GetWorker { worker: driver1 }, Duration::ZERO),
+        Message::from(WorkerAddress {
             address: Some("127.0.0.1:4000".into())
-        }
+        })
     );
 }
 
@@ -272,20 +279,20 @@ fn uploaded_binary_is_fetched_back_and_a_second_upload_is_answered_at_once() {
     let binary: Vec<u8> = (0..=255).cycle().take(10_000).collect();
     let hash = binary_hash(&binary);
     assert!(matches!(
-        reply(&mut s, Message::FetchBinary { hash }, Duration::ZERO),
+        reply(&mut s, FetchBinary { hash }, Duration::ZERO),
         Message::Error { reason } if reason.starts_with("unknown binary ") && reason.contains(&hex(&hash))
     ));
     assert_eq!(upload(&mut s, hash, &binary), Message::Ok);
-    match handle(&mut s, Message::FetchBinary { hash }, Duration::ZERO) {
+    match handle(&mut s, FetchBinary { hash }.into(), Duration::ZERO) {
         Action::SendBinary(bytes) => assert_eq!(bytes.as_slice(), &binary[..]),
         other => panic!("{other:?}"),
     }
-    let again = Message::UploadBinary {
+    let again = UploadBinary {
         hash,
         len: binary.len() as u64,
     };
     assert!(matches!(
-        handle(&mut s, again, Duration::ZERO),
+        handle(&mut s, again.into(), Duration::ZERO),
         Action::Reply(Message::Ok)
     ));
 }
@@ -299,14 +306,10 @@ fn binary_whose_content_does_not_match_its_hash_is_refused() {
         Message::Error { reason } if reason.contains("hashes to")
     ));
     assert!(matches!(
-        reply(
-            &mut s,
-            Message::FetchBinary { hash: claimed },
-            Duration::ZERO
-        ),
+        reply(&mut s, FetchBinary { hash: claimed }, Duration::ZERO),
         Message::Error { .. }
     ));
-    let huge = Message::UploadBinary {
+    let huge = UploadBinary {
         hash: claimed,
         len: MAX_BINARY_LEN + 1,
     };
@@ -323,32 +326,32 @@ fn finished_job_is_not_running_and_registers_no_workers() {
     let (job, driver, _) = register_job(&mut s, [1; 32]);
     let worker = match reply(
         &mut s,
-        Message::RegisterWorker {
+        RegisterWorker {
             job,
             node,
             address: "127.0.0.1:5000".into(),
         },
         Duration::ZERO,
     ) {
-        Message::WorkerRegistered { worker, .. } => worker,
+        Message::GcsReply(GcsReply::WorkerRegistered(WorkerRegistered { worker, .. })) => worker,
         other => panic!("{other:?}"),
     };
     assert_ne!(worker, driver);
     assert_eq!(
-        reply(&mut s, Message::GetWorker { worker }, Duration::ZERO),
-        Message::WorkerInfo {
+        reply(&mut s, GetWorker { worker }, Duration::ZERO),
+        Message::from(WorkerAddress {
             address: Some("127.0.0.1:5000".into())
-        }
+        })
     );
     assert_eq!(
-        reply(&mut s, Message::FinishJob { job }, Duration::ZERO),
+        reply(&mut s, FinishJob { job }, Duration::ZERO),
         Message::Ok
     );
     assert!(!running(&mut s, job));
     assert!(matches!(
         reply(
             &mut s,
-            Message::RegisterWorker {
+            RegisterWorker {
                 job,
                 node,
                 address: "127.0.0.1:5001".into()
@@ -360,12 +363,12 @@ fn finished_job_is_not_running_and_registers_no_workers() {
     assert_eq!(
         reply(
             &mut s,
-            Message::GetWorker {
+            GetWorker {
                 worker: WorkerId(999)
             },
             Duration::ZERO
         ),
-        Message::WorkerInfo { address: None }
+        Message::from(WorkerAddress { address: None })
     );
 }
 
@@ -388,7 +391,7 @@ fn named_actor_is_found_until_its_job_finishes_and_names_are_unique() {
     let entry = actor_entry(job, 1, "counter", ActorStatus::Alive { node });
     let id = entry.id;
     let register = |s: &mut State, entry| {
-        let request = Message::RegisterActor {
+        let request = RegisterActor {
             entry,
             worker: driver,
             address: "127.0.0.1:4000".into(),
@@ -398,12 +401,12 @@ fn named_actor_is_found_until_its_job_finishes_and_names_are_unique() {
     assert_eq!(register(&mut s, entry), Message::Ok);
     assert_eq!(
         lookup(&mut s, "counter"),
-        Message::ActorLocation {
+        Message::from(ActorLocation {
             id,
             class_name: "Counter".into(),
             worker: driver,
             address: "127.0.0.1:4000".into(),
-        }
+        })
     );
     let rival = actor_entry(job, 2, "counter", ActorStatus::PendingCreation);
     assert!(matches!(
@@ -411,7 +414,7 @@ fn named_actor_is_found_until_its_job_finishes_and_names_are_unique() {
         Message::Error { reason } if reason.contains(&id.to_string())
     ));
 
-    reply(&mut s, Message::FinishJob { job }, Duration::ZERO);
+    reply(&mut s, FinishJob { job }, Duration::ZERO);
     assert!(matches!(
         lookup(&mut s, "counter"),
         Message::Error { reason } if reason.starts_with("no actor named \"counter\"")
@@ -424,7 +427,7 @@ fn actor_on_a_dead_node_is_refused_and_frees_its_name() {
     let node = register(&mut s, Duration::ZERO);
     let (job, driver, _) = register_job(&mut s, [4; 32]);
     s.gcs.check_health(Duration::from_secs(5));
-    let request = Message::RegisterActor {
+    let request = RegisterActor {
         entry: actor_entry(job, 1, "a", ActorStatus::Alive { node }),
         worker: driver,
         address: "x".into(),
@@ -438,8 +441,8 @@ fn actor_on_a_dead_node_is_refused_and_frees_its_name() {
 }
 
 fn workers(state: &mut State) -> Vec<WorkerEntry> {
-    match reply(state, Message::GetWorkers, Duration::ZERO) {
-        Message::Workers { workers } => workers,
+    match reply(state, GetWorkers, Duration::ZERO) {
+        Message::GcsReply(GcsReply::Workers(Workers { workers })) => workers,
         other => panic!("{other:?}"),
     }
 }
@@ -452,18 +455,18 @@ fn get_workers_lists_workers_and_drivers_of_running_jobs_on_live_nodes() {
     let (job, driver, _) = register_job(&mut s, [5; 32]);
     let worker = match reply(
         &mut s,
-        Message::RegisterWorker {
+        RegisterWorker {
             job,
             node,
             address: "127.0.0.1:5000".into(),
         },
         Duration::ZERO,
     ) {
-        Message::WorkerRegistered { worker, .. } => worker,
+        Message::GcsReply(GcsReply::WorkerRegistered(WorkerRegistered { worker, .. })) => worker,
         other => panic!("{other:?}"),
     };
     let (finished, _, _) = register_job(&mut s, [6; 32]);
-    reply(&mut s, Message::FinishJob { job: finished }, Duration::ZERO);
+    reply(&mut s, FinishJob { job: finished }, Duration::ZERO);
 
     assert_eq!(
         workers(&mut s),
@@ -494,19 +497,19 @@ fn subscribers_see_node_joins_and_deaths_in_order_and_unknown_subs_are_errors() 
     let mut s = state(Duration::from_secs(1));
     let sub = match reply(
         &mut s,
-        Message::Subscribe {
+        Subscribe {
             channels: vec![WireChannel::Node],
         },
         Duration::ZERO,
     ) {
-        Message::Subscribed { sub } => sub,
+        Message::GcsReply(GcsReply::Subscribed(Subscribed { sub })) => sub,
         other => panic!("{other:?}"),
     };
     let node = register(&mut s, Duration::ZERO);
     let _ = s.gcs.check_health(Duration::from_secs(5));
-    let poll = Message::PollEvents { sub, wait_ms: 0 };
-    match reply(&mut s, poll.clone(), Duration::from_secs(5)) {
-        Message::Events { events, dropped } => {
+    let poll = PollEvents { sub, wait_ms: 0 };
+    match reply(&mut s, poll, Duration::from_secs(5)) {
+        Message::GcsReply(GcsReply::Events(Events { events, dropped })) => {
             assert_eq!(dropped, 0);
             let states: Vec<(NodeId, bool)> = events
                 .iter()
@@ -522,15 +525,11 @@ fn subscribers_see_node_joins_and_deaths_in_order_and_unknown_subs_are_errors() 
     // Taken once: the next poll is empty.
     assert!(matches!(
         reply(&mut s, poll, Duration::from_secs(5)),
-        Message::Events { events, .. } if events.is_empty()
+        Message::GcsReply(GcsReply::Events(Events { events, .. })) if events.is_empty()
     ));
     s.unsubscribe(sub);
     assert!(matches!(
-        reply(
-            &mut s,
-            Message::PollEvents { sub, wait_ms: 0 },
-            Duration::ZERO
-        ),
+        reply(&mut s, PollEvents { sub, wait_ms: 0 }, Duration::ZERO),
         Message::Error { .. }
     ));
 }

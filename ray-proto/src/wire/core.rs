@@ -133,7 +133,7 @@ pub enum WireOutcome {
     /// The value's archive, small enough to travel inline.
     Value(Vec<u8>),
     /// A large value of `len` bytes, kept by the worker until the owner
-    /// takes it ([`super::Message::GetObject`] with `take`).
+    /// takes it ([`super::GetObject`] with `take`).
     Stored { len: u64 },
     /// It failed.
     Failed(WireError),

@@ -18,15 +18,18 @@ impl ClusterCore {
             .get(addr)
             .await
             .map_err(|e| lost(format!("its holder at {addr} is unreachable: {e}")))?;
-        let request = Envelope::new(Message::GetObject { id, take });
+        let request = Envelope::new(GetObject { id, take }.into());
         let (reply, bytes) = conn
             .request_bulk(&request, MAX_OBJECT_LEN)
             .await
             .map_err(|e| lost(format!("transfer from {addr} failed: {e}")))?;
-        match (reply.body, bytes) {
-            (Message::ObjectFollows { .. }, Some(bytes)) => Ok(ObjectBuffer::from_aligned(bytes)),
-            (Message::ObjectFailed { error }, _) => Err(error_from_wire(error, "")),
-            (other, _) => Err(lost(format!("{addr} answered {other:?}"))),
+        match (GetObject::reply(reply.body), bytes) {
+            (Ok(ObjectReply::Follows(_)), Some(bytes)) => Ok(ObjectBuffer::from_aligned(bytes)),
+            (Ok(ObjectReply::Failed(ObjectFailed { error })), _) => Err(error_from_wire(error, "")),
+            (other, _) => {
+                let other = other.map_or_else(|message| message, Message::from);
+                Err(lost(format!("{addr} answered {other:?}")))
+            }
         }
     }
 

@@ -8,8 +8,8 @@ pub(super) const FETCH_CACHE_BYTES: usize = 256 << 20;
 
 /// Objects at least this large that another process fetched are tracked
 /// by their owner, which tells that process when it frees them
-/// ([`Message::ObjectsFreed`]); smaller copies just age out of its
-/// [`FetchCache`].
+/// ([`ObjectsFreed`](ray_proto::wire::ObjectsFreed)); smaller copies just
+/// age out of its [`FetchCache`].
 pub(super) const FREE_NOTICE_MIN: usize = 64 << 10;
 
 /// Objects this process fetched from their owners, oldest evicted first

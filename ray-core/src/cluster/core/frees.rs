@@ -64,7 +64,7 @@ impl ClusterCore {
                 unsent.drain().collect()
             };
             for (peer, ids) in batch {
-                let notice = Envelope::new(Message::ObjectsFreed { ids });
+                let notice = Envelope::new(ObjectsFreed { ids }.into());
                 // A peer gone or unreachable has no copy left to drop.
                 if let Ok(conn) = self.conns.get(peer).await {
                     let _ = conn.request(&notice).await;

@@ -46,8 +46,11 @@ use std::time::{Duration, Instant};
 use hashbrown::HashMap;
 use parking_lot::Mutex;
 use ray_proto::wire::{
-    ActorEntry, ActorStatus, BuildFingerprint, ErrorKind, Message, ResourceAmount, WireArg,
-    WireError, WireOutcome, WireStrategy, WorkItem, WorkResult,
+    ActorEntry, ActorStatus, BuildFingerprint, Call, DetachLease, ErrorKind, GetObject,
+    LeaseBlocked, LeaseGranted, LeaseInfeasible, ListObjects, ListTasks, Message, NodeReply,
+    ObjectFailed, ObjectFollows, ObjectReply, ObjectsFreed, RequestLease, ResourceAmount,
+    ReturnLease, WireArg, WireError, WireOutcome, WireStrategy, WorkBatch, WorkDone, WorkItem,
+    WorkResult, WorkerReply, WorkerRequest,
 };
 use ray_proto::{ActorId, JobId, NodeId, ObjectId, TaskId, WorkerId};
 use ray_sched::SchedulingStrategy;
@@ -220,7 +223,7 @@ impl ClusterCore {
         };
         while let Some((lease, blocked)) = rx.recv().await {
             let _ = self
-                .ask(self.local_node, Message::LeaseBlocked { lease, blocked })
+                .ask(self.local_node, LeaseBlocked { lease, blocked })
                 .await;
         }
     }
@@ -247,20 +250,31 @@ impl ClusterCore {
     pub(crate) fn connections(&self) -> &Connections {
         &self.conns
     }
-    /// Sends `request` to `addr` on a stream of its own; one reply.
+    /// Sends `request` to `addr` on a stream of its own and waits for its
+    /// one reply: `Ok(reply)` typed by the request's [`Call`], or
+    /// `Err(message)` with what came back instead (an error, a refusal,
+    /// another kind of reply) for the caller to report as it sees fit.
     ///
-    /// (Used by placement groups too.)
-    pub(crate) async fn ask(&self, addr: SocketAddr, request: Message) -> Result<Message, Error> {
+    /// (Used by placement groups and workers reporting in too.)
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cluster`] if `addr` cannot be reached or the request fails.
+    pub(crate) async fn ask<C: Call>(
+        &self,
+        addr: SocketAddr,
+        request: C,
+    ) -> Result<Result<C::Reply, Message>, Error> {
         let conn = self
             .conns
             .get(addr)
             .await
             .map_err(|e| Error::cluster_from(format!("cannot reach {addr}: {e}"), e))?;
         let reply = conn
-            .request(&Envelope::new(request))
+            .request(&Envelope::new(request.into()))
             .await
             .map_err(|e| Error::cluster_from(format!("request to {addr} failed: {e}"), e))?;
-        Ok(reply.body)
+        Ok(C::reply(reply.body))
     }
 
     /// Tells the job's end to the GCS (drivers) and stops serving.

@@ -393,7 +393,7 @@ impl ClusterCore {
     ) -> Result<(TaskId, NodeId, Arc<Link>), Error> {
         let rt = self.rt().ok_or(Error::ShutDown)?;
         let lease = rt.new_task_id();
-        let request = Message::RequestLease {
+        let request = RequestLease {
             lease,
             job: self.job,
             binary_hash: self.binary_hash,
@@ -402,14 +402,13 @@ impl ClusterCore {
             strategy: strategy.clone(),
             spilled_from: None,
         };
-        let reply = self.ask(self.local_node, request).await?;
-        match reply {
-            Message::LeaseGranted {
+        match self.ask(self.local_node, request).await? {
+            Ok(NodeReply::LeaseGranted(LeaseGranted {
                 lease,
                 node,
                 address,
                 worker,
-            } => {
+            })) => {
                 let addr = parse_addr(&address)?;
                 match self.link(addr, node, worker).await {
                     Ok(link) => Ok((lease, node, link)),
@@ -419,16 +418,21 @@ impl ClusterCore {
                     }
                 }
             }
-            Message::LeaseInfeasible { reason } => Err(Error::Infeasible {
+            Ok(NodeReply::LeaseInfeasible(LeaseInfeasible { reason })) => Err(Error::Infeasible {
                 what: String::new(),
                 reason,
                 request: Box::new(resources_from_wire(resources)),
                 total: Box::new(ray_sched::ResourceSet::new()),
             }),
-            Message::Error { reason } => Err(Error::cluster(format!("lease refused: {reason}"))),
-            other => Err(Error::cluster(format!(
-                "unexpected answer to a lease request: {other:?}"
-            ))),
+            Err(Message::Error { reason }) => {
+                Err(Error::cluster(format!("lease refused: {reason}")))
+            }
+            other => {
+                let other = other.map_or_else(|message| message, Message::from);
+                Err(Error::cluster(format!(
+                    "unexpected answer to a lease request: {other:?}"
+                )))
+            }
         }
     }
 
@@ -436,7 +440,7 @@ impl ClusterCore {
         let me = self.clone();
         self.tokio.spawn(async move {
             if let Ok(addr) = me.node_addr(node).await {
-                let _ = me.ask(addr, Message::ReturnLease { lease }).await;
+                let _ = me.ask(addr, ReturnLease { lease }).await;
             }
         });
     }

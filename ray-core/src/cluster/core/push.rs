@@ -94,9 +94,7 @@ impl ClusterCore {
                 dead: false.into(),
             });
             me.tokio
-                .spawn(send_batches(writer, rx, |items| Message::WorkBatch {
-                    items,
-                }));
+                .spawn(send_batches(writer, rx, |items| WorkBatch { items }.into()));
             let me2 = me.clone();
             let watched = link.clone();
             me.tokio
@@ -112,7 +110,9 @@ impl ClusterCore {
         let cause = loop {
             match reader.recv().await {
                 Ok(Some(env)) => match env.body {
-                    Message::WorkDone { results } => self.on_results(addr, results),
+                    Message::WorkerReply(WorkerReply::WorkDone(WorkDone { results })) => {
+                        self.on_results(addr, results)
+                    }
                     other => break format!("unexpected message on a work stream: {other:?}"),
                 },
                 Ok(None) => break "the worker closed its work stream".to_string(),

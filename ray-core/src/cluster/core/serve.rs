@@ -87,25 +87,43 @@ impl ClusterCore {
         let Ok(Some(first)) = r.recv().await else {
             return;
         };
-        match first.body {
-            Message::GetObject { id, take } => self.serve_object(w, id, take, peer).await,
-            Message::ObjectsFreed { ids } => {
+        let request = match first.body {
+            Message::Worker(request) => request,
+            Message::Ping { seq } => {
+                let _ = w.send(&Envelope::new(Message::Pong { seq })).await;
+                w.finish();
+                return;
+            }
+            _ => {
+                let reply = Message::Error {
+                    reason: "a data-plane stream must start with GetObject or WorkBatch".into(),
+                };
+                let _ = w.send(&Envelope::new(reply)).await;
+                w.finish();
+                return;
+            }
+        };
+        match request {
+            WorkerRequest::GetObject(GetObject { id, take }) => {
+                self.serve_object(w, id, take, peer).await
+            }
+            WorkerRequest::ObjectsFreed(ObjectsFreed { ids }) => {
                 let forgotten = self.fetched.lock().forget(&ids);
                 drop(forgotten);
                 let _ = w.send(&Envelope::new(Message::Ok)).await;
                 w.finish();
             }
-            Message::WorkBatch { items } => {
+            WorkerRequest::WorkBatch(WorkBatch { items }) => {
                 let (tx, rx) = mpsc::unbounded_channel();
                 let writer = self
                     .tokio
-                    .spawn(send_batches(w, rx, |results| Message::WorkDone { results }));
+                    .spawn(send_batches(w, rx, |results| WorkDone { results }.into()));
                 for item in items {
                     self.execute(item, &tx);
                 }
                 while let Ok(Some(env)) = r.recv().await {
                     match env.body {
-                        Message::WorkBatch { items } => {
+                        Message::Worker(WorkerRequest::WorkBatch(WorkBatch { items })) => {
                             for item in items {
                                 self.execute(item, &tx);
                             }
@@ -116,20 +134,14 @@ impl ClusterCore {
                 drop(tx);
                 let _ = writer.await;
             }
-            Message::Ping { seq } => {
-                let _ = w.send(&Envelope::new(Message::Pong { seq })).await;
+            WorkerRequest::ListTasks(ListTasks) => {
+                let reply = state::tasks(&self);
+                let _ = w.send(&Envelope::new(reply.into())).await;
                 w.finish();
             }
-            msg @ (Message::ListTasks | Message::ListObjects) => {
-                let reply = state::answer(&self, msg);
-                let _ = w.send(&Envelope::new(reply)).await;
-                w.finish();
-            }
-            _ => {
-                let reply = Message::Error {
-                    reason: "a data-plane stream must start with GetObject or WorkBatch".into(),
-                };
-                let _ = w.send(&Envelope::new(reply)).await;
+            WorkerRequest::ListObjects(ListObjects) => {
+                let reply = state::objects(&self);
+                let _ = w.send(&Envelope::new(reply.into())).await;
                 w.finish();
             }
         }
@@ -163,19 +175,18 @@ impl ClusterCore {
                 if !take && buf.len() >= FREE_NOTICE_MIN {
                     self.note_served(id, peer);
                 }
-                let head = Message::ObjectFollows {
+                let head = ObjectFollows {
                     len: buf.len() as u64,
                 };
-                if w.send(&Envelope::new(head)).await.is_ok() {
+                if w.send(&Envelope::new(head.into())).await.is_ok() {
                     let _ = w.send_shared(buf).await;
                 }
             }
             Err(e) => {
-                let _ = w
-                    .send(&Envelope::new(Message::ObjectFailed {
-                        error: error_to_wire(&e),
-                    }))
-                    .await;
+                let failed = ObjectFailed {
+                    error: error_to_wire(&e),
+                };
+                let _ = w.send(&Envelope::new(failed.into())).await;
             }
         }
         w.finish();
@@ -247,7 +258,7 @@ impl ClusterCore {
                     // owner can end its job, the node keeps this worker.
                     let me = self.clone();
                     self.tokio.spawn(async move {
-                        let _ = me.ask(me.local_node, Message::DetachLease { lease }).await;
+                        let _ = me.ask(me.local_node, DetachLease { lease }).await;
                     });
                 }
                 let Some(cls) = registry().actor_class(class) else {
@@ -324,7 +335,7 @@ impl ClusterCore {
         let me = self.clone();
         let lease = h.lease;
         self.tokio.spawn(async move {
-            let _ = me.ask(me.local_node, Message::ReturnLease { lease }).await;
+            let _ = me.ask(me.local_node, ReturnLease { lease }).await;
         });
         Some(h.cell)
     }

@@ -1,7 +1,7 @@
 //! The head's insight collector: the records every process of a job ships
-//! ([`Message::InsightBatch`](ray_proto::wire::Message)) become that job's
+//! ([`InsightBatch`](ray_proto::wire::InsightBatch)) become that job's
 //! views and event log, and `rayrs insight export --address` reads them
-//! ([`Message::InsightExport`](ray_proto::wire::Message)).
+//! ([`InsightExport`](ray_proto::wire::InsightExport)).
 //!
 //! Records arrive with times relative to their process's recording epoch,
 //! and span ids and thread indexes unique only within their process. The hub

@@ -3,7 +3,11 @@
 //! (run here, spill to another node, wait, infeasible), placement-group
 //! bundles, and the scheduler's actions carried out.
 
-use ray_proto::wire::{BuildFingerprint, Message, WireNodeUpdate};
+use ray_proto::wire::{
+    BuildFingerprint, BundlePlaced, Call, CommitBundle, DetachLease, LeaseBlocked, LeaseGranted,
+    LeaseInfeasible, LeaseRefused, Message, NodeReply, NodeRequest, PrepareBundle, ReleaseBundle,
+    RemoveGroup, RequestLease, ReturnLease, WireNodeUpdate, WorkerReady,
+};
 use ray_proto::{JobId, NodeId, TaskId};
 use ray_sched::{Action, NodeUpdate, Task};
 use tokio::sync::oneshot;
@@ -50,10 +54,11 @@ impl NodeService {
         self.drain();
     }
 
-    pub(super) async fn handle(&self, msg: Message) -> Message {
+    /// The answer to one request of the node's service.
+    pub(super) async fn handle(&self, request: NodeRequest) -> Message {
         let inner = &self.inner;
-        match msg {
-            Message::RequestLease {
+        match request {
+            NodeRequest::RequestLease(RequestLease {
                 lease,
                 job,
                 binary_hash,
@@ -61,7 +66,7 @@ impl NodeService {
                 resources,
                 strategy,
                 spilled_from,
-            } => {
+            }) => {
                 let (tx, rx) = oneshot::channel();
                 inner.replies.lock().insert(lease, tx);
                 let task = Task::new(
@@ -86,7 +91,7 @@ impl NodeService {
                     reason: format!("{} dropped the lease request", inner.node),
                 })
             }
-            Message::ReturnLease { lease } => {
+            NodeRequest::ReturnLease(ReturnLease { lease }) => {
                 inner.lease_jobs.lock().remove(&lease);
                 inner.detached.lock().remove(&lease);
                 let found = inner.sched.lock().finish(lease);
@@ -99,11 +104,11 @@ impl NodeService {
                     }
                 }
             }
-            Message::PrepareBundle {
+            NodeRequest::PrepareBundle(PrepareBundle {
                 group,
                 index,
                 resources,
-            } => {
+            }) => {
                 let ok = inner.sched.lock().prepare_bundle(
                     group,
                     index as usize,
@@ -121,7 +126,7 @@ impl NodeService {
                     }
                 }
             }
-            Message::CommitBundle { group, index } => {
+            NodeRequest::CommitBundle(CommitBundle { group, index }) => {
                 let ok = inner.sched.lock().commit_bundle(group, index as usize);
                 self.drain();
                 if ok {
@@ -135,17 +140,17 @@ impl NodeService {
                     }
                 }
             }
-            Message::ReleaseBundle { group, index } => {
+            NodeRequest::ReleaseBundle(ReleaseBundle { group, index }) => {
                 inner.sched.lock().release_bundle(group, index as usize);
                 self.drain();
                 Message::Ok
             }
-            Message::BundlePlaced {
+            NodeRequest::BundlePlaced(BundlePlaced {
                 group,
                 index,
                 node,
                 resources,
-            } => {
+            }) => {
                 inner.sched.lock().bundle_placed(
                     group,
                     index as usize,
@@ -155,12 +160,12 @@ impl NodeService {
                 self.drain();
                 Message::Ok
             }
-            Message::RemoveGroup { group } => {
+            NodeRequest::RemoveGroup(RemoveGroup { group }) => {
                 inner.sched.lock().placement_group_removed(group);
                 self.drain();
                 Message::Ok
             }
-            Message::DetachLease { lease } => {
+            NodeRequest::DetachLease(DetachLease { lease }) => {
                 if inner.lease_jobs.lock().contains_key(&lease) {
                     inner.detached.lock().insert(lease);
                     Message::Ok
@@ -170,7 +175,7 @@ impl NodeService {
                     }
                 }
             }
-            Message::LeaseBlocked { lease, blocked } => {
+            NodeRequest::LeaseBlocked(LeaseBlocked { lease, blocked }) => {
                 {
                     let mut sched = inner.sched.lock();
                     if blocked {
@@ -182,20 +187,13 @@ impl NodeService {
                 self.drain();
                 Message::Ok
             }
-            Message::WorkerReady {
+            NodeRequest::WorkerReady(WorkerReady {
                 job,
                 worker,
                 address,
                 fingerprint,
                 pid,
-            } => self.worker_ready(job, worker, address, fingerprint, pid),
-            Message::Ping { seq } => Message::Pong { seq },
-            other => Message::Error {
-                reason: format!(
-                    "a node daemon does not serve {}",
-                    crate::cluster::message_kind(&other)
-                ),
-            },
+            }) => self.worker_ready(job, worker, address, fingerprint, pid),
         }
     }
 
@@ -211,16 +209,14 @@ impl NodeService {
                     tokio::spawn(async move { me.forward(to, task).await });
                 }
                 Action::Refuse { task, update, .. } => {
-                    self.reply(
-                        task.id,
-                        Message::LeaseRefused {
-                            update: WireNodeUpdate {
-                                node: update.node,
-                                version: update.version,
-                                used: resources_to_wire(&update.used),
-                            },
+                    let refused = LeaseRefused {
+                        update: WireNodeUpdate {
+                            node: update.node,
+                            version: update.version,
+                            used: resources_to_wire(&update.used),
                         },
-                    );
+                    };
+                    self.reply(task.id, refused.into());
                 }
                 Action::Infeasible { task, report } => {
                     // A node may have joined since the last gossip: look
@@ -231,12 +227,10 @@ impl NodeService {
                         if let Ok(nodes) = me.inner.daemon.client().nodes().await {
                             me.apply_nodes(nodes);
                         }
-                        me.reply(
-                            task,
-                            Message::LeaseInfeasible {
-                                reason: report.reason,
-                            },
-                        );
+                        let infeasible = LeaseInfeasible {
+                            reason: report.reason,
+                        };
+                        me.reply(task, infeasible.into());
                     });
                 }
                 Action::Failed { task, reason } => {
@@ -272,13 +266,13 @@ impl NodeService {
             let p = &task.item;
             match me.worker_for(p.job, p.binary_hash, p.fingerprint).await {
                 Ok((worker, address)) => {
-                    let granted = Message::LeaseGranted {
+                    let granted = LeaseGranted {
                         lease: task.id,
                         node: me.inner.node,
                         worker,
                         address,
                     };
-                    if !me.reply(task.id, granted) {
+                    if !me.reply(task.id, granted.into()) {
                         me.inner.lease_jobs.lock().remove(&task.id);
                         me.inner.sched.lock().finish(task.id);
                         me.drain();
@@ -302,7 +296,7 @@ impl NodeService {
             Some(addr) => match inner.conns.get(addr).await {
                 Ok(conn) => {
                     let p = &task.item;
-                    let request = Message::RequestLease {
+                    let request = RequestLease {
                         lease: task.id,
                         job: p.job,
                         binary_hash: p.binary_hash,
@@ -311,17 +305,17 @@ impl NodeService {
                         strategy: strategy_to_wire(&task.strategy),
                         spilled_from: Some(inner.node),
                     };
-                    conn.request(&Envelope::new(request)).await.ok()
+                    conn.request(&Envelope::new(request.into())).await.ok()
                 }
                 Err(_) => None,
             },
             None => None,
         };
-        match reply.map(|e| e.body) {
-            Some(granted @ Message::LeaseGranted { .. }) => {
-                self.reply(task.id, granted);
+        match reply.map(|e| e.body).map(RequestLease::reply) {
+            Some(Ok(granted @ NodeReply::LeaseGranted(_))) => {
+                self.reply(task.id, granted.into());
             }
-            Some(Message::LeaseRefused { update }) => {
+            Some(Ok(NodeReply::LeaseRefused(LeaseRefused { update }))) => {
                 let update = NodeUpdate {
                     node: update.node,
                     version: update.version,
@@ -330,8 +324,11 @@ impl NodeService {
                 inner.sched.lock().on_refused(to, task, &update);
                 self.drain();
             }
-            Some(other @ (Message::LeaseInfeasible { .. } | Message::Error { .. })) => {
-                self.reply(task.id, other);
+            Some(Ok(infeasible @ NodeReply::LeaseInfeasible(_))) => {
+                self.reply(task.id, infeasible.into());
+            }
+            Some(Err(error @ Message::Error { .. })) => {
+                self.reply(task.id, error);
             }
             _ => {
                 inner.sched.lock().spill_failed(to, task);

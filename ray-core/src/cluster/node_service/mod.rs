@@ -1,7 +1,7 @@
 //! The serving half of a node daemon: leases, worker processes and gossip.
 //!
 //! Owners ask the daemon of their own node for a lease of some resources
-//! ([`Message::RequestLease`]). The daemon's ray-sched [`NodeScheduler`]
+//! ([`RequestLease`](ray_proto::wire::RequestLease)). The daemon's ray-sched [`NodeScheduler`]
 //! decides bottom-up: run here (the lease is granted, naming this node's
 //! worker process of the job, started on first use), spill to another node
 //! (the request is forwarded there; a stale view gets refused with the
@@ -138,7 +138,13 @@ impl NodeService {
 
     async fn serve(self, mut req: IncomingRequest) {
         let Ok(env) = req.read().await else { return };
-        let reply = self.handle(env.body).await;
+        let reply = match env.body {
+            Message::Node(request) => self.handle(request).await,
+            Message::Ping { seq } => Message::Pong { seq },
+            other => Message::Error {
+                reason: format!("a node daemon does not serve {}", other.kind()),
+            },
+        };
         let _ = req.respond(&Envelope::new(reply)).await;
     }
 }

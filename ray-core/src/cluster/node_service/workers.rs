@@ -40,7 +40,7 @@ impl JobWorker {
 }
 
 impl NodeService {
-    /// Answers a worker reporting in ([`Message::WorkerReady`]): it is this
+    /// Answers a worker reporting in ([`WorkerReady`](ray_proto::wire::WorkerReady)): it is this
     /// node's worker of `job` only if it was built as the job was.
     pub(super) fn worker_ready(
         &self,
