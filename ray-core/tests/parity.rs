@@ -51,6 +51,17 @@ impl Counter {
     }
 }
 
+/// Finds the named counter from inside a task (on a cluster: a worker
+/// process, which must use the driver's namespace) and bumps it.
+#[remote]
+fn bump_by_name(name: String) -> u64 {
+    let ray = Ray::current().expect("in a task");
+    let counter = ray
+        .get_actor::<Counter>(&name)
+        .expect("found in the job's namespace");
+    counter.incr().unwrap().get_blocking().unwrap()
+}
+
 /// What one step of the tour ended with: comparable across modes.
 fn outcome<T: std::fmt::Debug>(r: &Result<T, Error>) -> String {
     match r {
@@ -99,6 +110,14 @@ async fn tour(ray: &Ray) -> Vec<(&'static str, String, String)> {
         .remote(ray)
         .map(|_| "created".to_string());
     step("taken name", r);
+    let r = bump_by_name::remote(ray, "tour-counter".to_string())
+        .unwrap()
+        .get()
+        .await;
+    step(
+        "a task finds a named actor in the job's namespace",
+        r.map(|n| n.to_string()),
+    );
 
     // A killed actor's calls fail naming its class.
     first.kill();

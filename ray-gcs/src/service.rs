@@ -59,8 +59,9 @@ pub struct State {
     heartbeat_interval: Duration,
     /// The binary of every job registered, by job.
     job_binaries: HashMap<JobId, JobBinary>,
-    /// Jobs whose driver asked for insight recording (their workers record).
-    insight_jobs: hashbrown::HashSet<JobId>,
+    /// The settings each running job's driver registered (its workers
+    /// follow them).
+    job_configs: HashMap<JobId, wire::JobConfig>,
     /// Uploaded job binaries by SHA-256; kept for the life of the service
     /// (a detached actor may outlive its job and need its binary again).
     binaries: HashMap<[u8; 32], Arc<AlignedVec<16>>>,
@@ -82,7 +83,7 @@ impl State {
             next_node: 1,
             heartbeat_interval,
             job_binaries: HashMap::new(),
-            insight_jobs: hashbrown::HashSet::new(),
+            job_configs: HashMap::new(),
             binaries: HashMap::new(),
             loads: HashMap::new(),
             actor_homes: HashMap::new(),
@@ -239,12 +240,10 @@ pub fn handle(state: &mut State, request: GcsRequest, now: Duration) -> Action {
         }
         .into(),
         GcsRequest::RegisterJob(request) => {
-            let insight = request.insight;
+            let config = request.config.clone();
             match register_job(state, request, now) {
                 Ok(registered) => {
-                    if insight {
-                        state.insight_jobs.insert(registered.job);
-                    }
+                    state.job_configs.insert(registered.job, config);
                     registered.into()
                 }
                 Err(e) => error(e),
@@ -265,7 +264,7 @@ pub fn handle(state: &mut State, request: GcsRequest, now: Duration) -> Action {
                     tracing::debug!(target: "ray::gcs", job = %job, node = %node, worker = %worker, "worker.registered");
                     WorkerRegistered {
                         worker,
-                        insight: state.insight_jobs.contains(&job),
+                        config: state.job_configs.get(&job).cloned().unwrap_or_default(),
                     }
                     .into()
                 }
@@ -469,7 +468,7 @@ fn register_job(
         driver_address,
         binary_hash,
         fingerprint,
-        insight: _,
+        config: _,
     } = request;
     let job = state.gcs.next_job_id();
     let info = JobInfo {

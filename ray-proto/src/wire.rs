@@ -34,7 +34,7 @@ pub use gcs::{
 pub use gcs_service::{
     ActorLocation, Actors, BinaryFollows, Events, FetchBinary, FinishJob, GcsReply, GcsRequest,
     GetActors, GetJobs, GetNodes, GetWorker, GetWorkers, Heartbeat, InsightBatch, InsightExport,
-    JobRegistered, Jobs, KvGet, KvPut, KvPutDone, KvValue, LocateActor, LookupActor,
+    JobConfig, JobRegistered, Jobs, KvGet, KvPut, KvPutDone, KvValue, LocateActor, LookupActor,
     NodeRegistered, Nodes, PollEvents, RegisterActor, RegisterJob, RegisterNode, RegisterWorker,
     Subscribe, Subscribed, Unsubscribe, UploadBinary, WorkerInfo, WorkerRegistered, Workers,
 };
@@ -267,7 +267,12 @@ mod tests {
                 driver_address: "127.0.0.1:4000".into(),
                 binary_hash: [3; 32],
                 fingerprint: BuildFingerprint([4; 32]),
-                insight: true,
+                config: JobConfig {
+                    insight: true,
+                    namespace: "ns".into(),
+                    max_inline_bytes: 1 << 10,
+                    put_timeout_ms: 250,
+                },
             }
             .into(),
             UploadBinary {
@@ -355,7 +360,12 @@ mod tests {
             BinaryFollows { len: 1 << 30 }.into(),
             WorkerRegistered {
                 worker: WorkerId(3),
-                insight: true,
+                config: JobConfig {
+                    insight: true,
+                    namespace: "ns".into(),
+                    max_inline_bytes: 1 << 10,
+                    put_timeout_ms: 250,
+                },
             }
             .into(),
             WorkerInfo {

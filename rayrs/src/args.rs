@@ -149,6 +149,14 @@ pub struct StartCli {
     /// --resources, else 70 % of the memory available at start]
     #[arg(long, value_name = "BYTES")]
     pub memory: Option<u64>,
+    /// The object store size of each worker process on this node, in bytes
+    /// [default: 2 GiB]
+    #[arg(long, value_name = "BYTES")]
+    pub object_store_memory: Option<u64>,
+    /// Job binaries no running job uses are kept up to this many bytes in all,
+    /// the least recently used evicted first
+    #[arg(long, value_name = "BYTES", default_value_t = 2 << 30)]
+    pub binary_cache_bytes: u64,
     /// Resources this node offers, as a JSON object: {"GPU": 1, "disk": 0.5}
     #[arg(long, value_name = "JSON", value_parser = parse_resources)]
     pub resources: Option<ResourceSet>,
@@ -377,6 +385,8 @@ pub struct StartArgs {
     pub timeout: Duration,
     /// Where the head serves the insight dashboard (default 127.0.0.1:0).
     pub dashboard: SocketAddr,
+    /// What the node's workers and binary cache may use.
+    pub limits: ray_core::cluster::NodeLimits,
 }
 
 /// How `status` and `list` reach the GCS.
@@ -474,6 +484,10 @@ impl StartCli {
             health_timeout: Duration::from_millis(self.health_timeout_ms.max(1)),
             timeout: Duration::from_millis(self.timeout_ms.max(1)),
             dashboard: SocketAddr::new(self.dashboard_host, self.dashboard_port),
+            limits: ray_core::cluster::NodeLimits {
+                object_store_bytes: self.object_store_memory,
+                binary_cache_bytes: self.binary_cache_bytes,
+            },
         };
         match self.address {
             // clap's group: exactly one of --head and --address.

@@ -36,6 +36,7 @@ pub async fn head(args: StartArgs) -> Result<(), CliError> {
             health_timeout: args.health_timeout,
             timeout: args.timeout,
             dashboard: Some(args.dashboard),
+            limits: args.limits,
         },
         &creds,
     )
@@ -77,6 +78,7 @@ pub async fn join(args: StartArgs, gcs: SocketAddr) -> Result<(), CliError> {
             resources: args.resources.clone(),
             labels: args.labels.clone(),
             timeout: args.timeout,
+            limits: args.limits,
         },
         &creds,
     )

@@ -406,7 +406,7 @@ async fn register_silent_worker(cluster: &ray_core::Cluster) -> (ray_core::Worke
         .expect("free port")
         .port();
     let address = format!("127.0.0.1:{port}");
-    let (worker, _insight) = gcs
+    let (worker, _config) = gcs
         .register_worker(job, node, address.clone())
         .await
         .expect("register the silent worker");

@@ -7,10 +7,10 @@ use std::time::Duration;
 use ray_proto::wire::{
     ActorEntry, BinaryFollows, BuildFingerprint, Call, Done, Envelope, Events, FetchBinary,
     FinishJob, GetActors, GetJobs, GetNodes, GetWorker, GetWorkers, Heartbeat, InsightBatch,
-    InsightExport, JobEntry, JobRegistered, KvGet, KvPut, Label, LocateActor, LookupActor, Message,
-    NodeEntry, NodeRegistered, PollEvents, RegisterActor, RegisterJob, RegisterNode,
-    RegisterWorker, ResourceAmount, Subscribe, UploadBinary, WireChannel, WireEvent, WorkerEntry,
-    WorkerRegistered,
+    InsightExport, JobConfig, JobEntry, JobRegistered, KvGet, KvPut, Label, LocateActor,
+    LookupActor, Message, NodeEntry, NodeRegistered, PollEvents, RegisterActor, RegisterJob,
+    RegisterNode, RegisterWorker, ResourceAmount, Subscribe, UploadBinary, WireChannel, WireEvent,
+    WorkerEntry, WorkerRegistered,
 };
 use ray_proto::{ActorId, JobId, NodeId, WorkerId};
 use rkyv::util::AlignedVec;
@@ -252,14 +252,14 @@ impl GcsClient {
         driver_address: String,
         binary_hash: [u8; 32],
         fingerprint: BuildFingerprint,
-        insight: bool,
+        config: JobConfig,
     ) -> Result<(JobId, WorkerId, bool), ClusterError> {
         let request = RegisterJob {
             driver,
             driver_address,
             binary_hash,
             fingerprint,
-            insight,
+            config,
         };
         let JobRegistered {
             job,
@@ -413,10 +413,10 @@ impl GcsClient {
         job: JobId,
         node: NodeId,
         address: String,
-    ) -> Result<(WorkerId, bool), ClusterError> {
-        let WorkerRegistered { worker, insight } =
+    ) -> Result<(WorkerId, JobConfig), ClusterError> {
+        let WorkerRegistered { worker, config } =
             self.call(RegisterWorker { job, node, address }).await?;
-        Ok((worker, insight))
+        Ok((worker, config))
     }
 
     /// Where worker (or driver) `worker` listens; `None` if the GCS never

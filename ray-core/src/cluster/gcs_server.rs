@@ -525,7 +525,7 @@ mod tests {
                 "127.0.0.1:1".into(),
                 hash,
                 fingerprint,
-                false,
+                ray_proto::wire::JobConfig::default(),
             )
             .await
             .expect("register job");

@@ -59,6 +59,8 @@ pub struct HeadConfig {
     /// serves none. `rayrs start --head` serves one;
     /// [`Cluster::local`](super::Cluster::local) does not.
     pub dashboard: Option<SocketAddr>,
+    /// What the head's node's workers and binary cache may use.
+    pub limits: NodeLimits,
 }
 
 /// How [`start_node`] starts a node and joins it to a cluster.
@@ -77,6 +79,29 @@ pub struct NodeConfig {
     pub labels: BTreeMap<String, String>,
     /// Bounds each TLS handshake and connecting to the GCS.
     pub timeout: Duration,
+    /// What the node's workers and binary cache may use.
+    pub limits: NodeLimits,
+}
+
+/// What a node's workers and its cache of job binaries may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeLimits {
+    /// The object store size of each worker process, in bytes (`None`: the
+    /// default of [`Config::object_store_bytes`](crate::Config::object_store_bytes)).
+    pub object_store_bytes: Option<u64>,
+    /// The node keeps job binaries no running job uses up to this many
+    /// bytes in all, evicting the least recently used beyond it (default
+    /// 2 GiB).
+    pub binary_cache_bytes: u64,
+}
+
+impl Default for NodeLimits {
+    fn default() -> Self {
+        Self {
+            object_store_bytes: None,
+            binary_cache_bytes: 2 << 30,
+        }
+    }
 }
 
 /// Why a head or a node could not start.
@@ -187,6 +212,7 @@ impl Head {
                 resources: config.resources,
                 labels: config.labels,
                 timeout: config.timeout,
+                limits: config.limits,
             },
             credentials,
         )
@@ -331,6 +357,7 @@ pub async fn start_node(
             credentials_dir: absolute(config.credentials_dir),
             cache_dir: absolute(config.dir.join("binaries")),
             bind_ip: advertised.ip(),
+            limits: config.limits,
         },
     ))
 }

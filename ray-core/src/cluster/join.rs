@@ -205,7 +205,12 @@ async fn connect_driver_on_io(config: Config, address: String) -> Result<Ray> {
             my_addr.to_string(),
             hash,
             crate::cluster::job_fingerprint(),
-            insight.is_some(),
+            ray_proto::wire::JobConfig {
+                insight: insight.is_some(),
+                namespace: config.namespace.clone(),
+                max_inline_bytes: config.max_inline_bytes as u64,
+                put_timeout_ms: u64::try_from(config.put_timeout.as_millis()).unwrap_or(u64::MAX),
+            },
         )
         .await
         .map_err(Error::cluster_source)?;

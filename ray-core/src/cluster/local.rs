@@ -370,6 +370,7 @@ fn run_daemon(kind: &str) -> std::result::Result<(), ProcessError> {
                     health_timeout: Duration::from_millis(health_ms),
                     timeout: DAEMON_TIMEOUT,
                     dashboard: None,
+                    limits: Default::default(),
                 },
                 &creds,
             )
@@ -388,6 +389,7 @@ fn run_daemon(kind: &str) -> std::result::Result<(), ProcessError> {
                 resources,
                 labels: Default::default(),
                 timeout: DAEMON_TIMEOUT,
+                limits: Default::default(),
             },
             &creds,
         )

@@ -38,8 +38,8 @@ pub use gcs_client::{binary_hash, ActorLocation, GcsClient, MAX_BINARY_LEN};
 #[doc(hidden)]
 pub use gcs_server::{GcsServer, GcsServerConfig};
 pub use head::{
-    start_node, Head, HeadConfig, NodeConfig, StartError, ADDRESS_FILE, CREDENTIALS_DIR,
-    DASHBOARD_FILE,
+    start_node, Head, HeadConfig, NodeConfig, NodeLimits, StartError, ADDRESS_FILE,
+    CREDENTIALS_DIR, DASHBOARD_FILE,
 };
 #[doc(hidden)]
 pub use node_daemon::{NodeDaemon, NodeSpec};

@@ -35,6 +35,8 @@ const VAR_CREDENTIALS: &str = "RAYRS_WORKER_CREDENTIALS";
 const VAR_RESOURCES: &str = "RAYRS_WORKER_RESOURCES";
 const VAR_HASH: &str = "RAYRS_WORKER_BINARY";
 const VAR_BIND: &str = "RAYRS_WORKER_BIND";
+/// The object store size of the worker, in bytes (empty: the default).
+const VAR_STORE: &str = "RAYRS_WORKER_OBJECT_STORE_BYTES";
 
 /// Why a process that ray-core runs in place of `main` — a job's worker,
 /// or a daemon of [`Cluster::local`](super::Cluster::local) — stopped with
@@ -199,6 +201,8 @@ pub(crate) struct WorkerEnv {
     pub(crate) resources: ResourceSet,
     pub(crate) binary_hash: [u8; 32],
     pub(crate) bind_ip: IpAddr,
+    /// The object store size of the node's workers (`None`: the default).
+    pub(crate) object_store_bytes: Option<u64>,
 }
 
 impl WorkerEnv {
@@ -218,6 +222,12 @@ impl WorkerEnv {
             (VAR_RESOURCES, resources.join(",")),
             (VAR_HASH, crate::cluster::hex(&self.binary_hash)),
             (VAR_BIND, self.bind_ip.to_string()),
+            (
+                VAR_STORE,
+                self.object_store_bytes
+                    .map(|b| b.to_string())
+                    .unwrap_or_default(),
+            ),
         ]
     }
 
@@ -258,6 +268,12 @@ impl WorkerEnv {
             resources,
             binary_hash,
             bind_ip: parse(VAR_BIND)?,
+            object_store_bytes: match std::env::var(VAR_STORE) {
+                Ok(v) if !v.is_empty() => {
+                    Some(v.parse().map_err(|_| ProcessError::Malformed(VAR_STORE))?)
+                }
+                _ => None,
+            },
         })
     }
 }
@@ -325,9 +341,20 @@ async fn serve(env: WorkerEnv) -> Result<(), ProcessError> {
     let endpoint = Endpoint::bind(SocketAddr::new(env.bind_ip, 0), &creds, config)?;
     let my_addr = endpoint.local_addr().map_err(ProcessError::LocalAddress)?;
     let gcs = GcsClient::connect(&endpoint, env.gcs, Duration::from_secs(10)).await?;
-    let (worker, insight) = gcs
+    let (worker, job_config) = gcs
         .register_worker(env.job, env.node_id, my_addr.to_string())
         .await?;
+    // The driver's settings, which every process of its job follows; the
+    // store's size is the node's.
+    let mut config = crate::Config {
+        namespace: job_config.namespace,
+        max_inline_bytes: usize::try_from(job_config.max_inline_bytes).unwrap_or(usize::MAX),
+        put_timeout: Duration::from_millis(job_config.put_timeout_ms),
+        ..crate::Config::default()
+    };
+    if let Some(bytes) = env.object_store_bytes {
+        config.object_store_bytes = bytes;
+    }
     let (ray, core) = super::join::start_cluster_process(super::join::ClusterProcess {
         endpoint,
         gcs,
@@ -338,8 +365,8 @@ async fn serve(env: WorkerEnv) -> Result<(), ProcessError> {
         local_node: env.node,
         my_addr,
         resources: env.resources.clone(),
-        insight,
-        config: crate::Config::default(),
+        insight: job_config.insight,
+        config,
     })?;
     if let Ok(nodes) = core.gcs.nodes().await {
         core.set_node_totals(&nodes);

@@ -97,7 +97,7 @@ fn register_job(state: &mut State, hash: [u8; 32]) -> (JobId, WorkerId, bool) {
         driver_address: "127.0.0.1:4000".into(),
         binary_hash: hash,
         fingerprint: BuildFingerprint([9; 32]),
-        insight: false,
+        config: wire::JobConfig::default(),
     };
     match reply(state, request, Duration::ZERO) {
         Message::GcsReply(GcsReply::JobRegistered(JobRegistered {

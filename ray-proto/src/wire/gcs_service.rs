@@ -197,9 +197,36 @@ pub struct RegisterJob {
     pub binary_hash: [u8; 32],
     /// The build fingerprint the job's processes present in handshakes.
     pub fingerprint: BuildFingerprint,
+    /// What every process of the job runs with.
+    pub config: JobConfig,
+}
+
+/// The settings of a job that every process of it shares: the driver's
+/// `Config`, as its workers must follow it.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct JobConfig {
     /// The job records for insight: its workers record too and ship
     /// their records to the head.
     pub insight: bool,
+    /// The namespace of actor names.
+    pub namespace: String,
+    /// Values up to this size stay in their owner's table instead of the
+    /// object store.
+    pub max_inline_bytes: u64,
+    /// How long a `put` waits for store space, in milliseconds.
+    pub put_timeout_ms: u64,
+}
+
+impl Default for JobConfig {
+    /// The settings of `Config::default()`.
+    fn default() -> Self {
+        Self {
+            insight: false,
+            namespace: "default".into(),
+            max_inline_bytes: 100 << 10,
+            put_timeout_ms: 10_000,
+        }
+    }
 }
 
 /// The job's binary follows on this stream: `len` raw bytes. Answered
@@ -406,12 +433,12 @@ pub struct BinaryFollows {
 }
 
 /// The answer to [`RegisterWorker`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Archive, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct WorkerRegistered {
     /// The id the GCS gave the worker.
     pub worker: WorkerId,
-    /// Its job records for insight (see [`RegisterJob::insight`]).
-    pub insight: bool,
+    /// Its job's settings (see [`RegisterJob::config`]).
+    pub config: JobConfig,
 }
 
 /// The answer to [`GetWorker`].

@@ -1,5 +1,7 @@
 //! The node's cache of job binaries: each fetched from the GCS once, kept
-//! under its SHA-256 in the node's directory.
+//! under its SHA-256 in the node's directory. Builds no running job uses
+//! are evicted, least recently used first, once the cache holds more than
+//! [`NodeLimits::binary_cache_bytes`](crate::cluster::NodeLimits).
 //!
 //! The files are read and written on tokio's blocking threads (a binary is
 //! hundreds of MB), never on the daemon's worker threads.
@@ -31,6 +33,16 @@ impl NodeService {
             .await?
         };
         if cached {
+            // Used now: the last to go when the cache is trimmed.
+            let touched = path.clone();
+            let _ = off_runtime(move || {
+                let _ = std::fs::File::options()
+                    .append(true)
+                    .open(&touched)
+                    .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+                Ok(())
+            })
+            .await;
             return Ok(path);
         }
         let bytes = self
@@ -44,12 +56,85 @@ impl NodeService {
                 source: Arc::new(e),
             })?;
         let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
-        off_runtime(move || {
+        let installed = off_runtime(move || {
             install(&tmp, &path, bytes.as_slice())?;
             Ok(path)
         })
-        .await
+        .await?;
+        self.trim_cache(hash).await;
+        Ok(installed)
     }
+
+    /// Evicts cached builds no running job uses (`also_keep` is about to
+    /// run) while the cache is over its cap. Failures only leave files.
+    async fn trim_cache(&self, also_keep: [u8; 32]) {
+        let mut keep: Vec<String> = self
+            .inner
+            .jobs
+            .lock()
+            .values()
+            .filter_map(|w| *w.binary.lock())
+            .map(|h| crate::cluster::hex(&h))
+            .collect();
+        keep.push(crate::cluster::hex(&also_keep));
+        let dir = self.inner.config.cache_dir.clone();
+        let cap = self.inner.config.limits.binary_cache_bytes;
+        let _ = off_runtime(move || {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                return Ok(());
+            };
+            let files: Vec<Cached> = entries
+                .filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    let name = e.file_name().into_string().ok()?;
+                    let meta = e.metadata().ok()?;
+                    (meta.is_file() && !name.ends_with(".tmp")).then(|| Cached {
+                        used: meta.modified().unwrap_or(std::time::UNIX_EPOCH),
+                        bytes: meta.len(),
+                        name,
+                    })
+                })
+                .collect();
+            for name in evictions(files, &keep, cap) {
+                match std::fs::remove_file(dir.join(&name)) {
+                    Ok(()) => tracing::info!(target: "ray::node", binary = %name, "binary.evicted"),
+                    Err(e) => {
+                        tracing::warn!(target: "ray::node", binary = %name, error = %e, "binary.evict_failed")
+                    }
+                }
+            }
+            Ok(())
+        })
+        .await;
+    }
+}
+
+/// A job binary in the cache.
+#[derive(Debug, Clone)]
+struct Cached {
+    name: String,
+    bytes: u64,
+    used: std::time::SystemTime,
+}
+
+/// Which cached binaries to delete so the cache holds at most `cap` bytes:
+/// the least recently used first, never one named in `keep` (a running
+/// job's). The kept ones may exceed `cap` on their own.
+fn evictions(mut files: Vec<Cached>, keep: &[String], cap: u64) -> Vec<String> {
+    let mut total: u64 = files.iter().map(|f| f.bytes).sum();
+    files.sort_by_key(|f| f.used);
+    let mut out = Vec::new();
+    for f in files {
+        if total <= cap {
+            break;
+        }
+        if keep.contains(&f.name) {
+            continue;
+        }
+        total -= f.bytes;
+        out.push(f.name);
+    }
+    out
 }
 
 /// Writes `bytes` to `tmp`, makes it executable and renames it to `path`,
@@ -82,4 +167,39 @@ async fn off_runtime<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .unwrap_or_else(|e| Err(WorkerStartError::FileTask(Arc::new(e))))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use super::*;
+
+    fn cached(name: &str, bytes: u64, used_secs: u64) -> Cached {
+        Cached {
+            name: name.into(),
+            bytes,
+            used: UNIX_EPOCH + Duration::from_secs(used_secs),
+        }
+    }
+
+    #[test]
+    fn the_least_recently_used_builds_go_first_and_running_ones_never() {
+        let files = vec![
+            cached("new", 300, 30),
+            cached("oldest", 300, 10),
+            cached("running", 300, 5),
+            cached("old", 300, 20),
+        ];
+        // 1200 bytes, cap 700: "running" is the oldest but in use.
+        let gone = evictions(files.clone(), &["running".into()], 700);
+        assert_eq!(gone, ["oldest", "old"]);
+        assert!(
+            evictions(files.clone(), &[], 1200).is_empty(),
+            "under the cap"
+        );
+        // Everything in use: nothing goes, even over the cap.
+        let all: Vec<String> = files.iter().map(|f| f.name.clone()).collect();
+        assert!(evictions(files, &all, 0).is_empty());
+    }
 }

@@ -49,6 +49,8 @@ pub struct NodeServiceConfig {
     pub cache_dir: PathBuf,
     /// The IP workers bind to.
     pub bind_ip: IpAddr,
+    /// What the node's workers and binary cache may use.
+    pub limits: crate::cluster::NodeLimits,
 }
 
 struct Inner {

@@ -28,6 +28,8 @@ pub(super) struct JobWorker {
     pid: Mutex<Option<u32>>,
     /// Tells the worker's waiter to stop it (SIGTERM, then SIGKILL).
     stop: Mutex<Option<oneshot::Sender<()>>>,
+    /// The job binary it runs (kept in the node's cache while it runs).
+    pub(super) binary: Mutex<Option<[u8; 32]>>,
 }
 
 impl JobWorker {
@@ -106,6 +108,7 @@ impl NodeService {
         w: Arc<JobWorker>,
     ) -> Started {
         let inner = &self.inner;
+        *w.binary.lock() = Some(binary_hash);
         let path = self.cached_binary(binary_hash).await?;
         let (tx, rx) = oneshot::channel();
         *w.ready.lock() = Some(tx);
@@ -128,6 +131,7 @@ impl NodeService {
             resources: inner.total.clone(),
             binary_hash,
             bind_ip: inner.config.bind_ip,
+            object_store_bytes: inner.config.limits.object_store_bytes,
         };
         let mut cmd = tokio::process::Command::new(&path);
         for (k, _) in std::env::vars_os() {
