@@ -285,3 +285,47 @@ async fn a_drivers_backlog_spreads_over_every_node() {
     ray.shutdown();
     drop(cluster);
 }
+
+/// The child side of the test below: makes a local cluster, prints its
+/// directory and leaves through `std::process::exit` (no destructor runs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_child_makes_a_cluster_and_exits() {
+    if std::env::var_os("RAYRS_TEST_EXIT_CHILD").is_none() {
+        return; // Only as the child of the test below.
+    }
+    let cluster = Cluster::local(1).await.expect("cluster starts");
+    let dir = cluster.credentials();
+    println!(
+        "CLUSTER_DIR={}",
+        dir.parent().expect("inside the cluster dir").display()
+    );
+    std::process::exit(0);
+}
+
+#[test]
+fn a_local_cluster_leaves_no_directory_when_its_program_calls_exit() {
+    let out = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+        .args([
+            "--exact",
+            "exit_child_makes_a_cluster_and_exits",
+            "--nocapture",
+        ])
+        .env("RAYRS_TEST_EXIT_CHILD", "1")
+        .output()
+        .expect("the child runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let dir = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("CLUSTER_DIR="))
+        .unwrap_or_else(|| {
+            panic!(
+                "the child printed no directory: {stdout} {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    assert!(out.status.success(), "{:?}", out.status);
+    assert!(
+        !std::path::Path::new(dir).exists(),
+        "{dir} is left behind after std::process::exit"
+    );
+}

@@ -9,7 +9,7 @@
 //! built first, and the daemons speak exactly this build's protocol.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -87,10 +87,15 @@ impl Cluster {
                 "a cluster needs at least one node".into(),
             ));
         }
-        let dir =
-            std::env::temp_dir().join(format!("rayrs-local-{}-{}", std::process::id(), unique()));
+        remove_stale_dirs(&std::env::temp_dir());
+        let dir = std::env::temp_dir().join(format!(
+            "{LOCAL_DIR_PREFIX}{}-{}",
+            std::process::id(),
+            unique()
+        ));
         std::fs::create_dir_all(&dir)
             .map_err(|e| Error::cluster_from(format!("cannot create {}: {e}", dir.display()), e))?;
+        remove_at_exit(&dir);
         let ca = ClusterCa::generate().map_err(Error::cluster_source)?;
         let creds = ca.issue("ray-rs-local").map_err(Error::cluster_source)?;
         creds
@@ -300,7 +305,71 @@ impl Drop for Cluster {
             }
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+        forget_at_exit(&self.dir);
     }
+}
+
+/// How a local cluster's directory is named: the prefix, then the pid of
+/// the process that made it and a counter.
+const LOCAL_DIR_PREFIX: &str = "rayrs-local-";
+
+/// The directories of this process's local clusters not dropped yet: removed
+/// when the process exits through `exit` (e.g. `std::process::exit`, which
+/// runs no destructor).
+static LIVE_DIRS: parking_lot::Mutex<Vec<PathBuf>> = parking_lot::Mutex::new(Vec::new());
+
+fn remove_at_exit(dir: &Path) {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        extern "C" fn remove_live_dirs() {
+            // At exit no other thread of ours may be holding the lock for
+            // long; one that is is skipped rather than waited for.
+            if let Some(dirs) = LIVE_DIRS.try_lock() {
+                for dir in dirs.iter() {
+                    let _ = std::fs::remove_dir_all(dir);
+                }
+            }
+        }
+        // SAFETY: `atexit` only records a function pointer; the function
+        // takes no arguments and never unwinds (it ignores every error).
+        unsafe {
+            libc::atexit(remove_live_dirs);
+        }
+    });
+    LIVE_DIRS.lock().push(dir.to_path_buf());
+}
+
+fn forget_at_exit(dir: &Path) {
+    LIVE_DIRS.lock().retain(|d| d != dir);
+}
+
+/// Removes the local-cluster directories in `tmp` whose process is gone
+/// (killed before it could clean up).
+fn remove_stale_dirs(tmp: &Path) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for entry in entries.filter_map(|e| e.ok()) {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(LOCAL_DIR_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid > 0 && !process_alive(pid) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// Whether process `pid` exists (signal 0 probes without sending).
+fn process_alive(pid: i32) -> bool {
+    // SAFETY: `kill` with signal 0 sends nothing; it only checks.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 fn unique() -> u64 {
@@ -396,4 +465,31 @@ fn run_daemon(kind: &str) -> std::result::Result<(), ProcessError> {
         .await?;
         Err(node.run().await.into())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_directories_of_dead_processes_go_and_live_ones_stay() {
+        let tmp = std::env::temp_dir().join(format!("rayrs-stale-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        // A process that has exited: its pid names no live process.
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let dead = child.id();
+        child.wait().expect("reap");
+        let stale = tmp.join(format!("{LOCAL_DIR_PREFIX}{dead}-0"));
+        let live = tmp.join(format!("{LOCAL_DIR_PREFIX}{}-0", std::process::id()));
+        let other = tmp.join("unrelated-7");
+        for d in [&stale, &live, &other] {
+            std::fs::create_dir_all(d.join("credentials")).unwrap();
+        }
+        remove_stale_dirs(&tmp);
+        assert!(!stale.exists(), "the dead process's directory is removed");
+        assert!(live.exists() && other.exists());
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
 }
