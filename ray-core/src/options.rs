@@ -1,7 +1,7 @@
 //! Per-call options: resources, retries, actor names and concurrency.
 
 use ray_proto::NodeId;
-use ray_sched::{Quantity, ResourceSet, SchedulingStrategy, CPU, GPU, MEMORY};
+use ray_sched::{LabelSelector, Quantity, ResourceSet, SchedulingStrategy, CPU, GPU, MEMORY};
 
 use crate::error::{Error, Result};
 use crate::placement::PlacementGroup;
@@ -15,6 +15,8 @@ pub struct ResourceRequest {
     pub(crate) strategy: SchedulingStrategy,
     /// The group named by a `PlacementGroup` strategy.
     pub(crate) group: Option<PlacementGroup>,
+    /// The node labels required and preferred.
+    pub(crate) labels: LabelSelector,
 }
 
 impl ResourceRequest {
@@ -24,6 +26,7 @@ impl ResourceRequest {
             invalid: None,
             strategy: SchedulingStrategy::Default,
             group: None,
+            labels: LabelSelector::default(),
         }
     }
 
@@ -36,6 +39,7 @@ impl ResourceRequest {
             invalid: None,
             strategy: SchedulingStrategy::Default,
             group: None,
+            labels: LabelSelector::default(),
         }
     }
 
@@ -144,6 +148,27 @@ pub trait ResourceOptions: Sized {
     /// to a node that cannot take the request fails with `Infeasible`.
     fn node_affinity(self, node: NodeId, soft: bool) -> Self {
         self.scheduling_strategy(SchedulingStrategy::NodeAffinity { node, soft })
+    }
+
+    /// Run only on a node labelled `key=value` (`rayrs start --labels`,
+    /// [`Config::labels`](crate::Config::labels)); with no such node the
+    /// call fails with `Infeasible`. Several pairs must all match.
+    fn label(mut self, key: &str, value: &str) -> Self {
+        self.resource_request()
+            .labels
+            .hard
+            .insert(key.to_owned(), value.to_owned());
+        self
+    }
+
+    /// Prefer a node labelled `key=value`; run elsewhere when none of them
+    /// can take the call now.
+    fn prefer_label(mut self, key: &str, value: &str) -> Self {
+        self.resource_request()
+            .labels
+            .soft
+            .insert(key.to_owned(), value.to_owned());
+        self
     }
 }
 

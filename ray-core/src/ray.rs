@@ -43,6 +43,9 @@ pub struct Config {
     pub max_inline_bytes: usize,
     /// Namespace of actor names (default `"default"`).
     pub namespace: String,
+    /// Labels of the embedded node, which `.label(k, v)` selects on (a
+    /// cluster's nodes take theirs from `rayrs start --labels`).
+    pub labels: std::collections::BTreeMap<String, String>,
     /// The cluster to join (`host:port` of its GCS, as `rayrs start --head`
     /// prints it). `None` reads `RAY_ADDRESS`; unset or empty runs embedded.
     pub address: Option<String>,
@@ -78,6 +81,7 @@ impl Default for Config {
             put_timeout: Duration::from_secs(10),
             max_inline_bytes: 100 << 10,
             namespace: "default".into(),
+            labels: Default::default(),
             address: None,
             credentials: None,
             executable: None,
@@ -203,6 +207,7 @@ fn start(config: Config, handle: tokio::runtime::Handle) -> Result<Ray> {
         max_inline_bytes: config.max_inline_bytes,
         put_timeout: config.put_timeout,
         namespace: config.namespace,
+        node_labels: config.labels,
         pool_spin: crate::pool::SPIN,
         get_spin: crate::object_ref::GET_SPIN,
     };
@@ -505,7 +510,12 @@ impl Ray {
         let pool = match remote {
             Some(remote) => {
                 let request = opts.resources.checked()?;
-                remote.check_feasible(function.name, request, &opts.resources.strategy)?;
+                remote.check_feasible(
+                    function.name,
+                    request,
+                    &opts.resources.strategy,
+                    &opts.resources.labels,
+                )?;
                 crate::placement::Pool::Node
             }
             None => rt.check_placeable(function.name, &opts.resources)?,
@@ -537,7 +547,9 @@ impl Ray {
             ret: remote.is_none().then(|| handle.cell.clone()),
         };
         match remote {
-            Some(remote) => remote.submit_task(spec, &opts.resources.strategy),
+            Some(remote) => {
+                remote.submit_task(spec, &opts.resources.strategy, &opts.resources.labels)
+            }
             None => rt.enqueue_task(spec),
         }
         Ok(ObjectRef::from_handle(handle))

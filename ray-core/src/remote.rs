@@ -41,11 +41,17 @@ pub(crate) trait Remote: Send + Sync + 'static {
         what: &str,
         request: &ResourceSet,
         strategy: &SchedulingStrategy,
+        labels: &ray_sched::LabelSelector,
     ) -> Result<()>;
 
     /// Submits `spec` to the cluster; its result completes `spec.task`'s
     /// return object in this process's table, by id.
-    fn submit_task(&self, spec: TaskSpec, strategy: &SchedulingStrategy);
+    fn submit_task(
+        &self,
+        spec: TaskSpec,
+        strategy: &SchedulingStrategy,
+        labels: &ray_sched::LabelSelector,
+    );
 
     /// Creates an actor of `class` somewhere in the cluster; its
     /// constructor's outcome arrives with the first call.

@@ -42,6 +42,8 @@ pub(crate) struct Settings {
     /// parks (when a core is idle); zero where results arrive over the
     /// network.
     pub(crate) get_spin: Duration,
+    /// The labels of the embedded node ([`Config::labels`](crate::Config::labels)).
+    pub(crate) node_labels: std::collections::BTreeMap<String, String>,
 }
 
 /// Everything one worker (here: the embedded node) runs on.
@@ -185,6 +187,10 @@ impl Runtime {
             _ if !set.is_subset_of(&self.node_total) => {
                 Some("the node can never hold it".to_string())
             }
+            _ if !req.labels.allows(&self.settings.node_labels) => Some(format!(
+                "no node has the labels {:?} (the node's are {:?})",
+                req.labels.hard, self.settings.node_labels
+            )),
             _ => None,
         };
         match reason {

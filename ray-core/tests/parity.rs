@@ -102,6 +102,22 @@ async fn tour(ray: &Ray) -> Vec<(&'static str, String, String)> {
         .map(|_| "created".to_string());
     step("infeasible actor", r);
 
+    // Labels: no node is labelled zone=nowhere; a soft preference for it
+    // runs anyway.
+    let r = add_one::options()
+        .label("zone", "nowhere")
+        .remote(ray, 1)
+        .map(|_| "submitted".to_string());
+    step("hard label no node has", r);
+    let r = add_one::options()
+        .prefer_label("zone", "nowhere")
+        .remote(ray, 1)
+        .unwrap();
+    step(
+        "soft label no node has",
+        r.get().await.map(|n| n.to_string()),
+    );
+
     // A taken name fails at create.
     let first = Counter::options().name("tour-counter").remote(ray).unwrap();
     assert_eq!(first.incr().unwrap().get().await.unwrap(), 1);
@@ -328,4 +344,55 @@ fn a_local_cluster_leaves_no_directory_when_its_program_calls_exit() {
         !std::path::Path::new(dir).exists(),
         "{dir} is left behind after std::process::exit"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn label_selectors_choose_the_nodes_tasks_and_actors_run_on() {
+    let zone = |z: &str| std::collections::BTreeMap::from([("zone".to_string(), z.to_string())]);
+    let cluster = ray_core::Cluster::local_with(
+        3,
+        ray_core::LocalClusterConfig {
+            node_labels: vec![zone("a"), zone("b"), zone("c")],
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let nodes = ray.nodes().await.unwrap();
+    let node_of = |z: &str| {
+        nodes
+            .iter()
+            .find(|n| n.labels.get("zone").map(String::as_str) == Some(z))
+            .map(|n| n.id.0)
+            .expect("a node per zone")
+    };
+    // Hard: every task on zone b, though the driver's node (zone a) is idle.
+    let refs: Vec<_> = (0..6)
+        .map(|_| {
+            busy_on_node::options()
+                .label("zone", "c")
+                .remote(&ray, 1)
+                .unwrap()
+        })
+        .collect();
+    for r in &refs {
+        assert_eq!(r.get().await.unwrap(), node_of("c"));
+    }
+    // Soft: preferred when it has room.
+    let preferred = busy_on_node::options()
+        .prefer_label("zone", "b")
+        .remote(&ray, 1)
+        .unwrap();
+    assert_eq!(preferred.get().await.unwrap(), node_of("b"));
+    // An actor with a hard label lives there.
+    let counter = Counter::options().label("zone", "b").remote(&ray).unwrap();
+    assert_eq!(counter.incr().unwrap().get().await.unwrap(), 1);
+    // A hard label no node has: Infeasible at submit, as embedded.
+    match busy_on_node::options().label("zone", "z").remote(&ray, 1) {
+        Err(Error::Infeasible { reason, .. }) => assert!(reason.contains("labels"), "{reason}"),
+        other => panic!("expected Infeasible, got {other:?}"),
+    }
+    ray.shutdown();
+    drop(cluster);
 }

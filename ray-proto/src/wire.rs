@@ -412,6 +412,11 @@ mod tests {
                     soft: true,
                 },
                 spilled_from: Some(NodeId(1)),
+                hard_labels: vec![Label {
+                    key: "zone".into(),
+                    value: "a".into(),
+                }],
+                soft_labels: Vec::new(),
             }
             .into(),
             ReturnLease { lease }.into(),

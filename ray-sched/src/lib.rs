@@ -42,6 +42,7 @@
 //! ```
 
 mod error;
+mod labels;
 mod local_queue;
 mod node;
 mod node_scheduler;
@@ -55,6 +56,7 @@ mod view;
 pub mod wire;
 
 pub use error::SchedError;
+pub use labels::LabelSelector;
 pub use local_queue::{Admission, Infeasible, LocalQueue, MAX_BYPASS};
 pub use node::NodeResources;
 pub use node_scheduler::{Action, BoxedPolicy, FailReason, NodeScheduler, Policies, Task};

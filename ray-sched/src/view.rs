@@ -148,6 +148,18 @@ impl ClusterView {
         true
     }
 
+    /// A copy holding only the nodes `keep` accepts (for deciding among
+    /// the nodes a label selector allows).
+    pub fn subset(&self, keep: impl Fn(&NodeView) -> bool) -> ClusterView {
+        let mut out = self.clone();
+        for node in &self.nodes {
+            if !keep(node) {
+                out.remove_node(node.id);
+            }
+        }
+        out
+    }
+
     /// Removes a node (it died or left). Returns whether it was there.
     pub fn remove_node(&mut self, id: NodeId) -> bool {
         let Some(at) = self.index.get(&id).copied() else {

@@ -64,6 +64,7 @@ pub(crate) fn start_cluster_process(p: ClusterProcess) -> Result<(Ray, Arc<Clust
         max_inline_bytes: config.max_inline_bytes,
         put_timeout: config.put_timeout,
         namespace: config.namespace,
+        node_labels: Default::default(),
         // A cluster process runs only work pushed over the network, which
         // arrives through its I/O thread: a pool thread spinning for it
         // only takes the core that thread needs (measured: see

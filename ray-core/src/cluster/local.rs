@@ -8,6 +8,7 @@
 //! [`super::worker`]) turns into a daemon. So no other binary has to be
 //! built first, and the daemons speak exactly this build's protocol.
 
+use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -29,6 +30,8 @@ const VAR_DIR: &str = "RAYRS_DAEMON_DIR";
 pub(super) const VAR_CPUS: &str = "RAYRS_DAEMON_CPUS";
 const VAR_ADDRESS: &str = "RAYRS_DAEMON_ADDRESS";
 const VAR_HEALTH_MS: &str = "RAYRS_DAEMON_HEALTH_MS";
+/// The node's labels, `k=v` pairs joined by commas.
+const VAR_LABELS: &str = "RAYRS_DAEMON_LABELS";
 /// Bounds a daemon's TLS handshakes and its connecting to the GCS.
 const DAEMON_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -42,6 +45,9 @@ pub struct LocalClusterConfig {
     pub health_timeout: Duration,
     /// How long to wait for every node to join (default 30 s).
     pub start_timeout: Duration,
+    /// Labels of each node, by start order (the head first); nodes past
+    /// the list's end have none.
+    pub node_labels: Vec<BTreeMap<String, String>>,
 }
 
 impl Default for LocalClusterConfig {
@@ -50,6 +56,7 @@ impl Default for LocalClusterConfig {
             cpus_per_node: 2.0,
             health_timeout: Duration::from_secs(2),
             start_timeout: Duration::from_secs(30),
+            node_labels: Vec::new(),
         }
     }
 }
@@ -107,7 +114,7 @@ impl Cluster {
             nodes: Vec::new(),
         };
         let deadline = Instant::now() + config.start_timeout;
-        me.nodes.push(Some(me.spawn("head", None, &config)?));
+        me.nodes.push(Some(me.spawn("head", None, &config, 0)?));
         let addr_file = me.dir.join(ADDRESS_FILE);
         me.address = loop {
             if let Some(a) = std::fs::read_to_string(&addr_file)
@@ -123,7 +130,7 @@ impl Cluster {
             tokio::time::sleep(Duration::from_millis(5)).await;
         };
         for _ in 1..n {
-            let child = me.spawn("node", Some(me.address), &config)?;
+            let child = me.spawn("node", Some(me.address), &config, me.nodes.len())?;
             me.nodes.push(Some(child));
         }
         me.wait_for_nodes(n, deadline, &creds).await?;
@@ -135,6 +142,7 @@ impl Cluster {
         kind: &str,
         address: Option<SocketAddr>,
         config: &LocalClusterConfig,
+        index: usize,
     ) -> Result<Child> {
         let exe = std::env::current_exe()
             .map_err(|e| Error::cluster_from(format!("cannot find this executable: {e}"), e))?;
@@ -144,6 +152,10 @@ impl Cluster {
             .env(VAR_CPUS, config.cpus_per_node.to_string())
             .env(VAR_HEALTH_MS, config.health_timeout.as_millis().to_string())
             .stdin(Stdio::null());
+        if let Some(labels) = config.node_labels.get(index) {
+            let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            cmd.env(VAR_LABELS, pairs.join(","));
+        }
         if let Some(a) = address {
             cmd.env(VAR_ADDRESS, a.to_string());
         }
@@ -417,6 +429,12 @@ fn run_daemon(kind: &str) -> std::result::Result<(), ProcessError> {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(10_000);
+    let labels: BTreeMap<String, String> = std::env::var(VAR_LABELS)
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("ray-daemon")
@@ -435,7 +453,7 @@ fn run_daemon(kind: &str) -> std::result::Result<(), ProcessError> {
                     bind: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
                     dir,
                     resources,
-                    labels: Default::default(),
+                    labels: labels.clone(),
                     health_timeout: Duration::from_millis(health_ms),
                     timeout: DAEMON_TIMEOUT,
                     dashboard: None,
@@ -456,7 +474,7 @@ fn run_daemon(kind: &str) -> std::result::Result<(), ProcessError> {
                 credentials_dir: dir.join(CREDENTIALS_DIR),
                 dir,
                 resources,
-                labels: Default::default(),
+                labels,
                 timeout: DAEMON_TIMEOUT,
                 limits: Default::default(),
             },

@@ -22,7 +22,7 @@ pub struct ResourceAmount {
 }
 
 /// One `key=value` label of a node.
-#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
 pub struct Label {
     /// The label's name.
     pub key: String,

@@ -14,7 +14,7 @@
 use rkyv::{Archive, Deserialize, Serialize};
 
 use super::call::{calls, service_enum};
-use super::{BuildFingerprint, Done, Message, ResourceAmount, WireNodeUpdate, WireStrategy};
+use super::{BuildFingerprint, Done, Label, Message, ResourceAmount, WireNodeUpdate, WireStrategy};
 use crate::{JobId, NodeId, PlacementGroupId, TaskId, WorkerId};
 
 service_enum! {
@@ -88,6 +88,10 @@ pub struct RequestLease {
     pub strategy: WireStrategy,
     /// Set when another node forwards (spills) the request: that node.
     pub spilled_from: Option<NodeId>,
+    /// Node labels the lease's node must have.
+    pub hard_labels: Vec<Label>,
+    /// Node labels preferred.
+    pub soft_labels: Vec<Label>,
 }
 
 /// The owner is done with a lease.

@@ -446,9 +446,21 @@ impl<T> NodeScheduler<T> {
                 local: self.id,
                 arg_bytes: &task.arg_bytes,
             };
-            self.policies
-                .for_strategy(&task.strategy)
-                .decide(&req, &self.view)
+            let policy = self.policies.for_strategy(&task.strategy);
+            if task.labels.is_empty() {
+                policy.decide(&req, &self.view)
+            } else {
+                // The policy decides among the nodes the labels allow: the
+                // preferred ones first, the others if none can take it now.
+                let allowed = self.view.subset(|n| task.labels.allows(n.labels()));
+                let preferred = (!task.labels.soft.is_empty())
+                    .then(|| allowed.subset(|n| task.labels.prefers(n.labels())))
+                    .map(|view| policy.decide(&req, &view));
+                match preferred {
+                    Some(Decision::Node(node)) => Decision::Node(node),
+                    _ => policy.decide(&req, &allowed),
+                }
+            }
         };
         match decision {
             Decision::Node(node) => {

@@ -3,6 +3,7 @@
 
 use ray_proto::{NodeId, PlacementGroupId, TaskId};
 
+use crate::labels::LabelSelector;
 use crate::policy::{InfeasibleReport, SchedulingStrategy};
 use crate::resources::ResourceSet;
 use crate::view::NodeUpdate;
@@ -22,6 +23,8 @@ pub struct Task<T> {
     pub strategy: SchedulingStrategy,
     /// Bytes of its arguments held by each node (for locality).
     pub arg_bytes: Vec<(NodeId, u64)>,
+    /// The node labels it needs and prefers.
+    pub labels: LabelSelector,
     /// The caller's payload, handed back in actions.
     pub item: T,
 }
@@ -34,6 +37,7 @@ impl<T> Task<T> {
             resources,
             strategy,
             arg_bytes: Vec::new(),
+            labels: LabelSelector::default(),
             item,
         }
     }

@@ -294,3 +294,46 @@ fn gossip_is_versioned_and_ignores_updates_about_self() {
         .used()
         .is_empty());
 }
+
+#[test]
+fn label_selectors_confine_and_rank_the_nodes_a_task_may_use() {
+    let zone = |z: &str| BTreeMap::from([("zone".to_string(), z.to_string())]);
+    let mut view = ClusterView::new();
+    view.add_node(NodeId(1), cpus(4.0), zone("a"));
+    view.add_node(NodeId(2), cpus(4.0), zone("b"));
+    view.add_node(NodeId(3), cpus(4.0), zone("c"));
+    let mut s = sched(1, &view);
+    let labelled = |seq, hard: &str, soft: &str| {
+        let mut t = task(seq, cpus(1.0), SchedulingStrategy::Default);
+        if !hard.is_empty() {
+            t.labels.hard = zone(hard);
+        }
+        if !soft.is_empty() {
+            t.labels.soft = zone(soft);
+        }
+        t
+    };
+    // Hard: only zone b may run it, though the local node is idle.
+    s.submit(labelled(0, "b", ""));
+    match actions(&mut s).as_slice() {
+        [Action::Spill { to, .. }] => assert_eq!(*to, NodeId(2)),
+        other => panic!("expected a spill to zone b, got {other:?}"),
+    }
+    // Soft: zone c is preferred over the idle local node.
+    s.submit(labelled(1, "", "c"));
+    match actions(&mut s).as_slice() {
+        [Action::Spill { to, .. }] => assert_eq!(*to, NodeId(3)),
+        other => panic!("expected a spill to zone c, got {other:?}"),
+    }
+    // Soft on a zone nobody has: any node will do (here the local one).
+    s.submit(labelled(2, "", "z"));
+    assert_eq!(ran(&actions(&mut s)), [2]);
+    // Hard on a zone nobody has: never placeable.
+    s.submit(labelled(3, "z", ""));
+    assert!(
+        actions(&mut s)
+            .iter()
+            .any(|a| matches!(a, Action::Infeasible { .. })),
+        "a hard selector no node matches is infeasible"
+    );
+}

@@ -10,6 +10,7 @@ pub(super) struct ActorLaunch {
     pub(super) args: Vec<TaskArg>,
     pub(super) resources: Vec<ResourceAmount>,
     pub(super) strategy: WireStrategy,
+    pub(super) labels: super::owner::WireLabels,
     pub(super) max_concurrency: u32,
     pub(super) detached: bool,
     /// The creating task (`None`: the driver), for insight.
@@ -129,7 +130,12 @@ impl ClusterCore {
         opts: &ActorOptions,
     ) -> crate::Result<Arc<RemoteActor>> {
         let request = opts.validate()?;
-        self.check_feasible(class.name, request, &opts.resources.strategy)?;
+        self.check_feasible(
+            class.name,
+            request,
+            &opts.resources.strategy,
+            &opts.resources.labels,
+        )?;
         let namespace = opts
             .namespace
             .clone()
@@ -183,6 +189,7 @@ impl ClusterCore {
             args,
             resources,
             strategy,
+            labels: super::owner::WireLabels::of(&opts.resources.labels),
             max_concurrency,
             detached: opts.detached,
             creator: crate::context::current_trace(),
@@ -460,6 +467,7 @@ impl ClusterCore {
             args,
             resources,
             strategy,
+            labels,
             max_concurrency,
             detached,
             creator,
@@ -469,7 +477,7 @@ impl ClusterCore {
             let _ = d.buffer().await;
         }
         let wire = self.wire_args(&args).await?;
-        let (lease, node, link) = self.lease(&resources, &strategy).await?;
+        let (lease, node, link) = self.lease(&resources, &strategy, &labels).await?;
         let (done_tx, done_rx) = oneshot::channel();
         let task = TaskId::new(actor.id.owner, actor.id.seq);
         let f = Inflight {

@@ -7,7 +7,9 @@
 //! empty snapshot (not read yet) refuses nothing, and the node daemons
 //! still answer infeasible leases themselves.
 
-use ray_sched::ResourceSet;
+use std::collections::BTreeMap;
+
+use ray_sched::{LabelSelector, ResourceSet};
 
 use super::*;
 
@@ -17,7 +19,7 @@ const REFRESH: Duration = Duration::from_secs(2);
 /// The totals of the live nodes, as last read.
 #[derive(Default)]
 pub(super) struct NodeTotals {
-    nodes: Vec<(NodeId, ResourceSet)>,
+    nodes: Vec<(NodeId, ResourceSet, BTreeMap<String, String>)>,
 }
 
 impl NodeTotals {
@@ -29,28 +31,33 @@ impl NodeTotals {
         what: &str,
         request: &ResourceSet,
         strategy: &SchedulingStrategy,
+        labels: &LabelSelector,
     ) -> Result<(), Error> {
         if self.nodes.is_empty() || matches!(strategy, SchedulingStrategy::PlacementGroup { .. }) {
             return Ok(());
         }
-        let candidates: Vec<&(NodeId, ResourceSet)> = match strategy {
-            SchedulingStrategy::NodeAffinity { node, soft: false } => {
-                self.nodes.iter().filter(|(id, _)| id == node).collect()
-            }
-            _ => self.nodes.iter().collect(),
+        let pinned = match strategy {
+            SchedulingStrategy::NodeAffinity { node, soft: false } => Some(*node),
+            _ => None,
         };
-        if candidates
+        let candidates: Vec<&ResourceSet> = self
+            .nodes
             .iter()
-            .any(|(_, total)| request.is_subset_of(total))
-        {
+            .filter(|(id, _, node_labels)| {
+                pinned.is_none_or(|p| p == *id) && labels.allows(node_labels)
+            })
+            .map(|(_, total, _)| total)
+            .collect();
+        if candidates.iter().any(|total| request.is_subset_of(total)) {
             return Ok(());
         }
+        let labelled = !candidates.is_empty() || labels.hard.is_empty();
         // Name the largest node: the one that came closest.
         let largest = self
             .nodes
             .iter()
-            .max_by_key(|(_, t)| t.get(ray_sched::CPU))
-            .map(|(_, t)| t.clone())
+            .max_by_key(|(_, t, _)| t.get(ray_sched::CPU))
+            .map(|(_, t, _)| t.clone())
             .unwrap_or_default();
         Err(Error::Infeasible {
             what: what.to_string(),
@@ -58,6 +65,7 @@ impl NodeTotals {
                 SchedulingStrategy::NodeAffinity { node, soft: false } => {
                     format!("node {node} can never hold it (or is not alive)")
                 }
+                _ if !labelled => format!("no live node has the labels {:?}", labels.hard),
                 _ => format!(
                     "none of the cluster's {} live nodes can ever hold it",
                     self.nodes.len()
@@ -73,7 +81,10 @@ impl NodeTotals {
         self.nodes = entries
             .iter()
             .filter(|n| n.alive)
-            .map(|n| (n.id, resources_from_wire(&n.resources)))
+            .map(|n| {
+                let labels = n.labels.iter().map(|l| (l.key.clone(), l.value.clone()));
+                (n.id, resources_from_wire(&n.resources), labels.collect())
+            })
             .collect();
     }
 }
@@ -85,8 +96,11 @@ impl ClusterCore {
         what: &str,
         request: &ResourceSet,
         strategy: &SchedulingStrategy,
+        labels: &LabelSelector,
     ) -> Result<(), Error> {
-        self.node_totals.lock().check(what, request, strategy)
+        self.node_totals
+            .lock()
+            .check(what, request, strategy, labels)
     }
 
     /// Sets the node totals from a node table just read.
@@ -129,16 +143,27 @@ mod tests {
         }
     }
 
+    impl NodeTotals {
+        fn check_any(
+            &self,
+            what: &str,
+            request: &ResourceSet,
+            strategy: &SchedulingStrategy,
+        ) -> Result<(), Error> {
+            self.check(what, request, strategy, &LabelSelector::default())
+        }
+    }
+
     #[test]
     fn work_no_live_node_can_hold_is_infeasible_and_the_rest_is_not() {
         let mut totals = NodeTotals::default();
         let want = |cpus| ResourceSet::new().with(CPU, Quantity::from_units(cpus));
         let hybrid = SchedulingStrategy::default();
         // Nothing read yet: nothing refused.
-        assert!(totals.check("f", &want(100), &hybrid).is_ok());
+        assert!(totals.check_any("f", &want(100), &hybrid).is_ok());
         totals.set(&[node(1, 2, true), node(2, 4, true), node(3, 64, false)]);
-        assert!(totals.check("f", &want(4), &hybrid).is_ok());
-        match totals.check("f", &want(8), &hybrid) {
+        assert!(totals.check_any("f", &want(4), &hybrid).is_ok());
+        match totals.check_any("f", &want(8), &hybrid) {
             Err(Error::Infeasible { what, total, .. }) => {
                 assert_eq!(what, "f");
                 assert_eq!(
@@ -153,10 +178,10 @@ mod tests {
             node: NodeId(node),
             soft,
         };
-        assert!(totals.check("f", &want(4), &pinned(1, false)).is_err());
-        assert!(totals.check("f", &want(4), &pinned(1, true)).is_ok());
+        assert!(totals.check_any("f", &want(4), &pinned(1, false)).is_err());
+        assert!(totals.check_any("f", &want(4), &pinned(1, true)).is_ok());
         assert!(
-            totals.check("f", &want(1), &pinned(3, false)).is_err(),
+            totals.check_any("f", &want(1), &pinned(3, false)).is_err(),
             "node 3 is dead"
         );
     }

@@ -4,7 +4,7 @@
 //! so a backlog spreads over the nodes), the backlog shared among the
 //! leases up to [`PIPELINE`] each, and leases returned when idle.
 
-use ray_proto::wire::TaskRow;
+use ray_proto::wire::{labels_to_wire, Label, TaskRow};
 
 use super::*;
 
@@ -13,6 +13,23 @@ use super::*;
 pub(super) struct SchedKey {
     pub(super) resources: Vec<ResourceAmount>,
     pub(super) strategy: WireStrategy,
+    pub(super) labels: WireLabels,
+}
+
+/// A label selector in wire form: the hard pairs, then the soft ones.
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+pub(super) struct WireLabels {
+    pub(super) hard: Vec<Label>,
+    pub(super) soft: Vec<Label>,
+}
+
+impl WireLabels {
+    pub(super) fn of(selector: &ray_sched::LabelSelector) -> Self {
+        Self {
+            hard: labels_to_wire(&selector.hard),
+            soft: labels_to_wire(&selector.soft),
+        }
+    }
 }
 
 /// A task waiting for a lease.
@@ -169,10 +186,16 @@ impl OwnerState {
 impl ClusterCore {
     /// Submits a task to the cluster; its result completes `spec.task`'s
     /// return object in this process's table.
-    pub(crate) fn submit_task(self: &Arc<Self>, spec: TaskSpec, strategy: &SchedulingStrategy) {
+    pub(crate) fn submit_task(
+        self: &Arc<Self>,
+        spec: TaskSpec,
+        strategy: &SchedulingStrategy,
+        labels: &ray_sched::LabelSelector,
+    ) {
         let key = SchedKey {
             resources: resources_to_wire(&spec.resources),
             strategy: strategy_to_wire(strategy),
+            labels: WireLabels::of(labels),
         };
         let deps = crate::task::pending_deps(&spec.args);
         if deps.is_empty() {
@@ -323,7 +346,7 @@ impl ClusterCore {
     }
 
     pub(super) async fn request_lease(self: Arc<Self>, key: SchedKey) {
-        let result = self.lease(&key.resources, &key.strategy).await;
+        let result = self.lease(&key.resources, &key.strategy, &key.labels).await;
         let failed = {
             let mut st = self.owner.lock();
             let others_waiting = st.others_waiting(&key);
@@ -390,6 +413,7 @@ impl ClusterCore {
         self: &Arc<Self>,
         resources: &[ResourceAmount],
         strategy: &WireStrategy,
+        labels: &WireLabels,
     ) -> Result<(TaskId, NodeId, Arc<Link>), Error> {
         let rt = self.rt().ok_or(Error::ShutDown)?;
         let lease = rt.new_task_id();
@@ -401,6 +425,8 @@ impl ClusterCore {
             resources: resources.to_vec(),
             strategy: strategy.clone(),
             spilled_from: None,
+            hard_labels: labels.hard.clone(),
+            soft_labels: labels.soft.clone(),
         };
         match self.ask(self.local_node, request).await? {
             Ok(NodeReply::LeaseGranted(LeaseGranted {
@@ -492,6 +518,7 @@ mod tests {
         SchedKey {
             resources: Vec::new(),
             strategy,
+            labels: WireLabels::default(),
         }
     }
 

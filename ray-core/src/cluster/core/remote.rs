@@ -21,12 +21,18 @@ impl Remote for ClusterRemote {
         what: &str,
         request: &ResourceSet,
         strategy: &SchedulingStrategy,
+        labels: &ray_sched::LabelSelector,
     ) -> crate::Result<()> {
-        self.0.check_feasible(what, request, strategy)
+        self.0.check_feasible(what, request, strategy, labels)
     }
 
-    fn submit_task(&self, spec: TaskSpec, strategy: &SchedulingStrategy) {
-        self.0.submit_task(spec, strategy);
+    fn submit_task(
+        &self,
+        spec: TaskSpec,
+        strategy: &SchedulingStrategy,
+        labels: &ray_sched::LabelSelector,
+    ) {
+        self.0.submit_task(spec, strategy, labels);
     }
 
     fn spawn_actor(

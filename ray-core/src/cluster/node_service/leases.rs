@@ -3,6 +3,7 @@
 //! (run here, spill to another node, wait, infeasible), placement-group
 //! bundles, and the scheduler's actions carried out.
 
+use ray_proto::wire::labels_to_wire;
 use ray_proto::wire::{
     BuildFingerprint, BundlePlaced, Call, CommitBundle, DetachLease, LeaseBlocked, LeaseGranted,
     LeaseInfeasible, LeaseRefused, Message, NodeReply, NodeRequest, PrepareBundle, ReleaseBundle,
@@ -66,10 +67,12 @@ impl NodeService {
                 resources,
                 strategy,
                 spilled_from,
+                hard_labels,
+                soft_labels,
             }) => {
                 let (tx, rx) = oneshot::channel();
                 inner.replies.lock().insert(lease, tx);
-                let task = Task::new(
+                let mut task = Task::new(
                     lease,
                     resources_from_wire(&resources),
                     strategy_from_wire(&strategy),
@@ -79,6 +82,10 @@ impl NodeService {
                         fingerprint,
                     },
                 );
+                task.labels = ray_sched::LabelSelector {
+                    hard: labels_from_wire(hard_labels),
+                    soft: labels_from_wire(soft_labels),
+                };
                 {
                     let mut sched = inner.sched.lock();
                     match spilled_from {
@@ -304,6 +311,8 @@ impl NodeService {
                         resources: resources_to_wire(&task.resources),
                         strategy: strategy_to_wire(&task.strategy),
                         spilled_from: Some(inner.node),
+                        hard_labels: labels_to_wire(&task.labels.hard),
+                        soft_labels: labels_to_wire(&task.labels.soft),
                     };
                     conn.request(&Envelope::new(request.into())).await.ok()
                 }
@@ -336,4 +345,11 @@ impl NodeService {
             }
         }
     }
+}
+
+/// Labels from wire form.
+fn labels_from_wire(
+    labels: Vec<ray_proto::wire::Label>,
+) -> std::collections::BTreeMap<String, String> {
+    labels.into_iter().map(|l| (l.key, l.value)).collect()
 }
