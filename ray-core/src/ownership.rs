@@ -72,6 +72,18 @@ impl RefHandle {
     pub(crate) fn is_ready(&self) -> bool {
         self.cell.0.lock().value.is_some()
     }
+
+    /// The bytes of its value held in this process (inline or in this
+    /// process's store), if it has one here.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
+    pub(crate) fn local_bytes(&self) -> Option<u64> {
+        let inline = match &self.cell.0.lock().value {
+            Some(Value::Inline(buf)) => Some(buf.len() as u64),
+            Some(Value::Stored) => None,
+            _ => return None,
+        };
+        inline.or_else(|| self.rt.store.get(self.id).map(|b| b.len() as u64))
+    }
 }
 
 /// Where a ready object's value is.

@@ -396,3 +396,43 @@ async fn label_selectors_choose_the_nodes_tasks_and_actors_run_on() {
     ray.shutdown();
     drop(cluster);
 }
+
+/// The node it runs on, after checking its 1 MiB argument.
+#[remote]
+fn node_of_data(data: Vec<u8>) -> u64 {
+    assert_eq!(data.len(), 1 << 20);
+    Ray::current().expect("in a task").node_id().0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_locality_strategy_runs_where_the_arguments_are() {
+    let cluster = Cluster::local(2).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let here = ray.node_id();
+    // The driver's node is half busy: past the hybrid policy's threshold,
+    // so default work spills to the other node.
+    let hold = busy_on_node::options()
+        .node_affinity(here, false)
+        .remote(&ray, 3_000)
+        .unwrap();
+    // 1 MiB the driver holds, on its node.
+    let data = ray.put(vec![7u8; 1 << 20]).await.unwrap();
+    // Each task gets a lease of its own (the last one idled out), so each
+    // placement is decided afresh: default work would land on the other
+    // node about half the time.
+    for _ in 0..6 {
+        let local = node_of_data::options()
+            .scheduling_strategy(ray_core::SchedulingStrategy::Locality)
+            .remote(&ray, &data)
+            .unwrap();
+        assert_eq!(
+            local.get().await.unwrap(),
+            here.0,
+            "it ran where its argument is"
+        );
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    assert_eq!(hold.get().await.unwrap(), here.0);
+    ray.shutdown();
+    drop(cluster);
+}

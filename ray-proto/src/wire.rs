@@ -40,7 +40,7 @@ pub use gcs_service::{
 };
 pub use message::{ArchivedMessage, Message, MessageResolver};
 pub use node_service::{
-    BundlePlaced, CommitBundle, DetachLease, LeaseBlocked, LeaseGranted, LeaseInfeasible,
+    ArgBytes, BundlePlaced, CommitBundle, DetachLease, LeaseBlocked, LeaseGranted, LeaseInfeasible,
     LeaseRefused, NodeReply, NodeRequest, PrepareBundle, ReleaseBundle, RemoveGroup, RequestLease,
     ReturnLease, WorkerReady,
 };
@@ -417,6 +417,10 @@ mod tests {
                     value: "a".into(),
                 }],
                 soft_labels: Vec::new(),
+                arg_bytes: vec![ArgBytes {
+                    node: NodeId(2),
+                    bytes: 1 << 20,
+                }],
             }
             .into(),
             ReturnLease { lease }.into(),

@@ -29,6 +29,8 @@ pub enum WireStrategy {
         group: PlacementGroupId,
         bundle: Option<u32>,
     },
+    /// Where most bytes of the arguments are (`RequestLease::arg_bytes`).
+    Locality,
 }
 
 /// A node's published load: ray-sched's `NodeUpdate`.

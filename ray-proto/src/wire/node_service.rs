@@ -92,6 +92,18 @@ pub struct RequestLease {
     pub hard_labels: Vec<Label>,
     /// Node labels preferred.
     pub soft_labels: Vec<Label>,
+    /// Bytes of the arguments of the work behind the request held by each
+    /// node (for the locality strategy; empty otherwise).
+    pub arg_bytes: Vec<ArgBytes>,
+}
+
+/// Bytes of a request's arguments one node holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct ArgBytes {
+    /// The node.
+    pub node: NodeId,
+    /// How many bytes of the arguments it holds.
+    pub bytes: u64,
 }
 
 /// The owner is done with a lease.

@@ -477,7 +477,9 @@ impl ClusterCore {
             let _ = d.buffer().await;
         }
         let wire = self.wire_args(&args).await?;
-        let (lease, node, link) = self.lease(&resources, &strategy, &labels).await?;
+        let (lease, node, link) = self
+            .lease(&resources, &strategy, &labels, Vec::new())
+            .await?;
         let (done_tx, done_rx) = oneshot::channel();
         let task = TaskId::new(actor.id.owner, actor.id.seq);
         let f = Inflight {

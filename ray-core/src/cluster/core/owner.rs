@@ -4,7 +4,7 @@
 //! so a backlog spreads over the nodes), the backlog shared among the
 //! leases up to [`PIPELINE`] each, and leases returned when idle.
 
-use ray_proto::wire::{labels_to_wire, Label, TaskRow};
+use ray_proto::wire::{labels_to_wire, ArgBytes, Label, TaskRow};
 
 use super::*;
 
@@ -42,6 +42,9 @@ pub(super) struct Queued {
     pub(super) max_retries: u32,
     pub(super) retry_exceptions: bool,
     pub(super) parent: Option<TaskId>,
+    /// Bytes of its arguments by node, for the locality strategy (empty
+    /// for the others).
+    pub(super) arg_bytes: Vec<ArgBytes>,
 }
 
 pub(super) struct Lease {
@@ -228,7 +231,13 @@ impl ClusterCore {
     }
 
     pub(super) fn queue(self: &Arc<Self>, key: SchedKey, spec: TaskSpec, args: Vec<WireArg>) {
+        let arg_bytes = if key.strategy == WireStrategy::Locality {
+            self.arg_bytes(&spec.args)
+        } else {
+            Vec::new()
+        };
         let q = Queued {
+            arg_bytes,
             task: spec.task,
             function: spec.function,
             args,
@@ -246,6 +255,29 @@ impl ClusterCore {
             .queue
             .push_back(q);
         self.pump(&key);
+    }
+
+    /// Bytes of `args` by node, as far as this process knows: the objects
+    /// it holds itself are on its node. (Borrowed objects held elsewhere
+    /// are not counted yet: their owners' nodes are not known here.)
+    fn arg_bytes(&self, args: &[TaskArg]) -> Vec<ArgBytes> {
+        let Some(rt) = self.rt() else {
+            return Vec::new();
+        };
+        let bytes: u64 = args
+            .iter()
+            .filter_map(|a| match &a.0 {
+                ArgKind::Ref(h) => h.local_bytes(),
+                ArgKind::Value(..) => None,
+            })
+            .sum();
+        if bytes == 0 {
+            return Vec::new();
+        }
+        vec![ArgBytes {
+            node: rt.node,
+            bytes,
+        }]
     }
 
     /// Pushes queued work of `key` onto its leases; asks for a lease if
@@ -346,7 +378,18 @@ impl ClusterCore {
     }
 
     pub(super) async fn request_lease(self: Arc<Self>, key: SchedKey) {
-        let result = self.lease(&key.resources, &key.strategy, &key.labels).await;
+        // The lease goes where the next task's arguments are (locality).
+        let arg_bytes = self
+            .owner
+            .lock()
+            .keys
+            .get(&key)
+            .and_then(|ks| ks.queue.front())
+            .map(|q| q.arg_bytes.clone())
+            .unwrap_or_default();
+        let result = self
+            .lease(&key.resources, &key.strategy, &key.labels, arg_bytes)
+            .await;
         let failed = {
             let mut st = self.owner.lock();
             let others_waiting = st.others_waiting(&key);
@@ -414,6 +457,7 @@ impl ClusterCore {
         resources: &[ResourceAmount],
         strategy: &WireStrategy,
         labels: &WireLabels,
+        arg_bytes: Vec<ArgBytes>,
     ) -> Result<(TaskId, NodeId, Arc<Link>), Error> {
         let rt = self.rt().ok_or(Error::ShutDown)?;
         let lease = rt.new_task_id();
@@ -427,6 +471,7 @@ impl ClusterCore {
             spilled_from: None,
             hard_labels: labels.hard.clone(),
             soft_labels: labels.soft.clone(),
+            arg_bytes,
         };
         match self.ask(self.local_node, request).await? {
             Ok(NodeReply::LeaseGranted(LeaseGranted {
@@ -574,6 +619,7 @@ mod tests {
                 max_retries: 0,
                 retry_exceptions: false,
                 parent: None,
+                arg_bytes: Vec::new(),
             });
         assert!(st.others_waiting(&spread), "default work waits");
         assert!(!st.others_waiting(&default), "only its own work waits");
@@ -600,6 +646,7 @@ mod tests {
             max_retries: 0,
             retry_exceptions: false,
             parent: None,
+            arg_bytes: Vec::new(),
         });
         assert!(st.take_idle_leases_of_others(&default).is_empty());
     }

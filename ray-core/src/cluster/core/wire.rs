@@ -34,8 +34,7 @@ pub(crate) fn strategy_to_wire(strategy: &SchedulingStrategy) -> WireStrategy {
             group: *group,
             bundle: bundle.map(|b| b as u32),
         },
-        #[allow(unreachable_patterns)]
-        _ => WireStrategy::Default,
+        SchedulingStrategy::Locality => WireStrategy::Locality,
     }
 }
 
@@ -43,6 +42,7 @@ pub(crate) fn strategy_to_wire(strategy: &SchedulingStrategy) -> WireStrategy {
 pub(crate) fn strategy_from_wire(strategy: &WireStrategy) -> SchedulingStrategy {
     match strategy {
         WireStrategy::Default => SchedulingStrategy::Default,
+        WireStrategy::Locality => SchedulingStrategy::Locality,
         WireStrategy::Spread => SchedulingStrategy::Spread,
         WireStrategy::NodeAffinity { node, soft } => SchedulingStrategy::NodeAffinity {
             node: *node,

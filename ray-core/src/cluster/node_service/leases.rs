@@ -69,6 +69,7 @@ impl NodeService {
                 spilled_from,
                 hard_labels,
                 soft_labels,
+                arg_bytes,
             }) => {
                 let (tx, rx) = oneshot::channel();
                 inner.replies.lock().insert(lease, tx);
@@ -82,6 +83,7 @@ impl NodeService {
                         fingerprint,
                     },
                 );
+                task.arg_bytes = arg_bytes.iter().map(|a| (a.node, a.bytes)).collect();
                 task.labels = ray_sched::LabelSelector {
                     hard: labels_from_wire(hard_labels),
                     soft: labels_from_wire(soft_labels),
@@ -313,6 +315,11 @@ impl NodeService {
                         spilled_from: Some(inner.node),
                         hard_labels: labels_to_wire(&task.labels.hard),
                         soft_labels: labels_to_wire(&task.labels.soft),
+                        arg_bytes: task
+                            .arg_bytes
+                            .iter()
+                            .map(|&(node, bytes)| ray_proto::wire::ArgBytes { node, bytes })
+                            .collect(),
                     };
                     conn.request(&Envelope::new(request.into())).await.ok()
                 }
