@@ -436,3 +436,78 @@ async fn the_locality_strategy_runs_where_the_arguments_are() {
     ray.shutdown();
     drop(cluster);
 }
+
+/// A policy set of this program: default work goes to the highest-numbered
+/// node that has room.
+struct LastNode;
+
+impl ray_core::cluster::Policy for LastNode {
+    fn name(&self) -> &str {
+        "last-node"
+    }
+
+    fn decide(
+        &mut self,
+        req: &ray_core::cluster::Request<'_>,
+        view: &ray_core::cluster::ClusterView,
+    ) -> ray_core::cluster::Decision {
+        match view
+            .nodes()
+            .iter()
+            .rev()
+            .find(|n| n.resources().can_acquire(req.resources))
+        {
+            Some(n) => ray_core::cluster::Decision::Node(n.id()),
+            None => ray_core::cluster::Decision::Wait,
+        }
+    }
+}
+
+fn last_node(seed: u64) -> ray_core::cluster::Policies {
+    ray_core::cluster::Policies::standard(seed).with_default(Box::new(LastNode))
+}
+
+ray_core::policy_set!("last-node", last_node);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_schedule_with_a_policy_set_the_program_registered() {
+    let unknown = Cluster::local_with(
+        1,
+        ray_core::LocalClusterConfig {
+            policies: "no-such-set".into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert!(
+        matches!(unknown, Err(Error::InvalidArgument(_))),
+        "{unknown:?}"
+    );
+
+    let cluster = Cluster::local_with(
+        2,
+        ray_core::LocalClusterConfig {
+            policies: "last-node".into(),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let last = ray
+        .nodes()
+        .await
+        .unwrap()
+        .iter()
+        .map(|n| n.id.0)
+        .max()
+        .unwrap();
+    // The driver's node is idle, so Ray's hybrid policy would keep these.
+    for _ in 0..4 {
+        let r = busy_on_node::remote(&ray, 1).unwrap();
+        assert_eq!(r.get().await.unwrap(), last);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    ray.shutdown();
+    drop(cluster);
+}

@@ -157,6 +157,10 @@ pub struct StartCli {
     /// the least recently used evicted first
     #[arg(long, value_name = "BYTES", default_value_t = 2 << 30)]
     pub binary_cache_bytes: u64,
+    /// The scheduling policies this node decides with, by the name they were
+    /// registered under (`standard`: Ray's)
+    #[arg(long, value_name = "NAME", default_value = "standard")]
+    pub policies: String,
     /// Resources this node offers, as a JSON object: {"GPU": 1, "disk": 0.5}
     #[arg(long, value_name = "JSON", value_parser = parse_resources)]
     pub resources: Option<ResourceSet>,
@@ -387,6 +391,8 @@ pub struct StartArgs {
     pub dashboard: SocketAddr,
     /// What the node's workers and binary cache may use.
     pub limits: ray_core::cluster::NodeLimits,
+    /// Makes the node's scheduling policies (`--policies`).
+    pub policies: ray_core::cluster::PolicyFactory,
 }
 
 /// How `status` and `list` reach the GCS.
@@ -410,7 +416,7 @@ impl Cli {
     /// A usage error (exit status 2) for values that do not fit together.
     pub fn into_command(self) -> Result<Command, CliError> {
         Ok(match self.command {
-            CliCommand::Start(start) => start.command(),
+            CliCommand::Start(start) => start.command()?,
             CliCommand::Status(query) => Command::Status(query.into()),
             CliCommand::List(list) => Command::List(list.query.into(), list.table, list.format),
             CliCommand::Stop(stop) => Command::Stop {
@@ -447,7 +453,14 @@ impl From<QueryCli> for QueryArgs {
 }
 
 impl StartCli {
-    fn command(self) -> Command {
+    fn command(self) -> Result<Command, CliError> {
+        let policies = ray_core::cluster::policy_set(&self.policies).ok_or_else(|| {
+            CliError::usage(format!(
+                "--policies: no policy set named {:?} (this rayrs has {})",
+                self.policies,
+                ray_core::cluster::policy_set_names().join(", ")
+            ))
+        })?;
         let mut resources = self.resources.unwrap_or_default();
         let machine = ray_core::machine::detect();
         // A flag wins, then --resources, then what the machine has.
@@ -488,11 +501,12 @@ impl StartCli {
                 object_store_bytes: self.object_store_memory,
                 binary_cache_bytes: self.binary_cache_bytes,
             },
+            policies,
         };
         match self.address {
             // clap's group: exactly one of --head and --address.
-            Some(addr) if !self.head => Command::Join(args, addr),
-            _ => Command::Head(args),
+            Some(addr) if !self.head => Ok(Command::Join(args, addr)),
+            _ => Ok(Command::Head(args)),
         }
     }
 }

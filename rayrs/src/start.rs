@@ -37,6 +37,7 @@ pub async fn head(args: StartArgs) -> Result<(), CliError> {
             timeout: args.timeout,
             dashboard: Some(args.dashboard),
             limits: args.limits,
+            policies: args.policies,
         },
         &creds,
     )
@@ -79,6 +80,7 @@ pub async fn join(args: StartArgs, gcs: SocketAddr) -> Result<(), CliError> {
             labels: args.labels.clone(),
             timeout: args.timeout,
             limits: args.limits,
+            policies: args.policies,
         },
         &creds,
     )

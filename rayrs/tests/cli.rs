@@ -299,6 +299,7 @@ fn wrong_flags_and_missing_credentials_fail_with_one_line() {
         vec!["start", "--head", "--port", "seventy"],
         vec!["start", "--address", "no-port-here"],
         vec!["start", "--head", "--resources", "[1, 2]"],
+        vec!["start", "--head", "--policies", "no-such-set"],
         vec!["list", "tasks-and-more"],
         vec!["list", "nodes", "--format", "xml"],
         vec!["frobnicate"],

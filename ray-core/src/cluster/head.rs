@@ -61,6 +61,8 @@ pub struct HeadConfig {
     pub dashboard: Option<SocketAddr>,
     /// What the head's node's workers and binary cache may use.
     pub limits: NodeLimits,
+    /// Makes the head's node's scheduler policies.
+    pub policies: super::PolicyFactory,
 }
 
 /// How [`start_node`] starts a node and joins it to a cluster.
@@ -81,6 +83,10 @@ pub struct NodeConfig {
     pub timeout: Duration,
     /// What the node's workers and binary cache may use.
     pub limits: NodeLimits,
+    /// Makes the node scheduler's policies (see
+    /// [`policy_set`](super::policy_set); `ray_sched::Policies::standard`
+    /// is Ray's).
+    pub policies: super::PolicyFactory,
 }
 
 /// What a node's workers and its cache of job binaries may use.
@@ -213,6 +219,7 @@ impl Head {
                 labels: config.labels,
                 timeout: config.timeout,
                 limits: config.limits,
+                policies: config.policies,
             },
             credentials,
         )
@@ -358,6 +365,7 @@ pub async fn start_node(
             cache_dir: absolute(config.dir.join("binaries")),
             bind_ip: advertised.ip(),
             limits: config.limits,
+            policies: config.policies,
         },
     ))
 }

@@ -30,6 +30,8 @@ const VAR_DIR: &str = "RAYRS_DAEMON_DIR";
 pub(super) const VAR_CPUS: &str = "RAYRS_DAEMON_CPUS";
 const VAR_ADDRESS: &str = "RAYRS_DAEMON_ADDRESS";
 const VAR_HEALTH_MS: &str = "RAYRS_DAEMON_HEALTH_MS";
+/// The name of the node's policy set.
+const VAR_POLICIES: &str = "RAYRS_DAEMON_POLICIES";
 /// The node's labels, `k=v` pairs joined by commas.
 const VAR_LABELS: &str = "RAYRS_DAEMON_LABELS";
 /// Bounds a daemon's TLS handshakes and its connecting to the GCS.
@@ -48,6 +50,11 @@ pub struct LocalClusterConfig {
     /// Labels of each node, by start order (the head first); nodes past
     /// the list's end have none.
     pub node_labels: Vec<BTreeMap<String, String>>,
+    /// The policy set every node schedules with, by the name it was
+    /// registered under ([`policy_set!`](crate::policy_set); default
+    /// `"standard"`, Ray's). The node processes run this program, so a set
+    /// it registers is there.
+    pub policies: String,
 }
 
 impl Default for LocalClusterConfig {
@@ -57,6 +64,7 @@ impl Default for LocalClusterConfig {
             health_timeout: Duration::from_secs(2),
             start_timeout: Duration::from_secs(30),
             node_labels: Vec::new(),
+            policies: super::policy_sets::STANDARD.into(),
         }
     }
 }
@@ -93,6 +101,13 @@ impl Cluster {
             return Err(Error::InvalidArgument(
                 "a cluster needs at least one node".into(),
             ));
+        }
+        if super::policy_set(&config.policies).is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "no policy set named {:?} (this program has {:?})",
+                config.policies,
+                super::policy_set_names()
+            )));
         }
         remove_stale_dirs(&std::env::temp_dir());
         let dir = std::env::temp_dir().join(format!(
@@ -151,6 +166,7 @@ impl Cluster {
             .env(VAR_DIR, &self.dir)
             .env(VAR_CPUS, config.cpus_per_node.to_string())
             .env(VAR_HEALTH_MS, config.health_timeout.as_millis().to_string())
+            .env(VAR_POLICIES, &config.policies)
             .stdin(Stdio::null());
         if let Some(labels) = config.node_labels.get(index) {
             let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -435,6 +451,10 @@ fn run_daemon(kind: &str) -> std::result::Result<(), ProcessError> {
         .filter_map(|pair| pair.split_once('='))
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
+    let policies = std::env::var(VAR_POLICIES)
+        .ok()
+        .and_then(|name| super::policy_set(&name))
+        .unwrap_or(ray_sched::Policies::standard);
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("ray-daemon")
@@ -458,6 +478,7 @@ fn run_daemon(kind: &str) -> std::result::Result<(), ProcessError> {
                     timeout: DAEMON_TIMEOUT,
                     dashboard: None,
                     limits: Default::default(),
+                    policies,
                 },
                 &creds,
             )
@@ -477,6 +498,7 @@ fn run_daemon(kind: &str) -> std::result::Result<(), ProcessError> {
                 labels,
                 timeout: DAEMON_TIMEOUT,
                 limits: Default::default(),
+                policies,
             },
             &creds,
         )

@@ -26,6 +26,7 @@ mod local;
 mod node_daemon;
 mod node_service;
 mod pg;
+mod policy_sets;
 mod worker;
 
 use std::net::SocketAddr;
@@ -43,6 +44,9 @@ pub use head::{
 };
 #[doc(hidden)]
 pub use node_daemon::{NodeDaemon, NodeSpec};
+pub use policy_sets::{policy_set, policy_set_names, PolicyFactory, PolicySet, POLICY_SETS};
+/// What a custom policy set is made of (from ray-sched).
+pub use ray_sched::{ClusterView, Decision, Policies, Policy, Request};
 
 pub(crate) use self::core::{ClusterCore, ClusterRemote, CoreConfig};
 pub(crate) use join::connect_driver;

@@ -32,7 +32,7 @@ use hashbrown::HashMap;
 use parking_lot::Mutex;
 use ray_proto::wire::Message;
 use ray_proto::{JobId, NodeId, TaskId};
-use ray_sched::{ClusterView, NodeScheduler, Policies, ResourceSet};
+use ray_sched::{ClusterView, NodeScheduler, ResourceSet};
 use tokio::sync::oneshot;
 
 use super::NodeDaemon;
@@ -51,6 +51,8 @@ pub struct NodeServiceConfig {
     pub bind_ip: IpAddr,
     /// What the node's workers and binary cache may use.
     pub limits: crate::cluster::NodeLimits,
+    /// Makes the node scheduler's policies.
+    pub policies: crate::cluster::PolicyFactory,
 }
 
 struct Inner {
@@ -98,6 +100,7 @@ impl NodeService {
         let mut view = ClusterView::new();
         view.add_node(node, total.clone(), labels);
         let seed = node.0 ^ 0x5eed_0000;
+        let policies = (config.policies)(seed);
         let inner = Arc::new(Inner {
             node,
             gcs_addr: daemon.client().addr(),
@@ -106,7 +109,7 @@ impl NodeService {
             endpoint,
             config,
             total,
-            sched: Mutex::new(NodeScheduler::new(node, view, Policies::standard(seed))),
+            sched: Mutex::new(NodeScheduler::new(node, view, policies)),
             replies: Mutex::new(HashMap::new()),
             lease_jobs: Mutex::new(HashMap::new()),
             detached: Mutex::new(hashbrown::HashSet::new()),
