@@ -225,9 +225,11 @@ async fn the_error_tour_ends_the_same_way_embedded_and_on_a_cluster() {
     embedded.shutdown();
 
     let cluster = Cluster::local(2).await.expect("cluster starts");
+    // A driver offers no resources: the nodes do (2 CPUs each).
     let on_cluster = ray_core::init_with(Config {
         address: Some(cluster.address()),
         credentials: Some(cluster.credentials()),
+        num_cpus: None,
         ..config()
     })
     .await
@@ -509,5 +511,33 @@ async fn nodes_schedule_with_a_policy_set_the_program_registered() {
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
     ray.shutdown();
+    drop(cluster);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_blocking_joins_a_cluster_from_a_plain_thread() {
+    let cluster = Cluster::local(1).await.expect("cluster starts");
+    let (address, credentials) = (cluster.address(), cluster.credentials());
+    let got = std::thread::spawn(move || {
+        let ray = ray_core::init_blocking(Config {
+            address: Some(address),
+            credentials: Some(credentials),
+            ..Config::default()
+        })?;
+        let r = add_one::remote(&ray, 41)?;
+        let (ready, _) = ray.wait_blocking(std::slice::from_ref(&r), 1, None)?;
+        assert_eq!(ready.len(), 1);
+        let v = r.get_timeout_blocking(Duration::from_secs(600));
+        ray.shutdown();
+        v
+    })
+    .join()
+    .expect("the thread does not panic");
+    assert_eq!(got.unwrap(), 42);
+    // Inside an async runtime it is a typed error, not a panic.
+    assert!(matches!(
+        ray_core::init_blocking(Config::default()),
+        Err(Error::InvalidArgument(_))
+    ));
     drop(cluster);
 }

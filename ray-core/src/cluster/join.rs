@@ -114,6 +114,7 @@ pub(crate) fn start_cluster_process(p: ClusterProcess) -> Result<(Ray, Arc<Clust
 
 /// Joins the cluster at `address` as the driver of a new job.
 pub(crate) async fn connect_driver(config: Config, address: String) -> Result<Ray> {
+    check_driver_config(&config, &address)?;
     // A driver's cluster I/O runs on one thread of its own, not on the
     // caller's runtime: with two threads the QUIC tasks of one round trip
     // hop between them, a wake-up each (measured: see
@@ -127,6 +128,27 @@ pub(crate) async fn connect_driver(config: Config, address: String) -> Result<Ra
         .map_err(|e| Error::cluster_from(format!("connecting to the cluster stopped: {e}"), e))??;
     *ray.rt.owned_tokio.lock() = Some(io);
     Ok(ray)
+}
+
+/// Refuses the `Config` fields that describe a node, which a driver joining
+/// a cluster does not offer (as Ray refuses `num_cpus` with an address):
+/// the cluster's nodes offer resources and labels, set by `rayrs start`.
+fn check_driver_config(config: &Config, address: &str) -> Result<()> {
+    let node_fields = [
+        ("num_cpus", config.num_cpus.is_some()),
+        ("num_gpus", config.num_gpus.is_some()),
+        ("memory_bytes", config.memory_bytes.is_some()),
+        ("resources", !config.resources.is_empty()),
+        ("labels", !config.labels.is_empty()),
+    ];
+    match node_fields.iter().find(|(_, set)| *set) {
+        Some((field, _)) => Err(Error::InvalidArgument(format!(
+            "Config::{field} does not apply when joining the cluster at {address}: its nodes \
+             offer the resources and labels (rayrs start --num-cpus, --num-gpus, --memory, \
+             --resources, --labels); leave it unset"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// [`connect_driver`] on the driver's own I/O runtime.
@@ -260,6 +282,31 @@ mod tests {
     use ray_transport::TransportError;
 
     use super::*;
+
+    #[test]
+    fn a_driver_config_that_describes_a_node_is_refused_naming_the_field() {
+        assert!(check_driver_config(&Config::default(), "h:1").is_ok());
+        let cases = [
+            Config {
+                num_cpus: Some(2.0),
+                ..Config::default()
+            },
+            Config {
+                num_gpus: Some(1.0),
+                ..Config::default()
+            },
+            Config {
+                labels: [("zone".to_string(), "a".to_string())].into(),
+                ..Config::default()
+            },
+        ];
+        for (config, field) in cases.iter().zip(["num_cpus", "num_gpus", "labels"]) {
+            match check_driver_config(config, "h:1") {
+                Err(Error::InvalidArgument(msg)) => assert!(msg.contains(field), "{msg}"),
+                other => panic!("{field}: {other:?}"),
+            }
+        }
+    }
 
     #[tokio::test]
     async fn missing_credentials_keep_the_transport_error() {
