@@ -38,6 +38,9 @@ impl Machine {
     pub fn default_memory_bytes(&self) -> u64 {
         self.available_memory_bytes
             .map_or(0, |b| (b as f64 * MEMORY_SHARE) as u64)
+            // A resource amount holds at most `MAX_UNITS` (1e12 bytes
+            // here); a machine with more offers that much.
+            .min(ray_sched::MAX_UNITS as u64)
     }
 
     /// The model shared by the GPUs, if there are any and one name fits all.
@@ -50,9 +53,32 @@ impl Machine {
     }
 }
 
-/// Detects this machine's resources.
+/// Detects this machine's resources; GPUs as `CUDA_VISIBLE_DEVICES`
+/// limits them when it is set (indices; an empty value hides them all).
 pub fn detect() -> Machine {
-    detect_in(Path::new("/"))
+    let mut machine = detect_in(Path::new("/"));
+    if let Ok(visible) = std::env::var("CUDA_VISIBLE_DEVICES") {
+        machine.gpus = visible_gpus(machine.gpus, &visible);
+    }
+    machine
+}
+
+/// The GPUs `visible` (a `CUDA_VISIBLE_DEVICES` value) names, by index.
+/// Entries that are not indices (UUIDs) keep the GPU at that position.
+fn visible_gpus(gpus: Vec<Gpu>, visible: &str) -> Vec<Gpu> {
+    let entries: Vec<&str> = visible
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .collect();
+    entries
+        .iter()
+        .enumerate()
+        .filter_map(|(position, entry)| {
+            let index = entry.parse::<u32>().unwrap_or(position as u32);
+            gpus.iter().find(|g| g.index == index).cloned()
+        })
+        .collect()
 }
 
 /// [`detect`] with `/proc` and `/dev` read under `root` (for tests).
@@ -78,8 +104,7 @@ fn available_memory(root: &Path) -> Option<u64> {
 
 /// NVIDIA GPUs: one directory each under `/proc/driver/nvidia/gpus` (its
 /// `information` file names the model), else one `/dev/nvidiaN` each.
-/// `CUDA_VISIBLE_DEVICES` is not applied here: it limits a process, not
-/// what the machine has.
+/// [`detect`] then keeps those `CUDA_VISIBLE_DEVICES` lists, as Ray does.
 fn gpus(root: &Path) -> Vec<Gpu> {
     let from_driver: Vec<Option<String>> =
         match std::fs::read_dir(root.join("proc/driver/nvidia/gpus")) {
@@ -174,6 +199,25 @@ mod tests {
         assert_eq!(m.available_memory_bytes, None);
         assert_eq!(m.default_memory_bytes(), 0);
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn cuda_visible_devices_limits_the_gpus() {
+        let gpus: Vec<Gpu> = (0..4).map(|index| Gpu { index, model: None }).collect();
+        let indices = |v: &str| -> Vec<u32> {
+            visible_gpus(gpus.clone(), v)
+                .iter()
+                .map(|g| g.index)
+                .collect()
+        };
+        assert_eq!(indices("2,0"), [2, 0]);
+        assert_eq!(indices(""), Vec::<u32>::new());
+        assert_eq!(indices("7"), Vec::<u32>::new(), "no such GPU");
+        assert_eq!(
+            indices("GPU-aaaa,GPU-bbbb"),
+            [0, 1],
+            "UUIDs keep their positions"
+        );
     }
 
     #[test]

@@ -150,7 +150,7 @@ impl<T: Object> ObjectRef<T> {
 /// `wait` mixes anything).
 ///
 /// It counts as a reference like the typed ref it came from. Turn it back
-/// with [`AnyRef::typed`]; the type is checked when the value is read.
+/// with [`AnyRef::typed`], as the type it was made with.
 #[derive(Clone)]
 pub struct AnyRef {
     pub(crate) handle: Arc<RefHandle>,
@@ -167,9 +167,11 @@ impl AnyRef {
         self.handle.is_ready()
     }
 
-    /// The typed ref again. Reading it as the wrong type fails with
-    /// [`Error::Serialization`] (the bytes are validated), never with
-    /// undefined behaviour.
+    /// The typed ref again. Objects carry no type tag: read as the wrong
+    /// type, the value fails validation ([`Error::Serialization`]) or, where
+    /// the bytes happen to be a valid value of that type too (a `u64` read
+    /// as an `i64`), reads as a meaningless value; never undefined
+    /// behaviour.
     pub fn typed<T>(self) -> ObjectRef<T> {
         ObjectRef::from_handle(self.handle)
     }

@@ -112,7 +112,7 @@ impl Ray {
             death_cause: None,
             total: self.rt.node_total.clone(),
             available,
-            labels: BTreeMap::new(),
+            labels: self.rt.settings.node_labels.clone(),
         }
     }
 }

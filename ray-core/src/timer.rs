@@ -6,7 +6,9 @@
 //! no reactor running"). So timeouts in the user API use this instead: one
 //! process-wide thread keeps the pending deadlines in a heap and wakes each
 //! future's waker when its time comes. A deadline that is never polled
-//! costs nothing; one that is dropped before it fires is forgotten.
+//! costs nothing; one dropped before it fires is forgotten (its waker at
+//! once, its heap slot when it comes due or when forgotten slots outnumber
+//! live ones).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -51,6 +53,7 @@ fn timer() -> &'static Arc<Timer> {
 /// The timer thread: wakes every entry whose deadline has passed, then
 /// sleeps until the next one or a new entry.
 fn run(timer: &Timer) {
+    let mut due = Vec::new();
     let mut wheel = timer.wheel.lock().unwrap_or_else(|e| e.into_inner());
     loop {
         let now = Instant::now();
@@ -60,8 +63,16 @@ fn run(timer: &Timer) {
             }
             wheel.heap.pop();
             if let Some(waker) = wheel.wakers.remove(&id) {
-                waker.wake();
+                due.push(waker);
             }
+        }
+        if !due.is_empty() {
+            // Woken (and dropped) without the lock: a waker may drop a task
+            // whose future holds a `Sleep`, whose drop takes the lock.
+            drop(wheel);
+            due.drain(..).for_each(Waker::wake);
+            wheel = timer.wheel.lock().unwrap_or_else(|e| e.into_inner());
+            continue;
         }
         wheel = match wheel.heap.peek() {
             Some(&Reverse((at, _))) => {
@@ -110,7 +121,10 @@ impl Future for Sleep {
         let mut wheel = timer.wheel.lock().unwrap_or_else(|e| e.into_inner());
         match self.entry {
             Some(id) if wheel.wakers.contains_key(&id) => {
-                wheel.wakers.insert(id, cx.waker().clone());
+                let old = wheel.wakers.insert(id, cx.waker().clone());
+                // The replaced waker is dropped without the lock.
+                drop(wheel);
+                drop(old);
             }
             // Fired between the clock read above and the lock: it is due.
             Some(_) => return Poll::Ready(()),
@@ -137,9 +151,18 @@ impl Future for Sleep {
 impl Drop for Sleep {
     fn drop(&mut self) {
         if let Some(id) = self.entry {
-            // Forget the waker; its heap slot is skipped when it comes due.
+            // Forget the waker; its heap slot is skipped when it comes due,
+            // or dropped sooner once forgotten slots outnumber live ones (a
+            // long timeout that resolved early must not stay for its whole
+            // length).
             let mut wheel = timer().wheel.lock().unwrap_or_else(|e| e.into_inner());
-            wheel.wakers.remove(&id);
+            let waker = wheel.wakers.remove(&id);
+            if wheel.heap.len() > 64 && wheel.heap.len() > 2 * wheel.wakers.len() {
+                let Wheel { heap, wakers, .. } = &mut *wheel;
+                heap.retain(|Reverse((_, id))| wakers.contains_key(id));
+            }
+            drop(wheel);
+            drop(waker);
         }
     }
 }
@@ -197,6 +220,26 @@ mod tests {
         let start = Instant::now();
         futures::executor::block_on(Sleep::new(Duration::from_millis(10)));
         assert!(start.elapsed() < Duration::from_secs(1800));
+    }
+
+    #[test]
+    fn slots_of_dropped_long_sleeps_do_not_pile_up() {
+        let waker = futures::task::noop_waker();
+        for _ in 0..1_000 {
+            let mut sleep = Box::pin(Sleep::new(Duration::from_secs(3600)));
+            assert!(sleep
+                .as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_pending());
+        }
+        let wheel = timer().wheel.lock().unwrap();
+        // Other tests' sleeps may be live meanwhile: a bound, not a count.
+        assert!(
+            wheel.heap.len() <= 64 + 2 * wheel.wakers.len(),
+            "{} slots for {} live sleeps",
+            wheel.heap.len(),
+            wheel.wakers.len()
+        );
     }
 
     #[test]

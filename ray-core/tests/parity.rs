@@ -541,3 +541,18 @@ async fn init_blocking_joins_a_cluster_from_a_plain_thread() {
     ));
     drop(cluster);
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_named_actor_is_created_from_a_current_thread_runtime_too() {
+    let cluster = Cluster::local(1).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    // The create-time name check cannot wait for the GCS on this runtime;
+    // creating still works (the GCS checks the name when it registers).
+    let named = Counter::options()
+        .name("current-thread")
+        .remote(&ray)
+        .unwrap();
+    assert_eq!(named.incr().unwrap().get().await.unwrap(), 1);
+    ray.shutdown();
+    drop(cluster);
+}

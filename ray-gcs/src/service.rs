@@ -59,8 +59,9 @@ pub struct State {
     heartbeat_interval: Duration,
     /// The binary of every job registered, by job.
     job_binaries: HashMap<JobId, JobBinary>,
-    /// The settings each running job's driver registered (its workers
-    /// follow them).
+    /// The settings each job's driver registered (its workers follow
+    /// them); kept after the job ends, as a detached actor's worker may
+    /// still start for it.
     job_configs: HashMap<JobId, wire::JobConfig>,
     /// Uploaded job binaries by SHA-256; kept for the life of the service
     /// (a detached actor may outlive its job and need its binary again).

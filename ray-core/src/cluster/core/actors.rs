@@ -144,12 +144,17 @@ impl ClusterCore {
             // A name held by a live actor fails here, at create, as it does
             // embedded. (Two creators racing for a free name both pass; the
             // GCS registers the first and the other dies with the reason.)
+            // It blocks this thread for one GCS round trip, as Ray's
+            // creation of a named actor does.
             let gcs = self.gcs.clone();
             let (ns, n) = (namespace.clone(), name.clone());
+            // A current-thread tokio runtime cannot wait for the GCS here:
+            // the name is then checked only when the GCS registers the
+            // actor (a taken one makes its calls fail with `ActorDied`).
             let held = super::remote::block_on_cluster(&self.tokio, async move {
                 gcs.lookup_actor(&ns, &n).await
-            })?;
-            if let Ok(holder) = held {
+            });
+            if let Ok(Ok(holder)) = held {
                 return Err(Error::NameTaken {
                     namespace,
                     name: name.clone(),

@@ -40,18 +40,18 @@ impl NodeTotals {
             SchedulingStrategy::NodeAffinity { node, soft: false } => Some(*node),
             _ => None,
         };
-        let candidates: Vec<&ResourceSet> = self
+        let allowed = |(id, _, node_labels): &&(NodeId, ResourceSet, BTreeMap<String, String>)| {
+            pinned.is_none_or(|p| p == *id) && labels.allows(node_labels)
+        };
+        if self
             .nodes
             .iter()
-            .filter(|(id, _, node_labels)| {
-                pinned.is_none_or(|p| p == *id) && labels.allows(node_labels)
-            })
-            .map(|(_, total, _)| total)
-            .collect();
-        if candidates.iter().any(|total| request.is_subset_of(total)) {
+            .filter(allowed)
+            .any(|(_, total, _)| request.is_subset_of(total))
+        {
             return Ok(());
         }
-        let labelled = !candidates.is_empty() || labels.hard.is_empty();
+        let labelled = labels.hard.is_empty() || self.nodes.iter().any(|n| allowed(&n));
         // Name the largest node: the one that came closest.
         let largest = self
             .nodes

@@ -76,6 +76,9 @@ pub(crate) const PIPELINE: usize = 64;
 /// as it takes a worker this long to run (by their measured length), up to
 /// [`PIPELINE`]; enough to hide a round trip between results.
 pub(crate) const PIPELINE_BUDGET: Duration = Duration::from_millis(1);
+/// How long an owner waits before asking again after a lease request
+/// failed while it still had other leases.
+pub(crate) const LEASE_RETRY: Duration = Duration::from_millis(100);
 /// Lease requests of one shape a process has out at once (Ray's
 /// `max_pending_lease_requests_per_scheduling_category` is 10).
 pub(crate) const MAX_LEASE_REQUESTS: usize = 8;

@@ -67,6 +67,9 @@ pub(super) struct KeyState {
     /// A running average of how long one task of this shape takes a
     /// worker, in nanoseconds, from the spacing of results (0: unknown).
     pub(super) task_nanos: u64,
+    /// After a lease request failed while other leases could still run
+    /// the queue: no new request before this (the next result pumps).
+    pub(super) retry_at: Option<Instant>,
 }
 
 impl KeyState {
@@ -280,8 +283,8 @@ impl ClusterCore {
         }]
     }
 
-    /// Pushes queued work of `key` onto its leases; asks for a lease if
-    /// work remains and none is being asked for.
+    /// Pushes queued work of `key` onto its leases; asks for more leases
+    /// while queued work exceeds the leases held and asked for.
     pub(super) fn pump(self: &Arc<Self>, key: &SchedKey) {
         let mut requests = 0;
         let mut give_back = Vec::new();
@@ -289,13 +292,17 @@ impl ClusterCore {
             let mut st = self.owner.lock();
             let OwnerState { keys, inflight } = &mut *st;
             let Some(ks) = keys.get_mut(key) else { return };
+            // A lease whose worker is gone takes no more work and must not
+            // count as capacity (its inflight work was failed with it).
+            ks.leases.retain(|l| !l.link.is_dead());
             // The backlog: work queued here and pushed but not answered.
             let backlog = ks.queue.len() + ks.leases.iter().map(|l| l.inflight).sum::<usize>();
             // Ask for a lease per task beyond the leases held, a few at a
             // time: the node grants them locally while it has room and
             // spills the rest to nodes with free resources, so a backlog
             // spreads over the cluster instead of queueing on one lease.
-            if !ks.queue.is_empty() {
+            let backing_off = ks.retry_at.is_some_and(|t| Instant::now() < t);
+            if !ks.queue.is_empty() && !backing_off {
                 let want = backlog
                     .saturating_sub(ks.leases.len())
                     .min(MAX_LEASE_REQUESTS);
@@ -412,6 +419,8 @@ impl ClusterCore {
                     self.return_lease(node, id);
                     None
                 }
+                // Its worker went away between the grant and now.
+                Ok((_, _, link)) if link.is_dead() => None,
                 Ok((id, node, link)) => {
                     ks.leases.push(Lease {
                         id,
@@ -421,6 +430,18 @@ impl ClusterCore {
                         idle_since: Some(Instant::now()),
                         busy_from: None,
                     });
+                    None
+                }
+                // Other leases held or on their way can still run the
+                // queue: only infeasible work, or the last hope failing,
+                // fails it. New requests wait a little (no hot loop
+                // against a node that keeps refusing).
+                Err(e)
+                    if !matches!(e, Error::Infeasible { .. })
+                        && (!ks.leases.is_empty() || ks.requesting > 0) =>
+                {
+                    tracing::debug!(target: "ray::cluster", error = %e, "lease.request_failed");
+                    ks.retry_at = Some(Instant::now() + LEASE_RETRY);
                     None
                 }
                 Err(e) => Some((std::mem::take(&mut ks.queue), e)),

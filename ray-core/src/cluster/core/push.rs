@@ -211,12 +211,16 @@ impl ClusterCore {
     pub(super) fn link_died(self: &Arc<Self>, link: &Link, cause: String) {
         let (addr, node) = (link.addr, link.node);
         link.dead.store(true, std::sync::atomic::Ordering::Release);
+        let mut requeue = Vec::new();
         self.links.lock().remove(&addr);
         let failed: Vec<(TaskId, Inflight)> = {
             let mut st = self.owner.lock();
             let OwnerState { keys, inflight } = &mut *st;
-            for ks in keys.values_mut() {
+            for (key, ks) in keys.iter_mut() {
                 ks.leases.retain(|l| l.link.addr != addr);
+                if !ks.queue.is_empty() {
+                    requeue.push(key.clone());
+                }
             }
             let ids: Vec<TaskId> = inflight
                 .iter()
@@ -227,6 +231,10 @@ impl ClusterCore {
                 .filter_map(|id| inflight.remove(&id).map(|f| (id, f)))
                 .collect()
         };
+        // Work still queued for the lost leases asks for others.
+        for key in &requeue {
+            self.pump(key);
+        }
         if failed.is_empty() {
             return;
         }

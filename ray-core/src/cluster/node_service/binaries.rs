@@ -36,9 +36,8 @@ impl NodeService {
             // Used now: the last to go when the cache is trimmed.
             let touched = path.clone();
             let _ = off_runtime(move || {
-                let _ = std::fs::File::options()
-                    .append(true)
-                    .open(&touched)
+                // Read-only: a binary being run cannot be opened for writing.
+                let _ = std::fs::File::open(&touched)
                     .and_then(|f| f.set_modified(std::time::SystemTime::now()));
                 Ok(())
             })
