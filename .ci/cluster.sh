@@ -184,7 +184,8 @@ step "rayrs status after the job: 2 alive nodes, CPU used/total on each"
 cat "$RUN/status.txt"
 grep -qx 'Nodes: 2 (2 alive, 0 dead)' "$RUN/status.txt" ||
     fail "rayrs status does not show 2 alive nodes after the job"
-usage_lines=$(grep -cE '^ +node-[0-9]+ +[^ ]+ +alive +CPU [0-9.]+/2$' "$RUN/status.txt" || true)
+# CPU first; detected resources (memory, GPUs) may follow.
+usage_lines=$(grep -cE '^ +node-[0-9]+ +[^ ]+ +alive +CPU [0-9.]+/2(, .*)?$' "$RUN/status.txt" || true)
 ((usage_lines == 2)) ||
     fail "rayrs status shows CPU used/total for $usage_lines alive node(s), expected 2"
 
