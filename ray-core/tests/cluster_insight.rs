@@ -9,61 +9,12 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use ray_core::insight::InsightOptions;
-use ray_core::prelude::*;
 use ray_core::{Cluster, Config};
+use ray_test_support::insight_job::{self, edge};
 use serde_json::Value;
-
-#[remote]
-fn leaf(x: u64) -> u64 {
-    std::thread::sleep(Duration::from_millis(5));
-    x + 1
-}
-
-/// Submits `n` leaves from inside a task (another process than the driver).
-#[remote]
-fn parent(n: u64) -> u64 {
-    let ray = Ray::current().expect("in a task");
-    let refs: Vec<_> = (0..n)
-        .map(|i| leaf::remote(&ray, i).expect("submit"))
-        .collect();
-    refs.iter()
-        .map(|r| r.get_blocking().expect("leaf result"))
-        .sum()
-}
-
-#[remote]
-struct Tally {
-    n: u64,
-}
-
-#[remote]
-impl Tally {
-    fn new() -> Self {
-        Tally { n: 0 }
-    }
-    fn add(&mut self, by: u64) -> u64 {
-        self.n += by;
-        self.n
-    }
-}
 
 fn json(text: &str) -> Value {
     serde_json::from_str(text).expect("the head exports valid JSON")
-}
-
-/// The count of the call edge whose callee name ends with `to`, from a
-/// logical view whose caller key contains `from`.
-fn edge(logical: &Value, from: &str, to: &str) -> u64 {
-    logical["call_edges"]
-        .as_array()
-        .expect("call_edges")
-        .iter()
-        .filter(|e| {
-            e["from"].as_str().is_some_and(|f| f.contains(from))
-                && e["name"].as_str().is_some_and(|n| n.ends_with(to))
-        })
-        .map(|e| e["count"].as_u64().unwrap_or(0))
-        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -77,22 +28,7 @@ async fn the_head_builds_one_jobs_views_from_every_process_and_replays_its_log()
     .expect("driver joins, recording");
     let insight = ray.insight().expect("the driver records");
 
-    // 3 parents spread over the nodes, each submitting 4 leaves from its
-    // worker process; 2 actors spread over the nodes, called 5 times each.
-    let parents: Vec<_> = (0..3)
-        .map(|_| parent::options().spread().remote(&ray, 4).unwrap())
-        .collect();
-    for p in &parents {
-        assert_eq!(p.get().await.unwrap(), 1 + 2 + 3 + 4);
-    }
-    let tallies: Vec<_> = (0..2)
-        .map(|_| Tally::options().spread().remote(&ray).unwrap())
-        .collect();
-    for t in &tallies {
-        for _ in 0..5 {
-            t.add(1).unwrap().get().await.unwrap();
-        }
-    }
+    let tallies = insight_job::run(&ray).await;
     insight.flush().await;
     assert!(
         insight.with_views(|_| ()).is_none(),

@@ -5,7 +5,8 @@
 //! Each module that needs a crate of the workspace sits behind a feature
 //! named after it, so a crate's tests build only what they use:
 //! [`counting_alloc`] needs nothing; `embedded` and `deadlock` need
-//! ray-core, `recording` and `workload` ray-insight, `http` ray-dashboard.
+//! ray-core, `insight_job` ray-core and serde_json, `recording` and
+//! `workload` ray-insight, `http` ray-dashboard.
 
 pub mod counting_alloc;
 #[cfg(feature = "deadlock")]
@@ -14,6 +15,8 @@ pub mod deadlock;
 pub mod embedded;
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "insight_job")]
+pub mod insight_job;
 #[cfg(feature = "recording")]
 pub mod recording;
 #[cfg(feature = "workload")]
