@@ -397,6 +397,7 @@ impl ClusterCore {
         let result = self
             .lease(&key.resources, &key.strategy, &key.labels, arg_bytes)
             .await;
+        let mut retry_later = false;
         let failed = {
             let mut st = self.owner.lock();
             let others_waiting = st.others_waiting(&key);
@@ -442,11 +443,22 @@ impl ClusterCore {
                 {
                     tracing::debug!(target: "ray::cluster", error = %e, "lease.request_failed");
                     ks.retry_at = Some(Instant::now() + LEASE_RETRY);
+                    retry_later = true;
                     None
                 }
                 Err(e) => Some((std::mem::take(&mut ks.queue), e)),
             }
         };
+        if retry_later {
+            // Pumped again once the pause is over, even if no result comes
+            // meanwhile (the other leases may be gone by then).
+            let me = self.clone();
+            let key = key.clone();
+            self.tokio.spawn(async move {
+                tokio::time::sleep(LEASE_RETRY).await;
+                me.pump(&key);
+            });
+        }
         if let Some((queue, err)) = failed {
             if let Some(rt) = self.rt() {
                 for q in queue {
