@@ -9,7 +9,6 @@ use std::time::Duration;
 use ray_gcs::{Gcs, JobInfo, NodeInfo};
 use ray_proto::{NodeId, TaskId, WorkerId};
 use ray_sched::{Quantity, ResourceSet, CPU, GPU, MEMORY};
-use ray_store::{ObjectStore, StoreConfig};
 
 use crate::actor::{self, ActorHandle, RemoteActor};
 use crate::error::{Error, Result};
@@ -189,7 +188,7 @@ fn start(config: Config, handle: tokio::runtime::Handle) -> Result<Ray> {
             id: node,
             address: "embedded".into(),
             resources: total.clone(),
-            labels: Default::default(),
+            labels: config.labels.clone(),
         },
         Duration::ZERO,
     )
@@ -200,17 +199,8 @@ fn start(config: Config, handle: tokio::runtime::Handle) -> Result<Ray> {
         started_at: Duration::ZERO,
     })
     .map_err(|e| Error::InvalidArgument(e.to_string()))?;
-    let store = ObjectStore::new(StoreConfig {
-        capacity_bytes: config.object_store_bytes,
-    });
-    let settings = Settings {
-        max_inline_bytes: config.max_inline_bytes,
-        put_timeout: config.put_timeout,
-        namespace: config.namespace,
-        node_labels: config.labels,
-        pool_spin: crate::pool::SPIN,
-        get_spin: crate::object_ref::GET_SPIN,
-    };
+    let (settings, store) =
+        Settings::from_config(&config, crate::pool::SPIN, crate::object_ref::GET_SPIN);
     let insight = insight_options(&config.insight);
     if let Some(options) = &insight {
         install_recording(options)?;

@@ -46,6 +46,30 @@ pub(crate) struct Settings {
     pub(crate) node_labels: std::collections::BTreeMap<String, String>,
 }
 
+impl Settings {
+    /// What `config` sets for a runtime, with the pool's and a get's spin
+    /// (a cluster process spins neither: its work and results arrive over
+    /// the network), and the object store it sizes.
+    pub(crate) fn from_config(
+        config: &crate::ray::Config,
+        pool_spin: Duration,
+        get_spin: Duration,
+    ) -> (Self, ObjectStore) {
+        let settings = Self {
+            max_inline_bytes: config.max_inline_bytes,
+            put_timeout: config.put_timeout,
+            namespace: config.namespace.clone(),
+            node_labels: config.labels.clone(),
+            pool_spin,
+            get_spin,
+        };
+        let store = ObjectStore::new(ray_store::StoreConfig {
+            capacity_bytes: config.object_store_bytes,
+        });
+        (settings, store)
+    }
+}
+
 /// Everything one worker (here: the embedded node) runs on.
 pub(crate) struct Runtime {
     pub(crate) worker: WorkerId,

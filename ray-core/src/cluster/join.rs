@@ -9,7 +9,6 @@ use std::time::Duration;
 use ray_gcs::{Gcs, JobInfo, NodeInfo};
 use ray_proto::{NodeId, WorkerId};
 use ray_sched::{Quantity, ResourceSet, CPU};
-use ray_store::{ObjectStore, StoreConfig};
 
 use super::{ClusterCore, ClusterRemote};
 use crate::error::{Error, Result};
@@ -57,25 +56,12 @@ pub(crate) fn start_cluster_process(p: ClusterProcess) -> Result<(Ray, Arc<Clust
         driver: std::env::args().next().unwrap_or_default(),
         started_at: Duration::ZERO,
     });
-    let store = ObjectStore::new(StoreConfig {
-        capacity_bytes: config.object_store_bytes,
-    });
-    let settings = Settings {
-        max_inline_bytes: config.max_inline_bytes,
-        put_timeout: config.put_timeout,
-        namespace: config.namespace,
-        node_labels: Default::default(),
-        // A cluster process runs only work pushed over the network, which
-        // arrives through its I/O thread: a pool thread spinning for it
-        // only takes the core that thread needs (measured: see
-        // docs/perf-log/2026-11-figures-from-code-comments.md).
-        pool_spin: std::time::Duration::ZERO,
-        // Results come back over the network, a round trip far longer than
-        // a get's spin: spinning for one is in vain and holds up whatever
-        // else its thread would run (measured: see
-        // docs/perf-log/2026-11-figures-from-code-comments.md).
-        get_spin: std::time::Duration::ZERO,
-    };
+    // No spinning in a cluster process. Its pool's work arrives through
+    // its I/O thread, which a spinning pool thread would starve, and its
+    // results come back over the network, a round trip far longer than a
+    // get's spin (measured: see
+    // docs/perf-log/2026-11-figures-from-code-comments.md).
+    let (settings, store) = Settings::from_config(&config, Duration::ZERO, Duration::ZERO);
     if p.insight {
         let insight = crate::recording::install(&crate::insight::InsightOptions::default())?;
         crate::recording::ship_to_head(&insight, p.job, p.worker, p.gcs.clone(), &handle);
