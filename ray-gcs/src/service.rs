@@ -558,36 +558,34 @@ fn register_actor(
     Message::Ok
 }
 
+/// Where actor `id` lives, if it is registered and (when `live_only`) not
+/// dead.
+fn actor_location(state: &State, id: ray_proto::ActorId, live_only: bool) -> Option<Message> {
+    let row = state.gcs.actor(id)?;
+    if live_only && row.state.is_dead() {
+        return None;
+    }
+    let home = state.actor_homes.get(&id)?;
+    Some(Message::from(ActorLocation {
+        id,
+        class_name: row.info.class_name.clone(),
+        worker: home.worker,
+        address: home.address.clone(),
+    }))
+}
+
 fn lookup_actor(state: &State, namespace: &str, name: &str) -> Message {
-    let found = state.gcs.named_actor(namespace, name).and_then(|id| {
-        let row = state.gcs.actor(id)?;
-        let home = state.actor_homes.get(&id)?;
-        Some(Message::from(ActorLocation {
-            id,
-            class_name: row.info.class_name.clone(),
-            worker: home.worker,
-            address: home.address.clone(),
-        }))
-    });
+    let found = state
+        .gcs
+        .named_actor(namespace, name)
+        .and_then(|id| actor_location(state, id, false));
     found.unwrap_or_else(|| Message::Error {
         reason: format!("no actor named {name:?} in namespace {namespace:?}"),
     })
 }
 
 fn locate_actor(state: &State, id: ray_proto::ActorId) -> Message {
-    let found = state.gcs.actor(id).and_then(|row| {
-        if row.state.is_dead() {
-            return None;
-        }
-        let home = state.actor_homes.get(&id)?;
-        Some(Message::from(ActorLocation {
-            id,
-            class_name: row.info.class_name.clone(),
-            worker: home.worker,
-            address: home.address.clone(),
-        }))
-    });
-    found.unwrap_or_else(|| Message::Error {
+    actor_location(state, id, true).unwrap_or_else(|| Message::Error {
         reason: format!("{id} is not a live registered actor"),
     })
 }

@@ -28,7 +28,7 @@ use std::net::SocketAddr;
 use ray_proto::wire::Envelope;
 use rkyv::util::AlignedVec;
 
-use super::connection::{read_error, stream_error, Connection, RecvHalf, SendHalf};
+use super::connection::{read_error, stream_error, Connection, SendHalf};
 use super::frame;
 use super::rpc::IncomingRequest;
 use super::TransportError;
@@ -63,14 +63,7 @@ impl Connection {
         bytes: &[u8],
     ) -> Result<Envelope, TransportError> {
         let addr = self.remote_address();
-        let frame = frame::encode(request, self.max_frame_len())
-            .map_err(|source| TransportError::Frame { peer: addr, source })?;
-        let (send, recv) = self
-            .quic()
-            .open_bi()
-            .await
-            .map_err(|source| TransportError::from_connection(addr, source))?;
-        let mut send = SendHalf::new(send);
+        let (frame, mut send, mut recv) = self.open_request(request).await?;
         let mut upload = ResetUnlessDone::new(&mut send);
         match upload.write(&frame, bytes).await {
             // Stopped: the peer refused the payload; it still answers why.
@@ -78,7 +71,6 @@ impl Connection {
             Err(e) => return Err(stream_error(addr, e.into())),
         }
         upload.finish();
-        let mut recv = RecvHalf::new(recv, self.max_frame_len());
         recv.read_envelope()
             .await
             .map_err(|failure| read_error(self.quic(), addr, failure))

@@ -43,6 +43,23 @@ impl Connection {
         request: &Envelope,
     ) -> Result<RecvHalf, TransportError> {
         let addr = self.remote_address();
+        let (frame, mut send, recv) = self.open_request(request).await?;
+        send.send_frame(&frame)
+            .await
+            .map_err(|e| stream_error(addr, e.into()))?;
+        // Finishing only fails if the stream is already closed; the read
+        // of the reply then reports why.
+        let _ = send.stream_mut().finish();
+        Ok(recv)
+    }
+
+    /// `request` framed (checked against the frame limit before anything
+    /// is opened) and a new stream to send it on.
+    pub(super) async fn open_request(
+        &self,
+        request: &Envelope,
+    ) -> Result<(Vec<u8>, SendHalf, RecvHalf), TransportError> {
+        let addr = self.remote_address();
         let frame = frame::encode(request, self.max_frame_len())
             .map_err(|source| TransportError::Frame { peer: addr, source })?;
         let (send, recv) = self
@@ -50,14 +67,11 @@ impl Connection {
             .open_bi()
             .await
             .map_err(|source| TransportError::from_connection(addr, source))?;
-        let mut send = SendHalf::new(send);
-        send.send_frame(&frame)
-            .await
-            .map_err(|e| stream_error(addr, e.into()))?;
-        // Finishing only fails if the stream is already closed; the read
-        // of the reply then reports why.
-        let _ = send.stream_mut().finish();
-        Ok(RecvHalf::new(recv, self.max_frame_len()))
+        Ok((
+            frame,
+            SendHalf::new(send),
+            RecvHalf::new(recv, self.max_frame_len()),
+        ))
     }
 
     /// Waits for the peer to open its next request stream.

@@ -124,30 +124,19 @@ impl NodeService {
                     resources_from_wire(&resources),
                 );
                 self.drain();
-                if ok {
-                    Message::Ok
-                } else {
-                    Message::Error {
-                        reason: format!(
-                            "bundle {index} of {group} does not fit {} now",
-                            inner.node
-                        ),
-                    }
-                }
+                ok_or_error(ok, || {
+                    format!("bundle {index} of {group} does not fit {} now", inner.node)
+                })
             }
             NodeRequest::CommitBundle(CommitBundle { group, index }) => {
                 let ok = inner.sched.lock().commit_bundle(group, index as usize);
                 self.drain();
-                if ok {
-                    Message::Ok
-                } else {
-                    Message::Error {
-                        reason: format!(
-                            "bundle {index} of {group} is not prepared on {}",
-                            inner.node
-                        ),
-                    }
-                }
+                ok_or_error(ok, || {
+                    format!(
+                        "bundle {index} of {group} is not prepared on {}",
+                        inner.node
+                    )
+                })
             }
             NodeRequest::ReleaseBundle(ReleaseBundle { group, index }) => {
                 inner.sched.lock().release_bundle(group, index as usize);
@@ -351,6 +340,15 @@ impl NodeService {
                 self.drain();
             }
         }
+    }
+}
+
+/// `Ok`, or an `Error` saying `why`.
+fn ok_or_error(ok: bool, why: impl FnOnce() -> String) -> Message {
+    if ok {
+        Message::Ok
+    } else {
+        Message::Error { reason: why() }
     }
 }
 
