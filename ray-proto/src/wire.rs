@@ -177,6 +177,12 @@ mod tests {
 
     /// One message of every kind, with fields that are not all defaults.
     fn every_message() -> Vec<Message> {
+        let job_config = JobConfig {
+            insight: true,
+            namespace: "ns".into(),
+            max_inline_bytes: 1 << 10,
+            put_timeout_ms: 250,
+        };
         let group = PlacementGroupId::new(WorkerId(2), 3);
         let lease = TaskId::new(WorkerId(2), 5);
         let actor = ActorEntry {
@@ -267,12 +273,7 @@ mod tests {
                 driver_address: "127.0.0.1:4000".into(),
                 binary_hash: [3; 32],
                 fingerprint: BuildFingerprint([4; 32]),
-                config: JobConfig {
-                    insight: true,
-                    namespace: "ns".into(),
-                    max_inline_bytes: 1 << 10,
-                    put_timeout_ms: 250,
-                },
+                config: job_config.clone(),
             }
             .into(),
             UploadBinary {
@@ -360,12 +361,7 @@ mod tests {
             BinaryFollows { len: 1 << 30 }.into(),
             WorkerRegistered {
                 worker: WorkerId(3),
-                config: JobConfig {
-                    insight: true,
-                    namespace: "ns".into(),
-                    max_inline_bytes: 1 << 10,
-                    put_timeout_ms: 250,
-                },
+                config: job_config.clone(),
             }
             .into(),
             WorkerInfo {

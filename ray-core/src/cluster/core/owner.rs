@@ -600,6 +600,21 @@ mod tests {
         }
     }
 
+    /// A queued no-op task of this owner.
+    fn queued(seq: u64) -> Queued {
+        Queued {
+            task: TaskId::new(WorkerId(1), seq),
+            function: &QUEUED_FN,
+            args: Vec::new(),
+            keep: Vec::new(),
+            attempt: 0,
+            max_retries: 0,
+            retry_exceptions: false,
+            parent: None,
+            arg_bytes: Vec::new(),
+        }
+    }
+
     fn lease(seq: u64, inflight: usize, idle_for: Option<Duration>) -> Lease {
         let (tx, _) = mpsc::unbounded_channel();
         Lease {
@@ -643,17 +658,7 @@ mod tests {
             .entry(default.clone())
             .or_default()
             .queue
-            .push_back(Queued {
-                task: TaskId::new(WorkerId(1), 10),
-                function: &QUEUED_FN,
-                args: Vec::new(),
-                keep: Vec::new(),
-                attempt: 0,
-                max_retries: 0,
-                retry_exceptions: false,
-                parent: None,
-                arg_bytes: Vec::new(),
-            });
+            .push_back(queued(10));
         assert!(st.others_waiting(&spread), "default work waits");
         assert!(!st.others_waiting(&default), "only its own work waits");
         let back = st.take_idle_leases_of_others(&default);
@@ -670,17 +675,11 @@ mod tests {
             .unwrap()
             .leases
             .push(lease(4, 0, Some(Duration::from_millis(20))));
-        st.keys.get_mut(&spread).unwrap().queue.push_back(Queued {
-            task: TaskId::new(WorkerId(1), 11),
-            function: &QUEUED_FN,
-            args: Vec::new(),
-            keep: Vec::new(),
-            attempt: 0,
-            max_retries: 0,
-            retry_exceptions: false,
-            parent: None,
-            arg_bytes: Vec::new(),
-        });
+        st.keys
+            .get_mut(&spread)
+            .unwrap()
+            .queue
+            .push_back(queued(11));
         assert!(st.take_idle_leases_of_others(&default).is_empty());
     }
 }
