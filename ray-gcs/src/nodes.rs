@@ -309,6 +309,18 @@ impl<S: Storage> Gcs<S> {
         })
     }
 
+    /// Tells `Node` subscribers that something kept beside the table
+    /// changed for alive node `node` (its load, which the service keeps):
+    /// publishes its row as it is. Nothing for an unknown or dead node.
+    pub fn republish_node(&mut self, node: NodeId) {
+        let Some(row) = self.nodes.rows.get(&node) else {
+            return;
+        };
+        if row.is_alive() && self.pubsub.wants(Channel::Node) {
+            self.pubsub.publish(GcsEvent::Node(row.clone()));
+        }
+    }
+
     fn write_node(&mut self, id: NodeId) {
         let row = self.nodes.rows.get(&id).expect("caller just wrote the row");
         self.storage

@@ -167,8 +167,14 @@ pub fn handle(state: &mut State, request: GcsRequest, now: Duration) -> Action {
                 // Each request has its own stream, so reports can overtake
                 // each other: keep the newest.
                 let load = state.loads.entry(node).or_default();
+                let newer = version > load.version;
                 if version >= load.version {
                     *load = NodeLoad { version, used };
+                }
+                if newer {
+                    // The other nodes place work by this load: tell them now
+                    // rather than at their next full refresh.
+                    state.gcs.republish_node(node);
                 }
                 Message::Ok
             }
@@ -208,7 +214,7 @@ pub fn handle(state: &mut State, request: GcsRequest, now: Duration) -> Action {
                     events.push(match e {
                         GcsEvent::Node(row) => WireEvent::Node(node_entry(state, &row)),
                         GcsEvent::Actor(row) => WireEvent::Actor(actor_entry(&row)),
-                        GcsEvent::Job(row) => WireEvent::Job(job_entry(&row)),
+                        GcsEvent::Job(row) => WireEvent::Job(job_entry(state, &row)),
                     });
                 }
             }
@@ -219,7 +225,7 @@ pub fn handle(state: &mut State, request: GcsRequest, now: Duration) -> Action {
             Message::Ok
         }
         GcsRequest::GetJobs(GetJobs) => {
-            let mut jobs: Vec<JobEntry> = state.gcs.jobs().map(job_entry).collect();
+            let mut jobs: Vec<JobEntry> = state.gcs.jobs().map(|r| job_entry(state, r)).collect();
             jobs.sort_by_key(|j| j.id);
             Jobs { jobs }.into()
         }
@@ -392,11 +398,15 @@ fn node_entry(state: &State, row: &crate::NodeRow) -> NodeEntry {
     }
 }
 
-fn job_entry(row: &crate::JobRow) -> JobEntry {
+fn job_entry(state: &State, row: &crate::JobRow) -> JobEntry {
     JobEntry {
         id: row.info.id,
         driver: row.info.driver.clone(),
         running: row.is_running(),
+        build: state.job_binary(row.info.id).map(|b| wire::JobBuild {
+            binary_hash: b.hash,
+            fingerprint: b.fingerprint,
+        }),
     }
 }
 

@@ -28,8 +28,8 @@ pub use core::{
     WorkItem, WorkResult,
 };
 pub use gcs::{
-    ActorEntry, ActorStatus, JobEntry, Label, NodeEntry, ResourceAmount, WireChannel, WireEvent,
-    WorkerEntry,
+    ActorEntry, ActorStatus, JobBuild, JobEntry, Label, NodeEntry, ResourceAmount, WireChannel,
+    WireEvent, WorkerEntry,
 };
 pub use gcs_service::{
     ActorLocation, Actors, BinaryFollows, Events, FetchBinary, FinishJob, GcsReply, GcsRequest,
@@ -77,7 +77,7 @@ pub fn labels_to_wire<'a>(
 ///
 /// Bump it whenever [`Message`] (or anything it contains) changes shape:
 /// peers with different versions refuse each other at the handshake.
-pub const PROTOCOL_VERSION: u16 = 6;
+pub const PROTOCOL_VERSION: u16 = 7;
 
 /// One control message as it travels on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
@@ -208,6 +208,10 @@ mod tests {
             id: JobId(1),
             driver: "main".into(),
             running: true,
+            build: Some(JobBuild {
+                binary_hash: [5; 32],
+                fingerprint: BuildFingerprint([6; 32]),
+            }),
         };
         let location = ActorLocation {
             id: actor.id,

@@ -60,6 +60,19 @@ pub struct JobEntry {
     pub driver: String,
     /// Whether its driver is still connected.
     pub running: bool,
+    /// The build its workers run, if the GCS knows it (jobs registered
+    /// before a GCS restart have none): nodes start a running job's worker
+    /// ahead of its first lease, as Ray prestarts workers for a driver.
+    pub build: Option<JobBuild>,
+}
+
+/// The executable a job's workers run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct JobBuild {
+    /// SHA-256 of the executable (fetched from the GCS by that hash).
+    pub binary_hash: [u8; 32],
+    /// The build fingerprint its processes present in handshakes.
+    pub fingerprint: super::BuildFingerprint,
 }
 
 /// Where an actor is in its life.

@@ -15,6 +15,8 @@ use crate::cluster::worker::WorkerStartError;
 impl NodeService {
     /// The job binary with this hash, fetched from the GCS once.
     pub(super) async fn cached_binary(&self, hash: [u8; 32]) -> Result<PathBuf, WorkerStartError> {
+        let one_at_a_time = self.inner.fetches.lock().entry(hash).or_default().clone();
+        let _fetching = one_at_a_time.lock().await;
         let dir = self.inner.config.cache_dir.clone();
         let name = crate::cluster::hex(&hash);
         let path = dir.join(&name);

@@ -9,6 +9,9 @@ use ray_proto::JobId;
 use ray_sched::NodeUpdate;
 
 use super::NodeService;
+
+/// How soon a change of this node's load reaches the GCS, at most.
+const LOAD_REPORT: Duration = Duration::from_millis(100);
 use crate::cluster::{resources_from_wire, resources_to_wire, ClusterError};
 
 impl NodeService {
@@ -44,6 +47,7 @@ impl NodeService {
                             match e {
                                 WireEvent::Node(n) => nodes.push(n),
                                 WireEvent::Job(j) if !j.running => self.end_job(j.id),
+                                WireEvent::Job(j) => self.prestart(j.id, j.build),
                                 _ => {}
                             }
                         }
@@ -62,20 +66,35 @@ impl NodeService {
     /// Heartbeats (carrying this node's load) and refreshes the view of
     /// the other nodes and of running jobs, until that can no longer
     /// succeed; returns why. Cancel-safe.
+    ///
+    /// A change of load is reported within [`LOAD_REPORT`], not at the next
+    /// heartbeat: the GCS passes it on to the other nodes at once, so they
+    /// spill work here as soon as resources free up (Ray's raylets sync
+    /// their resource views every 100 ms too).
     pub async fn run(&self) -> ClusterError {
         let inner = &self.inner;
         let client = inner.daemon.client().clone();
-        let mut ticks = tokio::time::interval(inner.daemon.heartbeat_interval());
+        let heartbeat = inner.daemon.heartbeat_interval();
+        let mut ticks = tokio::time::interval(heartbeat.min(LOAD_REPORT));
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut missed = 0;
+        let mut reported = None;
+        let mut last_full = None::<tokio::time::Instant>;
         loop {
-            ticks.tick().await;
+            let now = ticks.tick().await;
             let update = inner.sched.lock().local_update();
+            let full = last_full.is_none_or(|t| now - t >= heartbeat);
+            if !full && reported == Some(update.version) {
+                continue;
+            }
             match client
                 .heartbeat(inner.node, update.version, resources_to_wire(&update.used))
                 .await
             {
-                Ok(()) => missed = 0,
+                Ok(()) => {
+                    missed = 0;
+                    reported = Some(update.version);
+                }
                 Err(e @ ClusterError::Timeout { .. }) => {
                     missed += 1;
                     if missed >= 5 {
@@ -85,12 +104,19 @@ impl NodeService {
                 }
                 Err(e) => return e,
             }
+            if !full {
+                continue;
+            }
+            last_full = Some(now);
             if let Ok(nodes) = client.nodes().await {
                 self.apply_nodes(nodes);
             }
             if let Ok(jobs) = client.jobs().await {
-                for j in jobs.into_iter().filter(|j| !j.running) {
-                    self.end_job(j.id);
+                for j in jobs {
+                    match j.running {
+                        true => self.prestart(j.id, j.build),
+                        false => self.end_job(j.id),
+                    }
                 }
             }
         }
@@ -135,6 +161,7 @@ impl NodeService {
     /// The job ended: its worker goes, and its leases with it.
     fn end_job(&self, job: JobId) {
         let inner = &self.inner;
+        inner.ended.lock().insert(job);
         let keep = {
             let lj = inner.lease_jobs.lock();
             let detached = inner.detached.lock();

@@ -13,7 +13,10 @@
 //! an environment that makes the ray-rs runtime serve instead of running
 //! `main` (see [`super::worker`]). A worker reports in with its build
 //! fingerprint and is refused if it differs from the job's. Workers die
-//! with their daemon (`PR_SET_PDEATHSIG`) and when their job ends.
+//! with their daemon (`PR_SET_PDEATHSIG`) and when their job ends. A
+//! running job's worker is started as soon as the node hears of the job
+//! (prestarted, as Ray does for a driver), so a lease spilled here does not
+//! wait for a binary to download and a process to boot.
 //!
 //! Gossip: every heartbeat carries this node's load to the GCS, and the
 //! node table that comes back feeds the scheduler's view of the others.
@@ -69,6 +72,13 @@ struct Inner {
     /// Leases held by detached actors: they outlive their job.
     detached: Mutex<hashbrown::HashSet<TaskId>>,
     jobs: Mutex<HashMap<JobId, Arc<JobWorker>>>,
+    /// Jobs seen ending: no worker is prestarted for them.
+    ended: Mutex<hashbrown::HashSet<JobId>>,
+    /// Jobs whose worker was prestarted here (once each).
+    prestarted: Mutex<hashbrown::HashSet<JobId>>,
+    /// One fetch of each binary at a time (the others wait and find it
+    /// cached).
+    fetches: Mutex<HashMap<[u8; 32], Arc<tokio::sync::Mutex<()>>>>,
     node_addrs: Mutex<HashMap<NodeId, SocketAddr>>,
 }
 
@@ -114,6 +124,9 @@ impl NodeService {
             lease_jobs: Mutex::new(HashMap::new()),
             detached: Mutex::new(hashbrown::HashSet::new()),
             jobs: Mutex::new(HashMap::new()),
+            ended: Mutex::new(hashbrown::HashSet::new()),
+            prestarted: Mutex::new(hashbrown::HashSet::new()),
+            fetches: Mutex::new(HashMap::new()),
             node_addrs: Mutex::new(HashMap::new()),
         });
         let me = Self { inner };

@@ -7,13 +7,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use ray_proto::wire::{BuildFingerprint, Message};
+use ray_proto::wire::{BuildFingerprint, JobBuild, Message};
 use ray_proto::{JobId, WorkerId};
 use tokio::sync::oneshot;
 
 use super::NodeService;
 use crate::cluster::worker::{WorkerEnv, WorkerStartError};
 
+/// How long a prestart waits for the job's binary to reach the GCS.
+const PRESTART_FETCH_FOR: Duration = Duration::from_secs(30);
 /// How long a started worker has to report in.
 const WORKER_START_TIMEOUT: Duration = Duration::from_secs(60);
 /// A started worker's id and address, or why it did not start.
@@ -84,6 +86,62 @@ impl NodeService {
                 reason: format!("{job} already has a worker on {}", inner.node),
             },
         }
+    }
+
+    /// Starts the worker of running job `job` ahead of its first lease
+    /// here, once per job and node: the binary is fetched (the driver uploads it
+    /// just after registering, so a miss is retried for a while), then the
+    /// process is started as a lease would start it. A lease arriving
+    /// meanwhile waits for the same start. Nothing happens for a job that
+    /// has ended or whose build the GCS does not know.
+    pub(super) fn prestart(&self, job: JobId, build: Option<JobBuild>) {
+        let Some(build) = build else { return };
+        if self.inner.ended.lock().contains(&job) {
+            return;
+        }
+        if !self.inner.prestarted.lock().insert(job) {
+            // Once per job: a worker that exited is not started again
+            // until a lease asks for it.
+            return;
+        }
+        let w = self.inner.jobs.lock().entry(job).or_default().clone();
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut pause = Duration::from_millis(50);
+            let deadline = tokio::time::Instant::now() + PRESTART_FETCH_FOR;
+            loop {
+                if me.inner.ended.lock().contains(&job) {
+                    return;
+                }
+                match me.cached_binary(build.binary_hash).await {
+                    Ok(_) => break,
+                    Err(e) if tokio::time::Instant::now() >= deadline => {
+                        tracing::info!(target: "ray::node", job = %job, error = %e, "worker.prestart_gave_up");
+                        return;
+                    }
+                    Err(_) => {
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_secs(1));
+                    }
+                }
+            }
+            if me.inner.ended.lock().contains(&job) {
+                return;
+            }
+            let started = w
+                .started
+                .get_or_init(|| {
+                    me.start_worker(job, build.binary_hash, build.fingerprint, w.clone())
+                })
+                .await;
+            if let Err(e) = started {
+                tracing::info!(target: "ray::node", job = %job, error = %e, "worker.prestart_failed");
+            }
+            // The job may have ended while the worker started.
+            if me.inner.ended.lock().contains(&job) {
+                w.stop();
+            }
+        });
     }
 
     /// The worker of `job` here, started on first use.
