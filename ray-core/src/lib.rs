@@ -84,7 +84,7 @@ pub use object::Object;
 pub use object_ref::{AnyRef, ArchivedRef, IntoArg, ObjectRef, TaskArg, Waitable};
 pub use options::{
     ActorOptions, ActorOptionsBuilder, ResourceOptions, ResourceRequest, TaskOptions,
-    TaskOptionsBuilder,
+    TaskOptionsBuilder, DEFAULT_MAX_RETRIES,
 };
 pub use placement::{Bundle, PlacementGroup};
 pub use ray::{init, init_blocking, init_with, Config, Ray, RuntimeStats};

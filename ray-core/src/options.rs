@@ -69,17 +69,39 @@ impl ResourceRequest {
 #[derive(Clone, Debug)]
 pub struct TaskOptions {
     pub(crate) resources: ResourceRequest,
+    /// Retries after a failure; [`RETRY_FOREVER`] for no limit.
     pub(crate) max_retries: u32,
     pub(crate) retry_exceptions: bool,
+    /// A `max_retries` that means nothing (below -1), refused at submit.
+    pub(crate) bad_retries: Option<i32>,
 }
 
 impl Default for TaskOptions {
-    /// One CPU, no retries: Ray's defaults for a task.
+    /// One CPU, 3 retries of system failures: Ray's defaults for a task.
     fn default() -> Self {
         Self {
             resources: ResourceRequest::with_cpu(Quantity::ONE),
-            max_retries: 0,
+            max_retries: DEFAULT_MAX_RETRIES as u32,
             retry_exceptions: false,
+            bad_retries: None,
+        }
+    }
+}
+
+/// `max_retries` of a task that retries forever (`-1` to the user).
+pub(crate) const RETRY_FOREVER: u32 = u32::MAX;
+
+/// A task's retries unless it says otherwise (Ray's default).
+pub const DEFAULT_MAX_RETRIES: i32 = 3;
+
+impl TaskOptions {
+    /// The options, or why they cannot be used.
+    pub(crate) fn check_retries(&self) -> Result<()> {
+        match self.bad_retries {
+            Some(n) => Err(Error::InvalidArgument(format!(
+                "max_retries must be -1 (retry forever) or at least 0, not {n}"
+            ))),
+            None => Ok(()),
         }
     }
 }
@@ -177,12 +199,28 @@ pub trait TaskOptionsBuilder: ResourceOptions {
     /// The options being built.
     fn task_options(&mut self) -> &mut TaskOptions;
 
-    /// How many times the task is run again after it fails (default 0).
+    /// How many times the task is run again after it fails (default
+    /// [`DEFAULT_MAX_RETRIES`], 3; `-1` retries forever, as in Ray).
     ///
-    /// System failures (a worker dying) are retried; user errors and panics
-    /// only with [`retry_exceptions`](Self::retry_exceptions).
-    fn max_retries(mut self, n: u32) -> Self {
-        self.task_options().max_retries = n;
+    /// System failures are retried: on a cluster, the worker process
+    /// running it exited or was lost with its node. User errors and panics
+    /// are retried only with [`retry_exceptions`](Self::retry_exceptions).
+    /// A retried task may run more than once; its result is delivered once.
+    /// A value below -1 is refused at submit with
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+    fn max_retries(mut self, n: i32) -> Self {
+        let o = self.task_options();
+        match u32::try_from(n) {
+            Ok(n) => {
+                o.max_retries = n;
+                o.bad_retries = None;
+            }
+            Err(_) if n == -1 => {
+                o.max_retries = RETRY_FOREVER;
+                o.bad_retries = None;
+            }
+            Err(_) => o.bad_retries = Some(n),
+        }
         self
     }
 

@@ -510,6 +510,7 @@ impl Ray {
             }
             None => rt.check_placeable(function.name, &opts.resources)?,
         };
+        opts.check_retries()?;
         let resources = opts.resources.checked()?.clone();
         let task = rt.new_task_id();
         let handle = rt.pending_return(task)?;

@@ -27,6 +27,7 @@ mod node_daemon;
 mod node_service;
 mod pg;
 mod policy_sets;
+mod task_owner;
 mod worker;
 
 use std::net::SocketAddr;

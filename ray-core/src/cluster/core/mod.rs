@@ -4,15 +4,17 @@
 //!
 //! **Owner.** A submitted task waits until the arguments it owns are
 //! ready, then queues under its scheduling key (resources and strategy).
-//! For a key with queued work the owner asks its local node daemon for a
-//! lease (one at a time per key, so leases ramp up as grants come back);
-//! the daemon grants one on itself or on a node it spilled to, naming a
-//! worker of this job there. The owner pushes up to [`PIPELINE`] tasks per
-//! lease straight to that worker on one framed stream ([`Link`]) and keeps
-//! the lease while work of that shape remains; an idle lease goes back
-//! after [`LEASE_IDLE`], or after [`LEASE_IDLE_WHILE_OTHERS_WAIT`] when
-//! work of another shape waits for a lease. Results come back on the same stream: small values
-//! inline, large ones announced and then pulled (taken) from the worker.
+//! For a key with queued work the owner asks its local node daemon for
+//! leases (one per task beyond the leases held, a few at a time); the
+//! daemon grants one on itself or on a node it spilled to, naming a worker
+//! of this job there. The owner pushes tasks straight to that worker on one
+//! framed stream ([`Link`]) and keeps the lease while work of that shape
+//! remains; an idle lease goes back after [`LEASE_IDLE`]. Results come back
+//! on the same stream: small values inline, large ones announced and then
+//! pulled (taken) from the worker. When a stream is lost its tasks are
+//! queued again within their retry budget. What to do when is decided by
+//! the sans-IO [`TaskOwner`](crate::cluster::task_owner); `owner.rs` is
+//! its shell.
 //!
 //! **Worker.** Pushed work runs through the process's own runtime (its
 //! pool, admission and actor mailboxes), so blocking `get`s, nesting and
@@ -70,26 +72,7 @@ use crate::runtime::Runtime;
 use crate::task::TaskSpec;
 use ray_transport::{Connections, Endpoint, Envelope, FrameReader, FrameWriter};
 
-/// Tasks pushed to one lease before its results come back.
-pub(crate) const PIPELINE: usize = 64;
-/// The work a lease's pipeline should hold: the owner pushes as many tasks
-/// as it takes a worker this long to run (by their measured length), up to
-/// [`PIPELINE`]; enough to hide a round trip between results.
-pub(crate) const PIPELINE_BUDGET: Duration = Duration::from_millis(1);
-/// How long an owner waits before asking again after a lease request
-/// failed while it still had other leases.
-pub(crate) const LEASE_RETRY: Duration = Duration::from_millis(100);
-/// Lease requests of one shape a process has out at once (Ray's
-/// `max_pending_lease_requests_per_scheduling_category` is 10).
-pub(crate) const MAX_LEASE_REQUESTS: usize = 8;
-/// How long an idle lease is kept for more work of its shape.
-pub(crate) const LEASE_IDLE: Duration = Duration::from_millis(50);
-/// How long a lease may idle while other work of this process waits for
-/// a lease: then it goes back at once, since the CPUs it holds may be the
-/// ones that work waits for (the warm-up's spread leases held a node's two
-/// CPUs for 50 ms while a batch of default tasks waited; measured in
-/// docs/perf-log/2026-11-figures-from-code-comments.md).
-const LEASE_IDLE_WHILE_OTHERS_WAIT: Duration = Duration::from_millis(1);
+pub(crate) use super::task_owner::LEASE_IDLE;
 /// Work items per pushed frame, at most.
 const BATCH_ITEMS: usize = 512;
 /// The largest object accepted from a peer (it must fit in memory anyway).

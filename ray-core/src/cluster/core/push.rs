@@ -4,6 +4,12 @@
 
 use super::*;
 
+/// What a result answers.
+pub(super) enum Done {
+    Task(Queued),
+    Actor(Inflight),
+}
+
 /// A work stream to one worker process.
 pub(crate) struct Link {
     pub(super) addr: SocketAddr,
@@ -111,7 +117,7 @@ impl ClusterCore {
             match reader.recv().await {
                 Ok(Some(env)) => match env.body {
                     Message::WorkerReply(WorkerReply::WorkDone(WorkDone { results })) => {
-                        self.on_results(addr, results)
+                        self.on_results(&link, results)
                     }
                     other => break format!("unexpected message on a work stream: {other:?}"),
                 },
@@ -122,66 +128,68 @@ impl ClusterCore {
         self.link_died(&link, cause);
     }
 
-    pub(super) fn on_results(self: &Arc<Self>, addr: SocketAddr, results: Vec<WorkResult>) {
+    pub(super) fn on_results(self: &Arc<Self>, link: &Arc<Link>, results: Vec<WorkResult>) {
         let Some(rt) = self.rt() else { return };
-        let mut touched: Vec<SchedKey> = Vec::new();
+        let addr = link.addr;
+        let worker = LinkRef(link.clone());
         let mut done = Vec::with_capacity(results.len());
         {
             let mut st = self.owner.lock();
-            let OwnerState { keys, inflight } = &mut *st;
-            let mut now = None;
+            let now = Instant::now();
             for r in results {
-                let Some(f) = inflight.remove(&r.task) else {
-                    continue;
-                };
-                if let InflightKind::Task { key, lease } = &f.kind {
-                    if let Some(ks) = keys.get_mut(key) {
-                        if let Some(l) = ks.leases.iter_mut().find(|l| l.id == *lease) {
-                            let now = *now.get_or_insert_with(Instant::now);
-                            l.inflight -= 1;
-                            let took = l.busy_from.map(|t| now.saturating_duration_since(t));
-                            l.busy_from = (l.inflight > 0).then_some(now);
-                            if l.inflight == 0 {
-                                l.idle_since = Some(now);
-                            }
-                            if let Some(took) = took {
-                                ks.observe(took);
-                            }
-                        }
-                        if !ks.queue.is_empty() && !touched.contains(key) {
-                            touched.push(key.clone());
-                        }
-                    }
+                if let Some(q) = st.tasks.result(r.task, &worker, now) {
+                    done.push((r, Done::Task(q)));
+                } else if let Some(f) = st.inflight.remove(&r.task) {
+                    done.push((r, Done::Actor(f)));
                 }
-                done.push((r, f));
+                // Else a late answer of a task already retried or ended.
             }
+            self.drive(st);
         }
-        for key in &touched {
-            self.pump(key);
-        }
-        for (r, f) in done {
+        for (r, d) in done {
             match r.outcome {
                 WireOutcome::Value(bytes) => {
                     let buf = ObjectBuffer::from_aligned(aligned(&bytes));
-                    self.finish(&rt, r.task, f, Ok(buf));
+                    self.end(&rt, r.task, d, Ok(buf));
                 }
                 WireOutcome::Failed(e) => {
                     // A dead actor's worker may not know its class; its owner does.
-                    let name = match (&f.kind, e.kind) {
-                        (InflightKind::ActorCall { class }, ErrorKind::ActorDied) => *class,
-                        _ => f.name,
+                    let name = match (&d, e.kind) {
+                        (Done::Actor(f), ErrorKind::ActorDied) => match f.kind {
+                            InflightKind::ActorCall { class } => class,
+                            _ => f.name,
+                        },
+                        (Done::Actor(f), _) => f.name,
+                        (Done::Task(q), _) => q.function.name,
                     };
                     let err = error_from_wire(e, name);
-                    self.finish(&rt, r.task, f, Err(err));
+                    self.end(&rt, r.task, d, Err(err));
                 }
                 WireOutcome::Stored { .. } => {
                     let me = self.clone();
                     let rt = rt.clone();
                     self.tokio.spawn(async move {
                         let out = me.fetch(addr, r.task.return_object(), true).await;
-                        me.finish(&rt, r.task, f, out);
+                        me.end(&rt, r.task, d, out);
                     });
                 }
+            }
+        }
+    }
+
+    /// Completes what a result answered: a task's return object, or an
+    /// actor call or creation.
+    fn end(&self, rt: &Arc<Runtime>, task: TaskId, done: Done, out: Result<ObjectBuffer, Error>) {
+        match done {
+            Done::Actor(f) => self.finish(rt, task, f, out),
+            Done::Task(q) => {
+                let out = out.map(|buf| Encoded {
+                    buf,
+                    nested: Vec::new(),
+                });
+                rt.complete_object(task.return_object(), out);
+                // Its argument refs go after the result is visible.
+                drop(q);
             }
         }
     }
@@ -207,45 +215,51 @@ impl ClusterCore {
         }
     }
 
-    /// Everything pushed on the link to `addr` fails: its worker or node died.
-    pub(super) fn link_died(self: &Arc<Self>, link: &Link, cause: String) {
+    /// The link's worker is gone (its stream ended or broke): its tasks go
+    /// back to the task core, which queues them again within their retry
+    /// budget; actor work pushed on it fails with `NodeDied`.
+    pub(super) fn link_died(self: &Arc<Self>, link: &Arc<Link>, cause: String) {
         let (addr, node) = (link.addr, link.node);
         link.dead.store(true, std::sync::atomic::Ordering::Release);
-        let mut requeue = Vec::new();
-        self.links.lock().remove(&addr);
+        {
+            let mut links = self.links.lock();
+            // Only this life of the link: a new one may already be open.
+            let same = links
+                .get(&addr)
+                .and_then(|cell| cell.get())
+                .is_some_and(|l| Arc::ptr_eq(l, link));
+            if same {
+                links.remove(&addr);
+            }
+        }
+        let err = Error::NodeDied {
+            node,
+            cause: cause.clone(),
+        };
         let failed: Vec<(TaskId, Inflight)> = {
             let mut st = self.owner.lock();
-            let OwnerState { keys, inflight } = &mut *st;
-            for (key, ks) in keys.iter_mut() {
-                ks.leases.retain(|l| l.link.addr != addr);
-                if !ks.queue.is_empty() {
-                    requeue.push(key.clone());
-                }
-            }
-            let ids: Vec<TaskId> = inflight
+            let pending = st.tasks.len();
+            st.tasks
+                .worker_lost(&LinkRef(link.clone()), err.clone(), Instant::now());
+            let ids: Vec<TaskId> = st
+                .inflight
                 .iter()
                 .filter(|(_, f)| f.link == addr)
                 .map(|(id, _)| *id)
                 .collect();
-            ids.into_iter()
-                .filter_map(|id| inflight.remove(&id).map(|f| (id, f)))
-                .collect()
+            let failed = ids
+                .into_iter()
+                .filter_map(|id| st.inflight.remove(&id).map(|f| (id, f)))
+                .collect::<Vec<_>>();
+            if pending > 0 || !failed.is_empty() {
+                tracing::warn!(target: "ray::cluster", node = %node, %addr, cause = %cause, actor_work = failed.len(), "worker.lost");
+            }
+            self.drive(st);
+            failed
         };
-        // Work still queued for the lost leases asks for others.
-        for key in &requeue {
-            self.pump(key);
-        }
-        if failed.is_empty() {
-            return;
-        }
-        tracing::warn!(target: "ray::cluster", node = %node, %addr, cause = %cause, failed = failed.len(), "worker.lost");
         if let Some(rt) = self.rt() {
             for (task, f) in failed {
-                let err = Error::NodeDied {
-                    node: f.node,
-                    cause: cause.clone(),
-                };
-                self.finish(&rt, task, f, Err(err));
+                self.finish(&rt, task, f, Err(err.clone()));
             }
         }
     }

@@ -1,0 +1,714 @@
+//! The owner's side of task submission as a sans-IO state machine: events
+//! in, [`Action`]s out, `now` passed in. No tokio, no clock reads, no I/O;
+//! the async shell in `cluster::core` moves bytes and timers, and the
+//! seeded simulation in `sim` drives it step by step through lost
+//! workers, lost nodes and reordered messages.
+//!
+//! What it owns, per process:
+//! - every task submitted and not finished, with its attempt and retry
+//!   budget, queued under its scheduling key or pushed to a lease;
+//! - per key: the queue, the leases held (each on one worker process, with
+//!   the tasks pushed to it in order), the lease requests out, the measured
+//!   task length that sizes each lease's pipeline, and a backoff after a
+//!   failed request;
+//! - the decision, when a worker is lost, to queue its tasks again (within
+//!   their budget: `max_retries` counts system failures, as Ray's does) or
+//!   to fail them.
+//!
+//! Guarantees (checked by the simulation for thousands of seeds): each
+//! task ends exactly once, with a result taken from the worker it was last
+//! pushed to or with an error; a task is pushed at most `max_retries + 1`
+//! times; every lease granted is returned or lost with its worker; with no
+//! node left, queued work fails instead of waiting forever.
+//!
+//! It must not depend on tokio, the transport or the runtime: the shell's
+//! types come in through [`Shell`].
+
+#[cfg(test)]
+mod sim;
+
+use std::collections::VecDeque;
+use std::hash::{BuildHasherDefault, DefaultHasher, Hash};
+use std::time::{Duration, Instant};
+
+use hashbrown::HashMap;
+use ray_proto::{NodeId, TaskId};
+
+/// Tasks pushed to one lease before its results come back.
+pub(crate) const PIPELINE: usize = 64;
+/// The work a lease's pipeline should hold: the owner pushes as many tasks
+/// as it takes a worker this long to run (by their measured length), up to
+/// [`PIPELINE`]; enough to hide a round trip between results.
+pub(crate) const PIPELINE_BUDGET: Duration = Duration::from_millis(1);
+/// How long an owner waits before asking again after a lease request
+/// failed while it still had other leases.
+pub(crate) const LEASE_RETRY: Duration = Duration::from_millis(100);
+/// Lease requests of one shape a process has out at once (Ray's
+/// `max_pending_lease_requests_per_scheduling_category` is 10).
+pub(crate) const MAX_LEASE_REQUESTS: usize = 8;
+/// How long an idle lease is kept for more work of its shape.
+pub(crate) const LEASE_IDLE: Duration = Duration::from_millis(50);
+/// How long a lease may idle while other work of this process waits for
+/// a lease: then it goes back at once, since the CPUs it holds may be the
+/// ones that work waits for (the warm-up's spread leases held a node's two
+/// CPUs for 50 ms while a batch of default tasks waited; measured in
+/// docs/perf-log/2026-11-figures-from-code-comments.md).
+pub(crate) const LEASE_IDLE_WHILE_OTHERS_WAIT: Duration = Duration::from_millis(1);
+
+/// A task's retries: the attempt it is at and how many system failures
+/// it may take.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Budget {
+    /// The attempt, from 0 (above 0 if the task already ran).
+    pub(crate) attempt: u32,
+    /// Retries of system failures ([`RETRY_FOREVER`](crate::options::RETRY_FOREVER)
+    /// for no limit).
+    pub(crate) max_retries: u32,
+}
+
+/// The shell's types the core carries without looking inside.
+pub(crate) trait Shell {
+    /// A scheduling key: work of one key shares leases.
+    type Key: Clone + Eq + Hash;
+    /// What the shell needs to push a task again (function, arguments,
+    /// the refs they keep alive); handed back when the task ends.
+    type Payload;
+    /// Why a task failed.
+    type Error: Clone;
+    /// One worker process (its work stream); equal for the same process.
+    type Worker: Clone + Eq;
+}
+
+/// A lease granted by a node, with the worker it names.
+pub(crate) struct Grant<W> {
+    /// The lease.
+    pub(crate) lease: TaskId,
+    /// The node holding its resources.
+    pub(crate) node: NodeId,
+    /// The worker process that runs its work.
+    pub(crate) worker: W,
+}
+
+/// How a lease request ended.
+pub(crate) enum Answer<S: Shell> {
+    /// Granted, and the worker it names is reachable.
+    Granted(Grant<S::Worker>),
+    /// Granted, but its worker was gone before work could be pushed (the
+    /// node takes the lease back with the worker).
+    WorkerGone,
+    /// Refused or failed. `infeasible`: no node can ever run the key's
+    /// work, so its queue fails at once.
+    Failed {
+        /// Why.
+        error: S::Error,
+        /// Whether no node could ever grant it.
+        infeasible: bool,
+    },
+}
+
+/// What the shell must do, in order.
+pub(crate) enum Action<S: Shell> {
+    /// Ask the local node for a lease for `key`; answer with
+    /// [`TaskOwner::answer`].
+    RequestLease {
+        /// The key.
+        key: S::Key,
+    },
+    /// Push `task` (its [`TaskOwner::payload`]) to `worker` under `lease`.
+    Push {
+        /// The task.
+        task: TaskId,
+        /// Its attempt, from 0.
+        attempt: u32,
+        /// The lease it runs under.
+        lease: TaskId,
+        /// The worker process.
+        worker: S::Worker,
+    },
+    /// Give lease `lease` back to `node`.
+    ReturnLease {
+        /// The node holding it.
+        node: NodeId,
+        /// The lease.
+        lease: TaskId,
+    },
+    /// `task` failed for good; its payload comes back.
+    Fail {
+        /// The task.
+        task: TaskId,
+        /// What it carried.
+        payload: S::Payload,
+        /// Why it failed.
+        error: S::Error,
+        /// `true` if no node could ever run it (the shell names the task
+        /// in the error).
+        infeasible: bool,
+    },
+    /// Call [`TaskOwner::tick`] at `at` (a request backoff ends).
+    WakeAt {
+        /// When.
+        at: Instant,
+    },
+}
+
+/// Where a task is.
+enum Place<W> {
+    Queued,
+    Pushed { lease: TaskId, worker: W },
+}
+
+struct Task<S: Shell> {
+    key: S::Key,
+    payload: S::Payload,
+    attempt: u32,
+    max_retries: u32,
+    place: Place<S::Worker>,
+}
+
+struct Lease<W> {
+    id: TaskId,
+    node: NodeId,
+    worker: W,
+    /// Tasks pushed and not answered, oldest first.
+    pushed: VecDeque<TaskId>,
+    idle_since: Option<Instant>,
+    /// Since when its oldest unanswered task has (about) been running.
+    busy_from: Option<Instant>,
+}
+
+struct KeyState<W> {
+    /// Spread work takes one lease per task in flight.
+    spread: bool,
+    queue: VecDeque<TaskId>,
+    leases: Vec<Lease<W>>,
+    /// Lease requests sent and not answered yet.
+    requesting: usize,
+    /// A running average of how long one task of this key takes a worker,
+    /// in nanoseconds, from the spacing of results (0: unknown).
+    task_nanos: u64,
+    /// No new request before this (a request failed while other leases
+    /// could still run the queue).
+    retry_at: Option<Instant>,
+}
+
+impl<W> KeyState<W> {
+    fn new(spread: bool) -> Self {
+        Self {
+            spread,
+            queue: VecDeque::new(),
+            leases: Vec::new(),
+            requesting: 0,
+            task_nanos: 0,
+            retry_at: None,
+        }
+    }
+
+    fn observe(&mut self, took: Duration) {
+        let took = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX).max(1);
+        self.task_nanos = if self.task_nanos == 0 {
+            took
+        } else {
+            (self.task_nanos.saturating_mul(7) / 8).saturating_add(took / 8)
+        };
+    }
+
+    /// How many tasks one lease may have pushed: enough to cover
+    /// [`PIPELINE_BUDGET`] of work (short tasks fill the pipeline and hide
+    /// the round trip; long ones go one at a time, so a lease granted
+    /// later still finds work queued), two while their length is unknown.
+    fn depth_for_length(&self) -> usize {
+        match self.task_nanos {
+            0 => 2,
+            n => usize::try_from(PIPELINE_BUDGET.as_nanos() as u64 / n)
+                .unwrap_or(PIPELINE)
+                .clamp(1, PIPELINE),
+        }
+    }
+
+    fn backlog(&self) -> usize {
+        self.queue.len() + self.leases.iter().map(|l| l.pushed.len()).sum::<usize>()
+    }
+
+    /// Takes out the leases idle for at least `min_idle` at `now`.
+    fn take_idle(&mut self, now: Instant, min_idle: Duration, out: &mut Vec<(NodeId, TaskId)>) {
+        self.leases.retain(|l| {
+            let idle = l.pushed.is_empty()
+                && l.idle_since
+                    .is_some_and(|t| now.saturating_duration_since(t) >= min_idle);
+            if idle {
+                out.push((l.node, l.id));
+            }
+            !idle
+        });
+    }
+}
+
+/// A fixed hasher, so the order keys are visited in (and so the order of
+/// actions) depends only on the events: a simulation seed replays exactly.
+type Fixed = BuildHasherDefault<DefaultHasher>;
+
+/// The owner's side of task submission; see the module docs.
+pub(crate) struct TaskOwner<S: Shell> {
+    tasks: HashMap<TaskId, Task<S>>,
+    keys: HashMap<S::Key, KeyState<S::Worker>, Fixed>,
+    actions: VecDeque<Action<S>>,
+}
+
+impl<S: Shell> Default for TaskOwner<S> {
+    fn default() -> Self {
+        Self {
+            tasks: HashMap::new(),
+            keys: HashMap::default(),
+            actions: VecDeque::new(),
+        }
+    }
+}
+
+impl<S: Shell> TaskOwner<S> {
+    /// The next thing to do, if any.
+    pub(crate) fn poll(&mut self) -> Option<Action<S>> {
+        self.actions.pop_front()
+    }
+
+    /// What `task` carries, while it is not finished.
+    pub(crate) fn payload(&self, task: TaskId) -> Option<&S::Payload> {
+        self.tasks.get(&task).map(|t| &t.payload)
+    }
+
+    /// The payload of the task at the head of `key`'s queue (the next
+    /// one a lease asked for now would run).
+    pub(crate) fn next_payload(&self, key: &S::Key) -> Option<&S::Payload> {
+        let id = self.keys.get(key)?.queue.front()?;
+        self.payload(*id)
+    }
+
+    /// Every unfinished task: its key, payload, and the node it was pushed
+    /// to (`None` while queued).
+    pub(crate) fn tasks(
+        &self,
+    ) -> impl Iterator<Item = (TaskId, &S::Key, &S::Payload, Option<NodeId>)> {
+        self.tasks.iter().map(|(id, t)| {
+            let node = match &t.place {
+                Place::Queued => None,
+                Place::Pushed { lease, .. } => self
+                    .keys
+                    .get(&t.key)
+                    .and_then(|ks| ks.leases.iter().find(|l| l.id == *lease).map(|l| l.node)),
+            };
+            (*id, &t.key, &t.payload, node)
+        })
+    }
+
+    /// Unfinished tasks.
+    pub(crate) fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// A task whose arguments are ready: queued under `key` (`spread`:
+    /// the key's strategy places every task on its own), with its retry
+    /// `budget`.
+    pub(crate) fn submit(
+        &mut self,
+        key: S::Key,
+        spread: bool,
+        task: TaskId,
+        payload: S::Payload,
+        budget: Budget,
+        now: Instant,
+    ) {
+        self.keys
+            .entry(key.clone())
+            .or_insert_with(|| KeyState::new(spread))
+            .queue
+            .push_back(task);
+        self.tasks.insert(
+            task,
+            Task {
+                key: key.clone(),
+                payload,
+                attempt: budget.attempt,
+                max_retries: budget.max_retries,
+                place: Place::Queued,
+            },
+        );
+        self.pump(&key, now);
+    }
+
+    /// A lease request for `key` was answered.
+    pub(crate) fn answer(&mut self, key: &S::Key, answer: Answer<S>, now: Instant) {
+        let others_waiting = self.others_waiting(key);
+        let Some(ks) = self.keys.get_mut(key) else {
+            if let Answer::Granted(g) = answer {
+                self.actions.push_back(Action::ReturnLease {
+                    node: g.node,
+                    lease: g.lease,
+                });
+            }
+            return;
+        };
+        ks.requesting = ks.requesting.saturating_sub(1);
+        match answer {
+            Answer::Granted(g)
+                if ks.queue.is_empty() && (others_waiting || !ks.leases.is_empty()) =>
+            {
+                // Granted after this key's work ran out, while other work
+                // waits for a lease or another lease of this key is there
+                // for what comes next: its CPUs go back at once.
+                self.actions.push_back(Action::ReturnLease {
+                    node: g.node,
+                    lease: g.lease,
+                });
+            }
+            Answer::Granted(g) => ks.leases.push(Lease {
+                id: g.lease,
+                node: g.node,
+                worker: g.worker,
+                pushed: VecDeque::new(),
+                idle_since: Some(now),
+                busy_from: None,
+            }),
+            Answer::WorkerGone => {}
+            // Other leases held or on their way can still run the queue:
+            // only infeasible work, or the last hope failing, fails it.
+            // New requests wait a little (no hot loop against a node that
+            // keeps refusing).
+            Answer::Failed {
+                infeasible: false, ..
+            } if !ks.leases.is_empty() || ks.requesting > 0 => {
+                let at = now + LEASE_RETRY;
+                ks.retry_at = Some(at);
+                self.actions.push_back(Action::WakeAt { at });
+            }
+            Answer::Failed { error, infeasible } => {
+                let queue = std::mem::take(&mut ks.queue);
+                for id in queue {
+                    if let Some(t) = self.tasks.remove(&id) {
+                        self.actions.push_back(Action::Fail {
+                            task: id,
+                            payload: t.payload,
+                            error: error.clone(),
+                            infeasible,
+                        });
+                    }
+                }
+            }
+        }
+        self.pump(key, now);
+    }
+
+    /// A result of `task` came from `worker`. Returns the task's payload
+    /// if the result counts: the task was pushed to that worker and is
+    /// not finished. A late or repeated result returns `None`.
+    pub(crate) fn result(
+        &mut self,
+        task: TaskId,
+        worker: &S::Worker,
+        now: Instant,
+    ) -> Option<S::Payload> {
+        match &self.tasks.get(&task)?.place {
+            Place::Pushed { worker: w, .. } if w == worker => {}
+            _ => return None,
+        }
+        let t = self.tasks.remove(&task)?;
+        let Place::Pushed { lease, .. } = t.place else {
+            return None;
+        };
+        let mut pump = false;
+        if let Some(ks) = self.keys.get_mut(&t.key) {
+            if let Some(l) = ks.leases.iter_mut().find(|l| l.id == lease) {
+                if let Some(i) = l.pushed.iter().position(|id| *id == task) {
+                    l.pushed.remove(i);
+                }
+                let took = l.busy_from.map(|t| now.saturating_duration_since(t));
+                l.busy_from = (!l.pushed.is_empty()).then_some(now);
+                if l.pushed.is_empty() {
+                    l.idle_since = Some(now);
+                }
+                if let Some(took) = took {
+                    ks.observe(took);
+                }
+            }
+            pump = !ks.queue.is_empty();
+        }
+        if pump {
+            self.pump(&t.key, now);
+        }
+        Some(t.payload)
+    }
+
+    /// `worker` is gone (its process exited, its node died, its link was
+    /// cut): its leases go, and each task pushed to it is queued again
+    /// within its retry budget, else fails with `error`.
+    pub(crate) fn worker_lost(&mut self, worker: &S::Worker, error: S::Error, now: Instant) {
+        let mut lost: Vec<(S::Key, VecDeque<TaskId>)> = Vec::new();
+        for (key, ks) in self.keys.iter_mut() {
+            let before = ks.leases.len();
+            let mut pushed = VecDeque::new();
+            ks.leases.retain_mut(|l| {
+                if l.worker == *worker {
+                    pushed.extend(l.pushed.drain(..));
+                    false
+                } else {
+                    true
+                }
+            });
+            if before != ks.leases.len() || !ks.queue.is_empty() {
+                lost.push((key.clone(), pushed));
+            }
+        }
+        for (key, pushed) in lost {
+            // Oldest first at the queue's head, in the order they were sent.
+            for id in pushed.into_iter().rev() {
+                let Some(t) = self.tasks.get_mut(&id) else {
+                    continue;
+                };
+                if t.attempt < t.max_retries {
+                    t.attempt += 1;
+                    t.place = Place::Queued;
+                    if let Some(ks) = self.keys.get_mut(&key) {
+                        ks.queue.push_front(id);
+                    }
+                } else if let Some(t) = self.tasks.remove(&id) {
+                    self.actions.push_back(Action::Fail {
+                        task: id,
+                        payload: t.payload,
+                        error: error.clone(),
+                        infeasible: false,
+                    });
+                }
+            }
+            self.pump(&key, now);
+        }
+    }
+
+    /// Time passed: leases idle for [`LEASE_IDLE`] go back, and keys whose
+    /// request backoff ended ask again.
+    pub(crate) fn tick(&mut self, now: Instant) {
+        let mut expired = Vec::new();
+        let mut wake = Vec::new();
+        for (key, ks) in self.keys.iter_mut() {
+            if ks.queue.is_empty() {
+                ks.take_idle(now, LEASE_IDLE, &mut expired);
+            } else if ks.retry_at.is_some_and(|t| now >= t) {
+                wake.push(key.clone());
+            }
+        }
+        for (node, lease) in expired {
+            self.actions.push_back(Action::ReturnLease { node, lease });
+        }
+        for key in wake {
+            self.pump(&key, now);
+        }
+        self.keys
+            .retain(|_, ks| !ks.queue.is_empty() || !ks.leases.is_empty() || ks.requesting > 0);
+    }
+
+    fn others_waiting(&self, key: &S::Key) -> bool {
+        self.keys
+            .iter()
+            .any(|(k, ks)| k != key && !ks.queue.is_empty())
+    }
+
+    /// Pushes queued work of `key` onto its leases; asks for more leases
+    /// while queued work exceeds the leases held and asked for.
+    fn pump(&mut self, key: &S::Key, now: Instant) {
+        let Some(ks) = self.keys.get_mut(key) else {
+            return;
+        };
+        let backlog = ks.backlog();
+        // Ask for a lease per task beyond the leases held, a few at a time:
+        // the node grants them locally while it has room and spills the
+        // rest to nodes with free resources, so a backlog spreads over the
+        // cluster instead of queueing on one lease.
+        if ks.retry_at.is_some_and(|t| now >= t) {
+            ks.retry_at = None;
+        }
+        if !ks.queue.is_empty() && ks.retry_at.is_none() {
+            let want = backlog
+                .saturating_sub(ks.leases.len())
+                .min(MAX_LEASE_REQUESTS);
+            let requests = want.saturating_sub(ks.requesting);
+            ks.requesting += requests;
+            for _ in 0..requests {
+                self.actions
+                    .push_back(Action::RequestLease { key: key.clone() });
+            }
+        }
+        // Spread work takes one lease per task in flight, so every task is
+        // placed by the policy. Other work shares the backlog among the
+        // leases held and those asked for: a lease on its way gets its share
+        // rather than finding it all pushed to the first one. A deep
+        // backlog still fills every pipeline.
+        let depth = if ks.spread {
+            1
+        } else {
+            let slots = (ks.leases.len() + ks.requesting).max(1);
+            backlog
+                .div_ceil(slots)
+                .min(ks.depth_for_length())
+                .clamp(1, PIPELINE)
+        };
+        while !ks.queue.is_empty() {
+            let Some(lease) = ks
+                .leases
+                .iter_mut()
+                .filter(|l| l.pushed.len() < depth)
+                .min_by_key(|l| l.pushed.len())
+            else {
+                break;
+            };
+            let Some(id) = ks.queue.pop_front() else {
+                break;
+            };
+            let Some(t) = self.tasks.get_mut(&id) else {
+                continue;
+            };
+            if lease.pushed.is_empty() {
+                lease.busy_from = Some(now);
+            }
+            lease.pushed.push_back(id);
+            lease.idle_since = None;
+            t.place = Place::Pushed {
+                lease: lease.id,
+                worker: lease.worker.clone(),
+            };
+            self.actions.push_back(Action::Push {
+                task: id,
+                attempt: t.attempt,
+                lease: lease.id,
+                worker: lease.worker.clone(),
+            });
+        }
+        let waiting = !ks.queue.is_empty();
+        if !waiting && ks.leases.is_empty() && ks.requesting == 0 {
+            self.keys.remove(key);
+        }
+        if waiting {
+            // Work waits for a lease: leases of other keys that idle go
+            // back at once, since their CPUs may be the ones it waits for.
+            let mut out = Vec::new();
+            for (k, ks) in self.keys.iter_mut() {
+                if k != key && ks.queue.is_empty() && !ks.leases.is_empty() {
+                    ks.take_idle(now, LEASE_IDLE_WHILE_OTHERS_WAIT, &mut out);
+                }
+            }
+            for (node, lease) in out {
+                self.actions.push_back(Action::ReturnLease { node, lease });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ray_proto::WorkerId;
+
+    use super::*;
+
+    struct T;
+
+    impl Shell for T {
+        type Key = u32;
+        type Payload = ();
+        type Error = ();
+        type Worker = u32;
+    }
+
+    fn id(seq: u64) -> TaskId {
+        TaskId::new(WorkerId(1), seq)
+    }
+
+    /// The actions out, as short words.
+    fn drain(o: &mut TaskOwner<T>) -> Vec<String> {
+        std::iter::from_fn(|| o.poll())
+            .map(|a| match a {
+                Action::RequestLease { key } => format!("request {key}"),
+                Action::Push { task, worker, .. } => format!("push {} to {worker}", task.seq),
+                Action::ReturnLease { lease, .. } => format!("return {}", lease.seq),
+                Action::Fail { task, .. } => format!("fail {}", task.seq),
+                Action::WakeAt { .. } => "wake".into(),
+            })
+            .collect()
+    }
+
+    const ONCE: Budget = Budget {
+        attempt: 0,
+        max_retries: 0,
+    };
+
+    #[test]
+    fn idle_leases_of_other_keys_go_back_while_work_waits_for_a_lease() {
+        let t0 = Instant::now();
+        let mut o = TaskOwner::<T>::default();
+        o.submit(1, false, id(1), (), ONCE, t0);
+        assert_eq!(drain(&mut o), ["request 1"]);
+        let grant = Grant {
+            lease: id(100),
+            node: NodeId(7),
+            worker: 9,
+        };
+        o.answer(&1, Answer::Granted(grant), t0);
+        assert_eq!(drain(&mut o), ["push 1 to 9"]);
+        assert_eq!(
+            o.result(id(1), &8, t0),
+            None,
+            "not from the worker it went to"
+        );
+        assert_eq!(o.result(id(1), &9, t0), Some(()));
+        assert_eq!(o.result(id(1), &9, t0), None, "a result counts once");
+        // Work of key 2 at once: key 1's lease has not idled for
+        // LEASE_IDLE_WHILE_OTHERS_WAIT and stays.
+        o.submit(2, false, id(2), (), ONCE, t0);
+        assert_eq!(drain(&mut o), ["request 2"]);
+        // More work of key 2 later: now the idle lease goes back.
+        let later = t0 + LEASE_IDLE_WHILE_OTHERS_WAIT;
+        o.submit(2, false, id(3), (), ONCE, later);
+        assert_eq!(drain(&mut o), ["request 2", "return 100"]);
+    }
+
+    #[test]
+    fn a_lost_worker_s_tasks_run_again_within_their_budget() {
+        let t0 = Instant::now();
+        let mut o = TaskOwner::<T>::default();
+        let twice = Budget {
+            attempt: 0,
+            max_retries: 1,
+        };
+        o.submit(1, false, id(1), (), twice, t0);
+        o.submit(1, false, id(2), (), ONCE, t0);
+        o.submit(1, false, id(3), (), twice, t0);
+        assert_eq!(drain(&mut o), ["request 1", "request 1", "request 1"]);
+        let grant = |lease, worker| {
+            Answer::Granted(Grant {
+                lease: id(lease),
+                node: NodeId(7),
+                worker,
+            })
+        };
+        // The backlog is shared among the leases: one task each.
+        o.answer(&1, grant(100, 9), t0);
+        assert_eq!(drain(&mut o), ["push 1 to 9"]);
+        o.answer(&1, grant(101, 9), t0);
+        assert_eq!(drain(&mut o), ["push 2 to 9"]);
+        o.answer(&1, grant(102, 11), t0);
+        assert_eq!(drain(&mut o), ["push 3 to 11"]);
+        o.worker_lost(&9, (), t0);
+        // Task 2 had no retry left; task 1 queues again and asks for a lease.
+        assert_eq!(drain(&mut o), ["fail 2", "request 1"]);
+        o.answer(&1, grant(103, 10), t0);
+        assert_eq!(drain(&mut o), ["push 1 to 10"]);
+        assert_eq!(
+            o.result(id(1), &9, t0),
+            None,
+            "the lost worker's late answer"
+        );
+        o.worker_lost(&10, (), t0);
+        assert_eq!(drain(&mut o), ["fail 1"], "its budget is spent");
+        o.worker_lost(&11, (), t0);
+        assert_eq!(drain(&mut o), ["request 1"], "task 3's first retry");
+        o.answer(&1, grant(104, 12), t0);
+        assert_eq!(drain(&mut o), ["push 3 to 12"]);
+        assert_eq!(o.result(id(3), &12, t0), Some(()));
+        assert_eq!(o.len(), 0);
+    }
+}
