@@ -149,6 +149,22 @@ pub enum Error {
         /// What was seen: the connection loss, the GCS's verdict.
         cause: String,
     },
+    /// The worker process running the work exited (a crash, an abort, an
+    /// out-of-memory kill, `kill -9`) before the work finished, and the
+    /// work's retries (`max_retries`) were used up. Its node saw the exit
+    /// and told the owner at once.
+    #[error("worker {worker} (pid {pid}) on node {node} died: {status}")]
+    WorkerDied {
+        /// The worker.
+        worker: ray_proto::WorkerId,
+        /// Its process id on its node.
+        pid: u32,
+        /// Its node (alive: only the process ended).
+        node: ray_proto::NodeId,
+        /// How it ended, as the operating system says: an exit code or a
+        /// signal.
+        status: String,
+    },
     /// The cluster's control plane failed the request (the GCS or a node
     /// daemon is unreachable or refused it).
     ///

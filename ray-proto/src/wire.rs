@@ -46,7 +46,7 @@ pub use node_service::{
 };
 pub use worker_service::{
     GetObject, ListObjects, ListTasks, ObjectFailed, ObjectFollows, ObjectReply, Objects,
-    ObjectsFreed, Tasks, WorkBatch, WorkDone, WorkerReply, WorkerRequest,
+    ObjectsFreed, Tasks, WorkBatch, WorkDone, WorkerDied, WorkerReply, WorkerRequest,
 };
 
 mod call;
@@ -77,7 +77,7 @@ pub fn labels_to_wire<'a>(
 ///
 /// Bump it whenever [`Message`] (or anything it contains) changes shape:
 /// peers with different versions refuse each other at the handshake.
-pub const PROTOCOL_VERSION: u16 = 7;
+pub const PROTOCOL_VERSION: u16 = 8;
 
 /// One control message as it travels on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
@@ -421,6 +421,7 @@ mod tests {
                     node: NodeId(2),
                     bytes: 1 << 20,
                 }],
+                owner: "127.0.0.1:6000".into(),
             }
             .into(),
             ReturnLease { lease }.into(),
@@ -511,6 +512,13 @@ mod tests {
             .into(),
             ListTasks.into(),
             ListObjects.into(),
+            WorkerDied {
+                worker: WorkerId(5),
+                node: NodeId(2),
+                pid: 4242,
+                status: "signal: 9 (SIGKILL)".into(),
+            }
+            .into(),
             // Worker replies.
             WorkDone {
                 results: vec![

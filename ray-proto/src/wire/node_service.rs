@@ -95,6 +95,9 @@ pub struct RequestLease {
     /// Bytes of the arguments of the work behind the request held by each
     /// node (for the locality strategy; empty otherwise).
     pub arg_bytes: Vec<ArgBytes>,
+    /// Where the owner asking listens (`host:port`): the node that grants
+    /// the lease tells it there if the lease's worker process exits.
+    pub owner: String,
 }
 
 /// Bytes of a request's arguments one node holds.

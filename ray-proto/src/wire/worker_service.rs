@@ -11,7 +11,7 @@ use rkyv::{Archive, Deserialize, Serialize};
 
 use super::call::{calls, service_enum};
 use super::{Done, FromReply, Message, ObjectRow, TaskRow, WireError, WorkItem, WorkResult};
-use crate::ObjectId;
+use crate::{NodeId, ObjectId, WorkerId};
 
 service_enum! {
     /// A request to a driver or worker process.
@@ -26,6 +26,8 @@ service_enum! {
         ListTasks,
         /// Asks for the objects the process owns.
         ListObjects,
+        /// A worker process the receiver pushed work to has exited.
+        WorkerDied,
     }
 }
 
@@ -54,6 +56,7 @@ calls! {
     ObjectsFreed => Done,
     ListTasks => Tasks,
     ListObjects => Objects,
+    WorkerDied => Done,
 }
 
 /// Work pushed on an owner's work stream.
@@ -91,6 +94,22 @@ pub struct ListTasks;
 /// Asks a driver or worker for the objects it owns; answered [`Objects`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct ListObjects;
+
+/// The node daemon that started a worker process saw it exit, and tells
+/// each process that holds a lease on it at once (its work streams would
+/// notice only when their connection times out). Answered [`Message::Ok`].
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct WorkerDied {
+    /// The worker.
+    pub worker: WorkerId,
+    /// Its node.
+    pub node: NodeId,
+    /// Its process id.
+    pub pid: u32,
+    /// How it ended, as the operating system says (an exit code or a
+    /// signal).
+    pub status: String,
+}
 
 /// Results sent back on a work stream.
 #[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]

@@ -52,7 +52,7 @@ use ray_proto::wire::{
     LeaseBlocked, LeaseGranted, LeaseInfeasible, ListObjects, ListTasks, Message, NodeReply,
     ObjectFailed, ObjectFollows, ObjectReply, ObjectsFreed, RequestLease, ResourceAmount,
     ReturnLease, WireArg, WireError, WireOutcome, WireStrategy, WorkBatch, WorkDone, WorkItem,
-    WorkResult, WorkerReply, WorkerRequest,
+    WorkResult, WorkerDied, WorkerReply, WorkerRequest,
 };
 use ray_proto::{ActorId, JobId, NodeId, ObjectId, TaskId, WorkerId};
 use ray_sched::SchedulingStrategy;
@@ -226,6 +226,9 @@ impl ClusterCore {
         let me = self.clone();
         self.tokio
             .spawn(async move { me.refresh_node_totals().await });
+        let me = self.clone();
+        self.tokio
+            .spawn(async move { me.follow_node_deaths().await });
     }
 
     pub(super) fn rt(&self) -> Option<Arc<Runtime>> {

@@ -356,6 +356,7 @@ impl ClusterCore {
             hard_labels: labels.hard.clone(),
             soft_labels: labels.soft.clone(),
             arg_bytes,
+            owner: self.my_addr.clone(),
         };
         match self.ask(self.local_node, request).await? {
             Ok(NodeReply::LeaseGranted(LeaseGranted {

@@ -125,7 +125,104 @@ impl ClusterCore {
                 Err(e) => break format!("its worker at {addr} is unreachable: {e}"),
             }
         };
-        self.link_died(&link, cause);
+        let err = Error::NodeDied {
+            node: link.node,
+            cause,
+        };
+        self.link_died(&link, err);
+    }
+
+    /// Follows the GCS's node table: when a node is declared dead, every
+    /// work stream to a worker there is lost at once (a stream to a dead
+    /// host notices only when its connection times out). Runs until the
+    /// runtime goes.
+    pub(super) async fn follow_node_deaths(self: Arc<Self>) {
+        use ray_proto::wire::{WireChannel, WireEvent};
+        while self.rt().is_some() {
+            let Ok(sub) = self.gcs.subscribe(vec![WireChannel::Node]).await else {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            };
+            let mut seen_dropped = 0;
+            while self.rt().is_some() {
+                let (events, dropped) =
+                    match self.gcs.poll_events(sub, Duration::from_secs(1)).await {
+                        Ok(polled) => polled,
+                        Err(crate::cluster::ClusterError::Timeout { .. }) => continue,
+                        Err(_) => break,
+                    };
+                let mut dead: Vec<(NodeId, String)> = events
+                    .into_iter()
+                    .filter_map(|e| match e {
+                        WireEvent::Node(n) if !n.alive => {
+                            Some((n.id, n.death_cause.unwrap_or_default()))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                if dropped > seen_dropped {
+                    // Some were lost: the table itself is the truth.
+                    seen_dropped = dropped;
+                    if let Ok(nodes) = self.gcs.nodes().await {
+                        dead.extend(
+                            nodes
+                                .into_iter()
+                                .filter(|n| !n.alive)
+                                .map(|n| (n.id, n.death_cause.unwrap_or_default())),
+                        );
+                    }
+                }
+                for (node, cause) in dead {
+                    self.node_died(node, cause);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// `node` was declared dead: its work streams are lost.
+    fn node_died(self: &Arc<Self>, node: NodeId, cause: String) {
+        let lost: Vec<Arc<Link>> = self
+            .links
+            .lock()
+            .values()
+            .filter_map(|cell| cell.get().cloned())
+            .filter(|l| l.node == node && !l.is_dead())
+            .collect();
+        for link in lost {
+            let err = Error::NodeDied {
+                node,
+                cause: format!("the GCS declared it dead: {cause}"),
+            };
+            self.link_died(&link, err);
+        }
+    }
+
+    /// A node daemon saw `worker`'s process exit: every work stream to it
+    /// is lost now, not when its connection times out.
+    pub(super) fn worker_died(
+        self: &Arc<Self>,
+        worker: WorkerId,
+        node: NodeId,
+        pid: u32,
+        status: String,
+    ) {
+        let lost: Vec<Arc<Link>> = self
+            .links
+            .lock()
+            .values()
+            .filter_map(|cell| cell.get().cloned())
+            .filter(|l| l.worker == worker)
+            .collect();
+        for link in lost {
+            let err = Error::WorkerDied {
+                worker,
+                pid,
+                node,
+                status: status.clone(),
+            };
+            self.link_died(&link, err);
+        }
     }
 
     pub(super) fn on_results(self: &Arc<Self>, link: &Arc<Link>, results: Vec<WorkResult>) {
@@ -218,9 +315,12 @@ impl ClusterCore {
     /// The link's worker is gone (its stream ended or broke): its tasks go
     /// back to the task core, which queues them again within their retry
     /// budget; actor work pushed on it fails with `NodeDied`.
-    pub(super) fn link_died(self: &Arc<Self>, link: &Arc<Link>, cause: String) {
+    pub(super) fn link_died(self: &Arc<Self>, link: &Arc<Link>, err: Error) {
         let (addr, node) = (link.addr, link.node);
-        link.dead.store(true, std::sync::atomic::Ordering::Release);
+        if link.dead.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            // Told twice (its node's notice, then its reader ending).
+            return;
+        }
         {
             let mut links = self.links.lock();
             // Only this life of the link: a new one may already be open.
@@ -232,10 +332,6 @@ impl ClusterCore {
                 links.remove(&addr);
             }
         }
-        let err = Error::NodeDied {
-            node,
-            cause: cause.clone(),
-        };
         let failed: Vec<(TaskId, Inflight)> = {
             let mut st = self.owner.lock();
             let pending = st.tasks.len();
@@ -252,7 +348,7 @@ impl ClusterCore {
                 .filter_map(|id| st.inflight.remove(&id).map(|f| (id, f)))
                 .collect::<Vec<_>>();
             if pending > 0 || !failed.is_empty() {
-                tracing::warn!(target: "ray::cluster", node = %node, %addr, cause = %cause, actor_work = failed.len(), "worker.lost");
+                tracing::warn!(target: "ray::cluster", node = %node, %addr, cause = %err, actor_work = failed.len(), "worker.lost");
             }
             self.drive(st);
             failed

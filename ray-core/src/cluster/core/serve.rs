@@ -144,6 +144,16 @@ impl ClusterCore {
                 let _ = w.send(&Envelope::new(reply.into())).await;
                 w.finish();
             }
+            WorkerRequest::WorkerDied(WorkerDied {
+                worker,
+                node,
+                pid,
+                status,
+            }) => {
+                self.worker_died(worker, node, pid, status);
+                let _ = w.send(&Envelope::new(Message::Ok)).await;
+                w.finish();
+            }
         }
     }
 

@@ -165,7 +165,7 @@ impl NodeService {
         let keep = {
             let lj = inner.lease_jobs.lock();
             let detached = inner.detached.lock();
-            lj.iter().any(|(l, j)| *j == job && detached.contains(l))
+            lj.iter().any(|(l, h)| h.job == job && detached.contains(l))
         };
         if keep {
             // Detached actors live in this worker: it stays, and so do

@@ -23,6 +23,14 @@ pub(super) struct Pending {
     job: JobId,
     binary_hash: [u8; 32],
     fingerprint: BuildFingerprint,
+    owner: String,
+}
+
+/// Who holds a lease granted here.
+pub(super) struct Holder {
+    pub(super) job: JobId,
+    /// Where its owner listens: told if the lease's worker exits.
+    pub(super) owner: String,
 }
 
 impl NodeService {
@@ -35,7 +43,7 @@ impl NodeService {
             let mut detached = inner.detached.lock();
             let ids: Vec<TaskId> = lj
                 .iter()
-                .filter(|(l, j)| **j == job && (all || !detached.contains(*l)))
+                .filter(|(l, h)| h.job == job && (all || !detached.contains(*l)))
                 .map(|(l, _)| *l)
                 .collect();
             for l in &ids {
@@ -70,6 +78,7 @@ impl NodeService {
                 hard_labels,
                 soft_labels,
                 arg_bytes,
+                owner,
             }) => {
                 let (tx, rx) = oneshot::channel();
                 inner.replies.lock().insert(lease, tx);
@@ -81,6 +90,7 @@ impl NodeService {
                         job,
                         binary_hash,
                         fingerprint,
+                        owner,
                     },
                 );
                 task.arg_bytes = arg_bytes.iter().map(|a| (a.node, a.bytes)).collect();
@@ -258,7 +268,13 @@ impl NodeService {
             inner.sched.lock().finish(task.id);
             return self.drain();
         }
-        inner.lease_jobs.lock().insert(task.id, task.item.job);
+        inner.lease_jobs.lock().insert(
+            task.id,
+            Holder {
+                job: task.item.job,
+                owner: task.item.owner.clone(),
+            },
+        );
         let me = self.clone();
         tokio::spawn(async move {
             let p = &task.item;
@@ -309,6 +325,7 @@ impl NodeService {
                             .iter()
                             .map(|&(node, bytes)| ray_proto::wire::ArgBytes { node, bytes })
                             .collect(),
+                        owner: p.owner.clone(),
                     };
                     conn.request(&Envelope::new(request.into())).await.ok()
                 }

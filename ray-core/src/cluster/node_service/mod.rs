@@ -68,7 +68,8 @@ struct Inner {
     total: ResourceSet,
     sched: Mutex<NodeScheduler<Pending>>,
     replies: Mutex<HashMap<TaskId, oneshot::Sender<Message>>>,
-    lease_jobs: Mutex<HashMap<TaskId, JobId>>,
+    /// Leases granted here: their job and owner.
+    lease_jobs: Mutex<HashMap<TaskId, leases::Holder>>,
     /// Leases held by detached actors: they outlive their job.
     detached: Mutex<hashbrown::HashSet<TaskId>>,
     jobs: Mutex<HashMap<JobId, Arc<JobWorker>>>,

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use ray_proto::wire::{BuildFingerprint, JobBuild, Message};
+use ray_proto::wire::{BuildFingerprint, JobBuild, Message, WorkerDied};
 use ray_proto::{JobId, WorkerId};
+use ray_transport::Envelope;
 use tokio::sync::oneshot;
 
 use super::NodeService;
@@ -214,26 +215,39 @@ impl NodeService {
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         *w.stop.lock() = Some(stop_tx);
         tokio::spawn(async move {
-            let status = tokio::select! {
-                status = child.wait() => status,
+            let (status, stopped) = tokio::select! {
+                status = child.wait() => (status, false),
                 Ok(()) = stop_rx => {
                     // Not reaped yet, so the pid is still this worker's.
                     if let Some(pid) = child.id() {
                         terminate(pid);
                     }
-                    match tokio::time::timeout(STOP_GRACE, child.wait()).await {
+                    let status = match tokio::time::timeout(STOP_GRACE, child.wait()).await {
                         Ok(status) => status,
                         Err(_) => {
                             let _ = child.start_kill();
                             child.wait().await
                         }
-                    }
+                    };
+                    (status, true)
                 }
             };
             tracing::info!(target: "ray::node", job = %job, pid, ?status, "worker.exited");
             let current = me.inner.jobs.lock().get(&job).cloned();
             if current.is_some_and(|c| Arc::ptr_eq(&c, &watched)) {
                 me.inner.jobs.lock().remove(&job);
+            }
+            let started = watched
+                .started
+                .get()
+                .and_then(|s| s.as_ref().ok())
+                .map(|(id, _)| *id);
+            if let (Some(worker), false) = (started, stopped) {
+                let status = match &status {
+                    Ok(s) => s.to_string(),
+                    Err(e) => format!("cannot be waited for: {e}"),
+                };
+                me.tell_owners(job, worker, pid, status);
             }
             if let Some(tx) = watched.ready.lock().take() {
                 let status = status.map_err(Arc::new);
@@ -251,6 +265,41 @@ impl NodeService {
                     after: WORKER_START_TIMEOUT,
                 })
             }
+        }
+    }
+}
+
+impl NodeService {
+    /// Tells the owner of every lease of `job` here that its worker
+    /// process exited, so their work is retried or failed at once (a
+    /// work stream to a dead process notices only when its connection
+    /// times out).
+    fn tell_owners(&self, job: JobId, worker: WorkerId, pid: u32, status: String) {
+        let owners: std::collections::BTreeSet<String> = self
+            .inner
+            .lease_jobs
+            .lock()
+            .values()
+            .filter(|h| h.job == job)
+            .map(|h| h.owner.clone())
+            .collect();
+        tracing::warn!(target: "ray::node", job = %job, worker = %worker, pid, status = %status, owners = owners.len(), "worker.died");
+        for owner in owners {
+            let Ok(addr) = owner.parse::<SocketAddr>() else {
+                continue;
+            };
+            let notice = WorkerDied {
+                worker,
+                node: self.inner.node,
+                pid,
+                status: status.clone(),
+            };
+            let me = self.clone();
+            tokio::spawn(async move {
+                if let Ok(conn) = me.inner.conns.get(addr).await {
+                    let _ = conn.request(&Envelope::new(notice.into())).await;
+                }
+            });
         }
     }
 }

@@ -1,0 +1,175 @@
+//! Fault tolerance with real processes: worker processes that abort or are
+//! killed with SIGKILL, and a node killed under running work. Tasks are
+//! retried within `max_retries` (default 3) and end with their result, or
+//! with a typed error naming what died.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use ray_core::prelude::*;
+use ray_core::{Cluster, Error, NodeId};
+
+/// A file no other test uses (the workers share this machine's disk).
+fn marker(name: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    std::env::temp_dir().join(format!("rayrs-ft-{name}-{}-{nanos}", std::process::id()))
+}
+
+/// Waits until `path` exists (a task wrote it), failing after a minute.
+async fn wait_for(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Now, as nanoseconds since the epoch (comparable across processes).
+fn epoch_nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// The first run (no marker yet) writes its pid and the time to the marker
+/// and aborts its process; a later run returns its own pid.
+#[remote]
+fn abort_once(marker: String) -> u32 {
+    if !Path::new(&marker).exists() {
+        let line = format!("{} {}", std::process::id(), epoch_nanos());
+        std::fs::write(&marker, line).unwrap();
+        std::process::abort();
+    }
+    std::process::id()
+}
+
+/// The pid and time a first run wrote.
+fn crashed(marker: &Path) -> (u32, u128) {
+    let text = std::fs::read_to_string(marker).unwrap();
+    let (pid, at) = text.split_once(' ').unwrap();
+    (pid.parse().unwrap(), at.parse().unwrap())
+}
+
+/// The first run writes its pid to the marker and sleeps until it is
+/// killed; a later run returns the node it ran on.
+#[remote]
+fn hang_once(marker: String) -> u64 {
+    if !Path::new(&marker).exists() {
+        std::fs::write(&marker, std::process::id().to_string()).unwrap();
+        std::thread::sleep(Duration::from_secs(600));
+    }
+    Ray::current().expect("in a task").node_id().0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_worker_aborts_runs_again_and_returns() {
+    let cluster = Cluster::local(1).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let m = marker("abort");
+    // Default retries: the abort is a system failure, retried.
+    let r = abort_once::remote(&ray, m.display().to_string()).unwrap();
+    let pid = r.get().await.expect("the retry returns");
+    assert_ne!(pid, crashed(&m).0, "the retry ran in a new worker process");
+    let _ = std::fs::remove_file(&m);
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_retries_a_dead_worker_is_a_typed_error_naming_its_process() {
+    let cluster = Cluster::local(1).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let m = marker("no-retry");
+    let err = abort_once::options()
+        .max_retries(0)
+        .remote(&ray, m.display().to_string())
+        .unwrap()
+        .get()
+        .await
+        .unwrap_err();
+    let seen = epoch_nanos();
+    let (crashed, at) = crashed(&m);
+    // WorkerDied comes from the node that reaped the process, not from a
+    // connection timing out (that would be NodeDied).
+    match &err {
+        Error::WorkerDied { pid, status, .. } => {
+            assert_eq!(*pid, crashed);
+            assert!(
+                status.contains("SIGABRT") || status.contains("signal"),
+                "{status}"
+            );
+        }
+        other => panic!("expected WorkerDied, got {other:?}"),
+    }
+    eprintln!(
+        "abort to WorkerDied: {:.1} ms",
+        seen.saturating_sub(at) as f64 / 1e6
+    );
+    // The node starts a new worker for what comes next.
+    let again = abort_once::remote(&ray, m.display().to_string()).unwrap();
+    assert_ne!(again.get().await.unwrap(), crashed);
+    let _ = std::fs::remove_file(&m);
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_with_sigkill_has_its_task_retried() {
+    let cluster = Cluster::local(1).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let m = marker("sigkill");
+    let r = hang_once::remote(&ray, m.display().to_string()).unwrap();
+    wait_for(&m).await;
+    let pid: i32 = std::fs::read_to_string(&m).unwrap().parse().unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(r.get().await.expect("the retry returns"), 1);
+    let _ = std::fs::remove_file(&m);
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_on_a_killed_node_runs_again_on_another() {
+    let mut cluster = Cluster::local(2).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let m = marker("node");
+    // Preferably on node 2 (the second process); anywhere once it is gone.
+    let r = hang_once::options()
+        .node_affinity(NodeId(2), true)
+        .remote(&ray, m.display().to_string())
+        .unwrap();
+    wait_for(&m).await;
+    cluster.kill_node(1);
+    let node = r.get().await.expect("the retry returns");
+    assert_eq!(node, 1, "run again on the node left");
+    let _ = std::fs::remove_file(&m);
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_max_retries_below_minus_one_is_refused_in_both_modes() {
+    let embedded = ray_core::init().await.unwrap();
+    let cluster = Cluster::local(1).await.expect("cluster starts");
+    let on_cluster = cluster.connect().await.expect("driver joins");
+    for ray in [&embedded, &on_cluster] {
+        let err = abort_once::options()
+            .max_retries(-2)
+            .remote(ray, String::new())
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidArgument(m) if m.contains("max_retries")),
+            "{err:?}"
+        );
+    }
+    embedded.shutdown();
+    on_cluster.shutdown();
+}
