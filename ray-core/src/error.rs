@@ -76,6 +76,19 @@ pub enum Error {
         /// Why it died.
         cause: String,
     },
+    /// The actor's process died and the actor is being restarted
+    /// (`max_restarts`); this call was in flight and is not re-sent (no
+    /// `max_task_retries` left). Calls made from now on wait for the
+    /// restarted actor.
+    #[error("actor {actor} ({class}) is restarting: {cause}")]
+    ActorUnavailable {
+        /// The actor.
+        actor: ActorId,
+        /// Its class name.
+        class: &'static str,
+        /// What happened to its process.
+        cause: String,
+    },
     /// No live actor has this name in this namespace.
     #[error("no actor named {name:?} in namespace {namespace:?}")]
     ActorNotFound {

@@ -210,16 +210,12 @@ pub trait TaskOptionsBuilder: ResourceOptions {
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
     fn max_retries(mut self, n: i32) -> Self {
         let o = self.task_options();
-        match u32::try_from(n) {
-            Ok(n) => {
+        match count(n) {
+            Some(n) => {
                 o.max_retries = n;
                 o.bad_retries = None;
             }
-            Err(_) if n == -1 => {
-                o.max_retries = RETRY_FOREVER;
-                o.bad_retries = None;
-            }
-            Err(_) => o.bad_retries = Some(n),
+            None => o.bad_retries = Some(n),
         }
         self
     }
@@ -251,10 +247,18 @@ pub struct ActorOptions {
     pub(crate) namespace: Option<String>,
     pub(crate) max_concurrency: usize,
     pub(crate) detached: bool,
+    /// Restarts after its process dies ([`RETRY_FOREVER`]: no limit).
+    pub(crate) max_restarts: u32,
+    /// Re-sends of a call in flight when its process died
+    /// ([`RETRY_FOREVER`]: no limit).
+    pub(crate) max_task_retries: u32,
+    /// A count below -1 given to one of those two: (option, value).
+    pub(crate) bad_count: Option<(&'static str, i32)>,
 }
 
 impl Default for ActorOptions {
-    /// No resources held for life, unnamed, one call at a time.
+    /// No resources held for life, unnamed, one call at a time, never
+    /// restarted (Ray's defaults).
     fn default() -> Self {
         Self {
             resources: ResourceRequest::with_cpu(Quantity::ZERO),
@@ -262,7 +266,20 @@ impl Default for ActorOptions {
             namespace: None,
             max_concurrency: 1,
             detached: false,
+            max_restarts: 0,
+            max_task_retries: 0,
+            bad_count: None,
         }
+    }
+}
+
+/// A retry count as Ray takes it: `n >= 0`, or -1 for no limit; `None`
+/// for anything below -1.
+fn count(n: i32) -> Option<u32> {
+    match u32::try_from(n) {
+        Ok(n) => Some(n),
+        Err(_) if n == -1 => Some(RETRY_FOREVER),
+        Err(_) => None,
     }
 }
 
@@ -296,6 +313,39 @@ pub trait ActorOptionsBuilder: ResourceOptions {
         self.actor_options().detached = yes;
         self
     }
+
+    /// How many times the actor is re-created after the process hosting it
+    /// dies (default 0; -1: no limit), as in Ray: its constructor runs
+    /// again with its original arguments, on another node if its node
+    /// died, under the same id and name. Calls made meanwhile wait for it.
+    /// The actor's state is not kept: it starts afresh.
+    ///
+    /// Only a cluster has processes to lose; embedded, the option is
+    /// accepted and never used. A value below -1 is refused at create with
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+    fn max_restarts(mut self, n: i32) -> Self {
+        let o = self.actor_options();
+        match count(n) {
+            Some(n) => o.max_restarts = n,
+            None => o.bad_count = Some(("max_restarts", n)),
+        }
+        self
+    }
+
+    /// How many times a call in flight when the actor's process died is
+    /// sent again to its next life (default 0; -1: no limit): calls run at
+    /// least once. Without it such calls fail with
+    /// [`Error::ActorUnavailable`](crate::Error::ActorUnavailable) while
+    /// the actor restarts, or `ActorDied` when it will not. A value below
+    /// -1 is refused at create.
+    fn max_task_retries(mut self, n: i32) -> Self {
+        let o = self.actor_options();
+        match count(n) {
+            Some(n) => o.max_task_retries = n,
+            None => o.bad_count = Some(("max_task_retries", n)),
+        }
+        self
+    }
 }
 
 impl ResourceOptions for ActorOptions {
@@ -312,6 +362,11 @@ impl ActorOptionsBuilder for ActorOptions {
 
 impl ActorOptions {
     pub(crate) fn validate(&self) -> Result<&ResourceSet> {
+        if let Some((option, n)) = self.bad_count {
+            return Err(Error::InvalidArgument(format!(
+                "{option} must be -1 (no limit) or at least 0, not {n}"
+            )));
+        }
         if self.max_concurrency == 0 {
             return Err(Error::InvalidArgument(
                 "max_concurrency must be at least 1".into(),

@@ -1,7 +1,9 @@
 //! Fault tolerance with real processes: worker processes that abort or are
 //! killed with SIGKILL, and a node killed under running work. Tasks are
 //! retried within `max_retries` (default 3) and end with their result, or
-//! with a typed error naming what died.
+//! with a typed error naming what died; actors restart within
+//! `max_restarts`, and calls lost with them are sent again within
+//! `max_task_retries`.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -67,6 +69,116 @@ fn hang_once(marker: String) -> u64 {
         std::thread::sleep(Duration::from_secs(600));
     }
     Ray::current().expect("in a task").node_id().0
+}
+
+/// An actor whose process can be made to die.
+#[remote]
+struct Tally {
+    n: u64,
+}
+
+#[remote]
+impl Tally {
+    fn new(start: u64) -> Self {
+        Tally { n: start }
+    }
+    fn add(&mut self, k: u64) -> u64 {
+        self.n += k;
+        self.n
+    }
+    fn pid(&self) -> u32 {
+        std::process::id()
+    }
+    fn node(&self) -> u64 {
+        Ray::current().expect("in an actor").node_id().0
+    }
+    /// Aborts the process the first time (no marker yet), else returns
+    /// the process id.
+    fn abort_once(&self, marker: String) -> u32 {
+        if !Path::new(&marker).exists() {
+            std::fs::write(&marker, "x").unwrap();
+            std::process::abort();
+        }
+        std::process::id()
+    }
+    /// Aborts its process.
+    fn abort(&self) -> u32 {
+        std::process::abort()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actor_restarts_afresh_under_its_name_until_its_restarts_are_used_up() {
+    let cluster = Cluster::local(1).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let a = Tally::options()
+        .name("phoenix")
+        .max_restarts(1)
+        .remote(&ray, 100)
+        .unwrap();
+    assert_eq!(a.add(5).unwrap().get().await.unwrap(), 105);
+    let first = a.pid().unwrap().get().await.unwrap();
+    // The call that kills it was in flight and is not sent again.
+    let err = a.abort().unwrap().get().await.unwrap_err();
+    assert!(matches!(err, Error::ActorUnavailable { .. }), "{err:?}");
+    // Its next life: constructor run again with the same arguments.
+    assert_eq!(a.add(1).unwrap().get().await.unwrap(), 101);
+    assert_ne!(a.pid().unwrap().get().await.unwrap(), first);
+    let found = ray.get_actor::<Tally>("phoenix").expect("still named");
+    assert_eq!(found.add(1).unwrap().get().await.unwrap(), 102);
+    // Its one restart is used: the next death is final.
+    let _ = a.abort().unwrap().get().await.unwrap_err();
+    let err = a.add(1).unwrap().get().await.unwrap_err();
+    match &err {
+        Error::ActorDied { cause, .. } => {
+            assert!(cause.contains("restarts are used up"), "{cause}")
+        }
+        other => panic!("expected ActorDied, got {other:?}"),
+    }
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_in_flight_when_its_actor_dies_is_sent_to_its_next_life() {
+    let cluster = Cluster::local(1).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let a = Tally::options()
+        .max_restarts(-1)
+        .max_task_retries(-1)
+        .remote(&ray, 0)
+        .unwrap();
+    let first = a.pid().unwrap().get().await.unwrap();
+    let m = marker("actor-retry");
+    let again = a.abort_once(m.display().to_string()).unwrap();
+    let after = a.add(7).unwrap();
+    let pid = again.get().await.expect("re-sent to the next life");
+    assert_ne!(pid, first);
+    assert_eq!(
+        after.get().await.unwrap(),
+        7,
+        "later calls run after it, afresh"
+    );
+    let _ = std::fs::remove_file(&m);
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actor_on_a_killed_node_restarts_on_another() {
+    let mut cluster = Cluster::local(2).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let a = Tally::options()
+        .node_affinity(NodeId(2), true)
+        .max_restarts(1)
+        .max_task_retries(1)
+        .remote(&ray, 1)
+        .unwrap();
+    assert_eq!(a.node().unwrap().get().await.unwrap(), 2);
+    cluster.kill_node(1);
+    // Pushed to the dead node before its death is known, the call is sent
+    // again to the next life, on node 1.
+    assert_eq!(a.add(1).unwrap().get().await.unwrap(), 2);
+    assert_eq!(a.node().unwrap().get().await.unwrap(), 1);
+    ray.shutdown();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -156,7 +268,7 @@ async fn a_task_on_a_killed_node_runs_again_on_another() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_max_retries_below_minus_one_is_refused_in_both_modes() {
+async fn retry_counts_below_minus_one_are_refused_in_both_modes() {
     let embedded = ray_core::init().await.unwrap();
     let cluster = Cluster::local(1).await.expect("cluster starts");
     let on_cluster = cluster.connect().await.expect("driver joins");
@@ -169,6 +281,15 @@ async fn a_max_retries_below_minus_one_is_refused_in_both_modes() {
             matches!(&err, Error::InvalidArgument(m) if m.contains("max_retries")),
             "{err:?}"
         );
+        for err in [
+            Tally::options().max_restarts(-5).remote(ray, 0).err(),
+            Tally::options().max_task_retries(-2).remote(ray, 0).err(),
+        ] {
+            assert!(
+                matches!(&err, Some(Error::InvalidArgument(m)) if m.contains("-1 (no limit)")),
+                "{err:?}"
+            );
+        }
     }
     embedded.shutdown();
     on_cluster.shutdown();

@@ -14,12 +14,12 @@ use std::time::Duration;
 use hashbrown::HashMap;
 use ray_proto::hex;
 use ray_proto::wire::{
-    self, ActorEntry, ActorLocation, ActorStatus, Actors, BuildFingerprint, Events, FetchBinary,
-    FinishJob, GcsRequest, GetActors, GetJobs, GetNodes, GetWorker, GetWorkers, Heartbeat,
-    JobEntry, JobRegistered, Jobs, KvGet, KvPut, KvPutDone, KvValue, LocateActor, LookupActor,
-    Message, NodeEntry, NodeRegistered, Nodes, PollEvents, RegisterActor, RegisterJob,
-    RegisterNode, RegisterWorker, ResourceAmount, Subscribe, Subscribed, Unsubscribe, UploadBinary,
-    WireChannel, WireEvent, WorkerEntry, WorkerRegistered, Workers,
+    self, ActorEntry, ActorFailed, ActorLocation, ActorNow, ActorStatus, Actors, BuildFingerprint,
+    Events, FetchBinary, FinishJob, GcsRequest, GetActors, GetJobs, GetNodes, GetWorker,
+    GetWorkers, Heartbeat, JobEntry, JobRegistered, Jobs, KvGet, KvPut, KvPutDone, KvValue,
+    LocateActor, LookupActor, Message, NodeEntry, NodeRegistered, Nodes, PollEvents, RegisterActor,
+    RegisterJob, RegisterNode, RegisterWorker, ResourceAmount, Subscribe, Subscribed, Unsubscribe,
+    UploadBinary, WireChannel, WireEvent, WorkerEntry, WorkerRegistered, Workers,
 };
 use ray_proto::wire::{labels_to_wire, MAX_BINARY_LEN};
 use ray_proto::{ActorId, JobId, NodeId, WorkerId};
@@ -293,7 +293,32 @@ pub fn handle(state: &mut State, request: GcsRequest, now: Duration) -> Action {
             entry,
             worker,
             address,
-        }) => register_actor(state, entry, worker, address),
+            max_restarts,
+        }) => register_actor(state, entry, worker, address, max_restarts),
+        GcsRequest::ActorFailed(ActorFailed { actor, life, cause }) => {
+            let seen = state.gcs.actor(actor).and_then(|row| match &row.state {
+                // Its node's death already moved it past this life.
+                ActorState::Restarting { attempt } if *attempt > life => Some(row.state.clone()),
+                ActorState::Dead { .. } => Some(row.state.clone()),
+                _ => None,
+            });
+            let now = match seen {
+                Some(now) => Ok(now),
+                None => state.gcs.actor_failed(actor, cause),
+            };
+            match now {
+                Ok(now) => {
+                    // Not locatable until its next life registers.
+                    state.actor_homes.remove(&actor);
+                    tracing::info!(target: "ray::gcs", actor = %actor, state = ?now, "actor.failed");
+                    ActorNow {
+                        status: actor_status(&now),
+                    }
+                    .into()
+                }
+                Err(e) => error(e),
+            }
+        }
         GcsRequest::LookupActor(LookupActor { namespace, name }) => {
             lookup_actor(state, &namespace, &name)
         }
@@ -421,13 +446,17 @@ fn actor_entry(row: &crate::ActorRow) -> ActorEntry {
         namespace: row.info.namespace.clone(),
         job: row.info.job,
         detached: row.info.detached,
-        status: match &row.state {
-            ActorState::PendingCreation => ActorStatus::PendingCreation,
-            ActorState::Alive { node } => ActorStatus::Alive { node: *node },
-            ActorState::Restarting { attempt } => ActorStatus::Restarting { attempt: *attempt },
-            ActorState::Dead { cause } => ActorStatus::Dead {
-                cause: cause.clone(),
-            },
+        status: actor_status(&row.state),
+    }
+}
+
+fn actor_status(state: &ActorState) -> ActorStatus {
+    match state {
+        ActorState::PendingCreation => ActorStatus::PendingCreation,
+        ActorState::Alive { node } => ActorStatus::Alive { node: *node },
+        ActorState::Restarting { attempt } => ActorStatus::Restarting { attempt: *attempt },
+        ActorState::Dead { cause } => ActorStatus::Dead {
+            cause: cause.clone(),
         },
     }
 }
@@ -527,7 +556,28 @@ fn register_actor(
     entry: ActorEntry,
     worker: WorkerId,
     address: String,
+    max_restarts: u32,
 ) -> Message {
+    let restarting = state
+        .gcs
+        .actor(entry.id)
+        .is_some_and(|row| matches!(row.state, ActorState::Restarting { .. }));
+    if let (true, ActorStatus::Alive { node }) = (restarting, &entry.status) {
+        // The next life of a restarted actor: same id, name and row.
+        return match state
+            .gcs
+            .set_actor_state(entry.id, ActorState::Alive { node: *node })
+        {
+            Ok(()) => {
+                state
+                    .actor_homes
+                    .insert(entry.id, ActorHome { worker, address });
+                tracing::info!(target: "ray::gcs", actor = %entry.id, worker = %worker, "actor.restarted");
+                Message::Ok
+            }
+            Err(e) => error(e),
+        };
+    }
     let node = match entry.status {
         ActorStatus::PendingCreation => None,
         ActorStatus::Alive { node } => Some(node),
@@ -548,7 +598,7 @@ fn register_actor(
         namespace: entry.namespace,
         job: entry.job,
         detached: entry.detached,
-        max_restarts: 0,
+        max_restarts,
     };
     if let Err(e) = state.gcs.register_actor(info) {
         return error(e);

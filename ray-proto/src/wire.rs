@@ -32,11 +32,12 @@ pub use gcs::{
     WireEvent, WorkerEntry,
 };
 pub use gcs_service::{
-    ActorLocation, Actors, BinaryFollows, Events, FetchBinary, FinishJob, GcsReply, GcsRequest,
-    GetActors, GetJobs, GetNodes, GetWorker, GetWorkers, Heartbeat, InsightBatch, InsightExport,
-    JobConfig, JobRegistered, Jobs, KvGet, KvPut, KvPutDone, KvValue, LocateActor, LookupActor,
-    NodeRegistered, Nodes, PollEvents, RegisterActor, RegisterJob, RegisterNode, RegisterWorker,
-    Subscribe, Subscribed, Unsubscribe, UploadBinary, WorkerInfo, WorkerRegistered, Workers,
+    ActorFailed, ActorLocation, ActorNow, Actors, BinaryFollows, Events, FetchBinary, FinishJob,
+    GcsReply, GcsRequest, GetActors, GetJobs, GetNodes, GetWorker, GetWorkers, Heartbeat,
+    InsightBatch, InsightExport, JobConfig, JobRegistered, Jobs, KvGet, KvPut, KvPutDone, KvValue,
+    LocateActor, LookupActor, NodeRegistered, Nodes, PollEvents, RegisterActor, RegisterJob,
+    RegisterNode, RegisterWorker, Subscribe, Subscribed, Unsubscribe, UploadBinary, WorkerInfo,
+    WorkerRegistered, Workers,
 };
 pub use message::{ArchivedMessage, Message, MessageResolver};
 pub use node_service::{
@@ -318,6 +319,13 @@ mod tests {
                 entry: actor.clone(),
                 worker: WorkerId(3),
                 address: "127.0.0.1:5000".into(),
+                max_restarts: u32::MAX,
+            }
+            .into(),
+            ActorFailed {
+                actor: actor.id,
+                life: 1,
+                cause: "its worker died".into(),
             }
             .into(),
             Subscribe {
@@ -400,6 +408,10 @@ mod tests {
             }
             .into(),
             location.into(),
+            ActorNow {
+                status: ActorStatus::Restarting { attempt: 2 },
+            }
+            .into(),
             // Node daemon requests.
             RequestLease {
                 lease,

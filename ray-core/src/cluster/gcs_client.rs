@@ -5,12 +5,12 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use ray_proto::wire::{
-    ActorEntry, BinaryFollows, BuildFingerprint, Call, Done, Envelope, Events, FetchBinary,
-    FinishJob, GetActors, GetJobs, GetNodes, GetWorker, GetWorkers, Heartbeat, InsightBatch,
-    InsightExport, JobConfig, JobEntry, JobRegistered, KvGet, KvPut, Label, LocateActor,
-    LookupActor, Message, NodeEntry, NodeRegistered, PollEvents, RegisterActor, RegisterJob,
-    RegisterNode, RegisterWorker, ResourceAmount, Subscribe, UploadBinary, WireChannel, WireEvent,
-    WorkerEntry, WorkerRegistered,
+    ActorEntry, ActorFailed, BinaryFollows, BuildFingerprint, Call, Done, Envelope, Events,
+    FetchBinary, FinishJob, GetActors, GetJobs, GetNodes, GetWorker, GetWorkers, Heartbeat,
+    InsightBatch, InsightExport, JobConfig, JobEntry, JobRegistered, KvGet, KvPut, Label,
+    LocateActor, LookupActor, Message, NodeEntry, NodeRegistered, PollEvents, RegisterActor,
+    RegisterJob, RegisterNode, RegisterWorker, ResourceAmount, Subscribe, UploadBinary,
+    WireChannel, WireEvent, WorkerEntry, WorkerRegistered,
 };
 use ray_proto::{ActorId, JobId, NodeId, WorkerId};
 use rkyv::util::AlignedVec;
@@ -454,15 +454,35 @@ impl GcsClient {
         entry: ActorEntry,
         worker: WorkerId,
         address: String,
+        max_restarts: u32,
     ) -> Result<(), ClusterError> {
         let Done = self
             .call(RegisterActor {
                 entry,
                 worker,
                 address,
+                max_restarts,
             })
             .await?;
         Ok(())
+    }
+
+    /// Reports that life `life` (0: the first) of actor `actor` ended with
+    /// its worker; returns its state now:
+    /// `Restarting` (register its next life with
+    /// [`GcsClient::register_actor`], status `Alive`) or `Dead`.
+    ///
+    /// # Errors
+    ///
+    /// [`ClusterError::Refused`] for an unknown actor; otherwise as
+    /// [`GcsClient::call`].
+    pub async fn actor_failed(
+        &self,
+        actor: ActorId,
+        life: u32,
+        cause: String,
+    ) -> Result<ray_proto::wire::ActorStatus, ClusterError> {
+        Ok(self.call(ActorFailed { actor, life, cause }).await?.status)
     }
 
     /// Subscribes to changes of the GCS tables on `channels`; the

@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 
 use crate::{GcsConfig, HealthConfig};
 use ray_proto::wire::{ActorEntry, ActorStatus, ResourceAmount, WorkerEntry};
-use ray_proto::wire::{GcsReply, WorkerInfo as WorkerAddress};
+use ray_proto::wire::{ActorFailed, ActorNow, GcsReply, WorkerInfo as WorkerAddress};
 
 use super::*;
 
@@ -395,6 +395,7 @@ fn named_actor_is_found_until_its_job_finishes_and_names_are_unique() {
             entry,
             worker: driver,
             address: "127.0.0.1:4000".into(),
+            max_restarts: 0,
         };
         reply(s, request, Duration::ZERO)
     };
@@ -431,6 +432,7 @@ fn actor_on_a_dead_node_is_refused_and_frees_its_name() {
         entry: actor_entry(job, 1, "a", ActorStatus::Alive { node }),
         worker: driver,
         address: "x".into(),
+        max_restarts: 0,
     };
     assert!(matches!(
         reply(&mut s, request, Duration::ZERO),
@@ -438,6 +440,53 @@ fn actor_on_a_dead_node_is_refused_and_frees_its_name() {
     ));
     assert!(matches!(lookup(&mut s, "a"), Message::Error { .. }));
     assert_eq!(s.gcs.named_actor("ns", "a"), None);
+}
+
+#[test]
+fn a_failed_actor_restarts_within_its_budget_keeping_its_name_then_dies() {
+    let mut s = state(Duration::from_secs(1));
+    let node = register(&mut s, Duration::ZERO);
+    let (job, driver, _) = register_job(&mut s, [6; 32]);
+    let entry = actor_entry(job, 1, "phoenix", ActorStatus::Alive { node });
+    let id = entry.id;
+    let register = |s: &mut State, address: &str| {
+        let request = RegisterActor {
+            entry: entry.clone(),
+            worker: driver,
+            address: address.into(),
+            max_restarts: 1,
+        };
+        reply(s, request, Duration::ZERO)
+    };
+    assert_eq!(register(&mut s, "first"), Message::Ok);
+    let failed = |s: &mut State, life| {
+        let request = ActorFailed {
+            actor: id,
+            life,
+            cause: "its worker died".into(),
+        };
+        match reply(s, request, Duration::ZERO) {
+            Message::GcsReply(GcsReply::ActorNow(ActorNow { status })) => status,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(failed(&mut s, 0), ActorStatus::Restarting { attempt: 1 });
+    // The same failure told twice (its node's death, then its owner)
+    // counts once.
+    assert_eq!(failed(&mut s, 0), ActorStatus::Restarting { attempt: 1 });
+    // Not found while restarting; its name stays taken.
+    assert!(matches!(lookup(&mut s, "phoenix"), Message::Error { .. }));
+    assert_eq!(s.gcs.named_actor("ns", "phoenix"), Some(id));
+    // Its next life registers where it runs now.
+    assert_eq!(register(&mut s, "second"), Message::Ok);
+    assert!(matches!(
+        lookup(&mut s, "phoenix"),
+        Message::GcsReply(GcsReply::ActorLocation(ActorLocation { address, .. })) if address == "second"
+    ));
+    // The one restart is used: the next failure is death, freeing the name.
+    assert!(matches!(failed(&mut s, 1), ActorStatus::Dead { cause } if cause == "its worker died"));
+    assert_eq!(s.gcs.named_actor("ns", "phoenix"), None);
+    assert!(matches!(register(&mut s, "third"), Message::Error { .. }));
 }
 
 fn workers(state: &mut State) -> Vec<WorkerEntry> {

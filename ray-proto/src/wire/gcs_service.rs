@@ -11,8 +11,8 @@ use rkyv::{Archive, Deserialize, Serialize};
 
 use super::call::{calls, service_enum};
 use super::{
-    ActorEntry, BuildFingerprint, Done, JobEntry, Label, Message, NodeEntry, ResourceAmount,
-    WireChannel, WireEvent, WorkerEntry,
+    ActorEntry, ActorStatus, BuildFingerprint, Done, JobEntry, Label, Message, NodeEntry,
+    ResourceAmount, WireChannel, WireEvent, WorkerEntry,
 };
 use crate::{ActorId, JobId, NodeId, WorkerId};
 
@@ -63,6 +63,8 @@ service_enum! {
         LocateActor,
         /// Asks where a named actor is.
         LookupActor,
+        /// An actor's owner saw its worker die.
+        ActorFailed,
     }
 }
 
@@ -99,6 +101,8 @@ service_enum! {
         Events,
         /// Where an actor is.
         ActorLocation,
+        /// An actor's state now.
+        ActorNow,
     }
 }
 
@@ -125,6 +129,7 @@ calls! {
     Unsubscribe => Done,
     LocateActor => ActorLocation,
     LookupActor => ActorLocation,
+    ActorFailed => ActorNow,
 }
 
 /// A node joins; the GCS picks its id and answers [`NodeRegistered`].
@@ -317,12 +322,37 @@ pub struct InsightExport {
 /// name and for handles decoded elsewhere; answered [`Message::Ok`].
 #[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct RegisterActor {
-    /// The actor's row.
+    /// The actor's row. `Alive` for an actor the GCS has `Restarting`
+    /// records where its new life runs.
     pub entry: ActorEntry,
     /// The worker hosting it.
     pub worker: WorkerId,
     /// Where that worker listens.
     pub address: String,
+    /// How many times it may be restarted (`u32::MAX`: forever).
+    pub max_restarts: u32,
+}
+
+/// An actor's owner saw the worker hosting it die: the GCS moves it to its
+/// next restart if it has one left, else to dead with `cause`, and answers
+/// [`ActorNow`].
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct ActorFailed {
+    /// The actor.
+    pub actor: ActorId,
+    /// The life that failed: 0 for the first, `n` after `n` restarts. A
+    /// failure the GCS already saw (its node's death moved the actor on)
+    /// is not counted twice.
+    pub life: u32,
+    /// What happened to its worker.
+    pub cause: String,
+}
+
+/// The answer to [`ActorFailed`]: the actor's state now.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct ActorNow {
+    /// Its state (`Restarting` or `Dead`).
+    pub status: ActorStatus,
 }
 
 /// Subscribes this connection to changes of the GCS tables on `channels`;

@@ -15,6 +15,8 @@ pub(super) struct ActorLaunch {
     pub(super) detached: bool,
     /// The creating task (`None`: the driver), for insight.
     pub(super) creator: Option<TaskId>,
+    /// Restarts allowed (`RETRY_FOREVER`: no limit).
+    pub(super) max_restarts: u32,
 }
 
 pub(crate) enum ActorMsg {
@@ -38,6 +40,36 @@ pub(crate) struct RemoteActor {
     /// process: the actor then lives until its job ends, not until this
     /// process drops its handles (no distributed handle counting yet).
     pub(super) escaped: std::sync::atomic::AtomicBool,
+    /// The owner's handle of an actor that restarts: its restart budget
+    /// and how often a lost call is sent again. `None` for a borrowed
+    /// handle (found by name or decoded) and for actors that never restart.
+    pub(super) restarts: Option<Restarts>,
+    /// Calls lost with a life of the actor, to send to the next one.
+    pub(super) resend: Mutex<Vec<Resend>>,
+}
+
+/// How an actor restarts.
+pub(super) struct Restarts {
+    pub(super) max_task_retries: u32,
+    /// Lives used up, from 0 (the GCS keeps the count; this mirrors it).
+    pub(super) used: std::sync::atomic::AtomicU32,
+    pub(super) max_restarts: u32,
+}
+
+impl Restarts {
+    fn left(&self) -> bool {
+        self.max_restarts == crate::options::RETRY_FOREVER
+            || self.used.load(std::sync::atomic::Ordering::Acquire) < self.max_restarts
+    }
+}
+
+/// A call lost with a life of its actor, to send again.
+pub(super) struct Resend {
+    task: TaskId,
+    method: &'static ActorMethod,
+    args: Vec<TaskArg>,
+    parent: Option<TaskId>,
+    attempt: u32,
 }
 
 impl RemoteActor {
@@ -52,7 +84,48 @@ impl RemoteActor {
             tx,
             dead: Mutex::new(None),
             escaped: false.into(),
+            restarts: None,
+            resend: Mutex::new(Vec::new()),
         }
+    }
+
+    /// A call pushed to this actor was lost with its worker (`err`): it
+    /// is sent to the actor's next life if it restarts and the call has
+    /// `max_task_retries` left; it fails with `ActorUnavailable` if the
+    /// actor restarts without it; else with `err`.
+    pub(super) fn call_lost(&self, rt: &Arc<Runtime>, task: TaskId, f: Inflight, err: Error) {
+        let restarts = self.restarts.as_ref().filter(|r| r.left());
+        let dead = self.dead.lock().is_some();
+        let (
+            Some(r),
+            false,
+            InflightKind::ActorCall {
+                method,
+                parent,
+                attempt,
+                ..
+            },
+        ) = (restarts, dead, &f.kind)
+        else {
+            rt.complete_object(task.return_object(), Err(err));
+            return;
+        };
+        if r.max_task_retries == crate::options::RETRY_FOREVER || *attempt < r.max_task_retries {
+            self.resend.lock().push(Resend {
+                task,
+                method,
+                args: f.args,
+                parent: *parent,
+                attempt: attempt + 1,
+            });
+            return;
+        }
+        let e = Error::ActorUnavailable {
+            actor: self.id,
+            class: self.class.name,
+            cause: err.to_string(),
+        };
+        rt.complete_object(task.return_object(), Err(e));
     }
 
     /// Marks the actor as reachable from elsewhere (see `escaped`).
@@ -166,7 +239,15 @@ impl ClusterCore {
         let strategy = strategy_to_wire(&opts.resources.strategy);
         let id = ActorId::new(rt.worker, rt.next_seq());
         let (tx, rx) = mpsc::unbounded_channel();
-        let actor = Arc::new(RemoteActor::new(id, class, tx));
+        let mut actor = RemoteActor::new(id, class, tx);
+        if opts.max_restarts > 0 {
+            actor.restarts = Some(Restarts {
+                max_task_retries: opts.max_task_retries,
+                used: 0.into(),
+                max_restarts: opts.max_restarts,
+            });
+        }
+        let actor = Arc::new(actor);
         remember_actor(&mut self.actors.lock(), &actor);
         if let Some(crate::placement::PlacementGroup {
             inner: crate::placement::PgInner::Cluster(pg, _),
@@ -198,6 +279,7 @@ impl ClusterCore {
             max_concurrency,
             detached: opts.detached,
             creator: crate::context::current_trace(),
+            max_restarts: opts.max_restarts,
         };
         crate::context::before_child_submit();
         let me = self.clone();
@@ -210,57 +292,125 @@ impl ClusterCore {
     pub(super) async fn run_actor(
         self: Arc<Self>,
         actor: Arc<RemoteActor>,
-        rx: mpsc::UnboundedReceiver<ActorMsg>,
-        launch: ActorLaunch,
+        mut rx: mpsc::UnboundedReceiver<ActorMsg>,
+        mut launch: ActorLaunch,
         entry: ActorEntry,
     ) {
         let detached = launch.detached;
-        let mut created = self.create_actor(&actor, launch).await;
-        if let Ok(link) = &created {
-            // The GCS's actor table: `rayrs list actors`, and names.
-            let entry = ActorEntry {
-                status: ActorStatus::Alive { node: link.node },
-                ..entry
-            };
-            let registered = self
-                .gcs
-                .register_actor(entry, link.worker, link.addr.to_string())
-                .await;
-            if let Err(e) = registered {
-                let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
-                created = Err(Error::ActorDied {
-                    actor: actor.id,
-                    class: actor.class.name,
-                    cause: format!("the GCS refused to register it: {e}"),
-                });
-            }
-        }
-        let link = match created {
-            Ok(link) => link,
-            Err(e) => {
-                let cause = match e {
-                    Error::ActorDied { cause, .. } => cause,
-                    e => e.to_string(),
+        loop {
+            let mut created = self.create_actor(&actor, &launch).await;
+            if let Ok(link) = &created {
+                // The GCS's actor table: `rayrs list actors`, and names. A
+                // restarted actor registers its new home under its old row.
+                let entry = ActorEntry {
+                    status: ActorStatus::Alive { node: link.node },
+                    ..entry.clone()
                 };
+                let registered = self
+                    .gcs
+                    .register_actor(
+                        entry,
+                        link.worker,
+                        link.addr.to_string(),
+                        launch.max_restarts,
+                    )
+                    .await;
+                if let Err(e) = registered {
+                    let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
+                    created = Err(Error::ActorDied {
+                        actor: actor.id,
+                        class: actor.class.name,
+                        cause: format!("the GCS refused to register it: {e}"),
+                    });
+                }
+            }
+            if actor.restarts.is_none() {
+                // Never re-created: its arguments need not be kept.
+                launch.args.clear();
+            }
+            let lost = match created {
+                Ok(link) => {
+                    // A detached actor is not killed when this process's
+                    // handles go.
+                    match self.forward_calls(&actor, &mut rx, &link, !detached).await {
+                        None => return,
+                        Some(lost) => lost,
+                    }
+                }
+                // Its worker or node died while it was being created.
+                Err(e @ (Error::WorkerDied { .. } | Error::NodeDied { .. })) => e,
+                Err(e) => {
+                    let cause = match e {
+                        Error::ActorDied { cause, .. } => cause,
+                        e => e.to_string(),
+                    };
+                    self.fail_calls(&actor, rx, cause).await;
+                    return;
+                }
+            };
+            let killed = actor.dead.lock().is_some();
+            let restart = match &actor.restarts {
+                Some(r) if !killed && r.left() => {
+                    let life = r.used.load(std::sync::atomic::Ordering::Acquire);
+                    match self
+                        .gcs
+                        .actor_failed(actor.id, life, lost.to_string())
+                        .await
+                    {
+                        Ok(ActorStatus::Restarting { attempt }) => {
+                            r.used.store(attempt, std::sync::atomic::Ordering::Release);
+                            true
+                        }
+                        _ => false,
+                    }
+                }
+                _ => false,
+            };
+            if !restart {
+                let cause = match (&actor.restarts, killed) {
+                    (_, true) => actor.dead.lock().clone().unwrap_or_default(),
+                    (Some(r), false) => format!(
+                        "its restarts are used up ({}); last: {lost}",
+                        r.used.load(std::sync::atomic::Ordering::Acquire)
+                    ),
+                    (None, false) => lost.to_string(),
+                };
+                if let Some(rt) = self.rt() {
+                    for c in std::mem::take(&mut *actor.resend.lock()) {
+                        rt.complete_object(c.task.return_object(), Err(actor.died(&cause)));
+                    }
+                }
                 self.fail_calls(&actor, rx, cause).await;
                 return;
             }
-        };
-        // A detached actor is not killed when this process's handles go.
-        self.forward_calls(&actor, rx, &link, !detached).await;
+            tracing::warn!(target: "ray::cluster", actor = %actor.id, class = actor.class.name, cause = %lost, "actor.restarting");
+        }
     }
 
-    /// Forwards `actor`'s calls, in order, to its worker on `link` until
-    /// every handle is gone; an `owned` actor is then killed (a handle
-    /// found by name is not the owner's and leaves it alive).
+    /// Forwards `actor`'s calls, in order, to its worker on `link`: first
+    /// the calls lost with an earlier life, then new ones. Returns `None`
+    /// once every handle is gone (an `owned` actor is then killed; a
+    /// handle found by name is not the owner's and leaves it alive), or
+    /// why the link was lost.
     pub(super) async fn forward_calls(
         self: &Arc<Self>,
         actor: &Arc<RemoteActor>,
-        mut rx: mpsc::UnboundedReceiver<ActorMsg>,
+        rx: &mut mpsc::UnboundedReceiver<ActorMsg>,
         link: &Arc<Link>,
         owned: bool,
-    ) {
-        while let Some(msg) = rx.recv().await {
+    ) -> Option<Error> {
+        let mut resend = std::mem::take(&mut *actor.resend.lock());
+        resend.sort_by_key(|c| c.task);
+        for c in resend {
+            self.send_call(actor, link, c).await;
+        }
+        loop {
+            let msg = tokio::select! {
+                biased;
+                lost = link.lost() => return Some(lost),
+                msg = rx.recv() => msg,
+            };
+            let Some(msg) = msg else { break };
             match msg {
                 ActorMsg::Call {
                     task,
@@ -268,44 +418,14 @@ impl ClusterCore {
                     args,
                     parent,
                 } => {
-                    let dead = actor.dead.lock().clone();
-                    if let Some(cause) = dead {
-                        if let Some(rt) = self.rt() {
-                            rt.complete_object(task.return_object(), Err(actor.died(&cause)));
-                        }
-                        continue;
-                    }
-                    let wire = match self.wire_args(&args).await {
-                        Ok(w) => w,
-                        Err(e) => {
-                            if let Some(rt) = self.rt() {
-                                rt.complete_object(task.return_object(), Err(e));
-                            }
-                            continue;
-                        }
-                    };
-                    let f = Inflight {
-                        kind: InflightKind::ActorCall {
-                            class: actor.class.name,
-                        },
-                        name: method.name,
-                        link: link.addr,
-                        node: link.node,
-                        _keep: args,
-                    };
-                    let item = WorkItem::ActorCall {
+                    let call = Resend {
                         task,
-                        actor: actor.id,
-                        method: method.id,
-                        args: wire,
+                        method,
+                        args,
                         parent,
+                        attempt: 0,
                     };
-                    if !self.push(link, task, f, item) {
-                        actor.set_dead(format!(
-                            "its node {} (worker at {}) is gone",
-                            link.node, link.addr
-                        ));
-                    }
+                    self.send_call(actor, link, call).await;
                 }
                 ActorMsg::Kill => {
                     let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
@@ -316,6 +436,61 @@ impl ClusterCore {
         if owned && !actor.escaped.load(std::sync::atomic::Ordering::Acquire) {
             // Every handle is gone: the actor goes too.
             let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
+        }
+        None
+    }
+
+    /// Sends one call to the actor's worker on `link` (or fails it: the
+    /// actor is dead, its arguments cannot be had).
+    async fn send_call(self: &Arc<Self>, actor: &Arc<RemoteActor>, link: &Arc<Link>, call: Resend) {
+        let Resend {
+            task,
+            method,
+            args,
+            parent,
+            attempt,
+        } = call;
+        let dead = actor.dead.lock().clone();
+        if let Some(cause) = dead {
+            if let Some(rt) = self.rt() {
+                rt.complete_object(task.return_object(), Err(actor.died(&cause)));
+            }
+            return;
+        }
+        let wire = match self.wire_args(&args).await {
+            Ok(w) => w,
+            Err(e) => {
+                if let Some(rt) = self.rt() {
+                    rt.complete_object(task.return_object(), Err(e));
+                }
+                return;
+            }
+        };
+        let f = Inflight {
+            kind: InflightKind::ActorCall {
+                class: actor.class.name,
+                actor: actor.id,
+                method,
+                parent,
+                attempt,
+            },
+            name: method.name,
+            link: link.addr,
+            node: link.node,
+            args,
+        };
+        let item = WorkItem::ActorCall {
+            task,
+            actor: actor.id,
+            method: method.id,
+            args: wire,
+            parent,
+        };
+        if !self.push(link, task, f, item) && actor.restarts.is_none() {
+            actor.set_dead(format!(
+                "its node {} (worker at {}) is gone",
+                link.node, link.addr
+            ));
         }
     }
 
@@ -339,8 +514,13 @@ impl ClusterCore {
         let me = self.clone();
         let shared = actor.clone();
         self.tokio.spawn(async move {
+            let mut rx = rx;
             match me.locate(id, class).await {
-                Ok(link) => me.forward_calls(&shared, rx, &link, false).await,
+                Ok(link) => {
+                    if let Some(lost) = me.forward_calls(&shared, &mut rx, &link, false).await {
+                        me.fail_calls(&shared, rx, lost.to_string()).await;
+                    }
+                }
                 Err(e) => me.fail_calls(&shared, rx, e.to_string()).await,
             }
         });
@@ -458,7 +638,10 @@ impl ClusterCore {
         let me = self.clone();
         let shared = actor.clone();
         self.tokio.spawn(async move {
-            me.forward_calls(&shared, rx, &link, false).await;
+            let mut rx = rx;
+            if let Some(lost) = me.forward_calls(&shared, &mut rx, &link, false).await {
+                me.fail_calls(&shared, rx, lost.to_string()).await;
+            }
         });
         Ok(actor)
     }
@@ -466,7 +649,7 @@ impl ClusterCore {
     pub(super) async fn create_actor(
         self: &Arc<Self>,
         actor: &Arc<RemoteActor>,
-        launch: ActorLaunch,
+        launch: &ActorLaunch,
     ) -> Result<Arc<Link>, Error> {
         let ActorLaunch {
             args,
@@ -476,33 +659,33 @@ impl ClusterCore {
             max_concurrency,
             detached,
             creator,
+            ..
         } = launch;
         self.rt().ok_or(Error::ShutDown)?;
-        for d in crate::task::pending_deps(&args) {
+        for d in crate::task::pending_deps(args) {
             let _ = d.buffer().await;
         }
-        let wire = self.wire_args(&args).await?;
-        let (lease, node, link) = self
-            .lease(&resources, &strategy, &labels, Vec::new())
-            .await?;
+        let wire = self.wire_args(args).await?;
+        let (lease, node, link) = self.lease(resources, strategy, labels, Vec::new()).await?;
         let (done_tx, done_rx) = oneshot::channel();
         let task = TaskId::new(actor.id.owner, actor.id.seq);
+        // The launch keeps the arguments alive.
         let f = Inflight {
             kind: InflightKind::ActorCreate(done_tx),
             name: actor.class.name,
             link: link.addr,
             node,
-            _keep: args,
+            args: Vec::new(),
         };
         let item = WorkItem::CreateActor {
             actor: actor.id,
             class: actor.class.id,
             args: wire,
             lease,
-            resources,
-            max_concurrency,
-            detached,
-            creator,
+            resources: resources.clone(),
+            max_concurrency: *max_concurrency,
+            detached: *detached,
+            creator: *creator,
         };
         self.push(&link, task, f, item);
         match done_rx.await {

@@ -76,6 +76,11 @@ pub(super) enum InflightKind {
     /// A call of an actor of this class.
     ActorCall {
         class: &'static str,
+        actor: ActorId,
+        method: &'static ActorMethod,
+        parent: Option<TaskId>,
+        /// How often it was sent before (to earlier lives of the actor).
+        attempt: u32,
     },
     ActorCreate(oneshot::Sender<Result<(), Error>>),
 }
@@ -86,8 +91,9 @@ pub(super) struct Inflight {
     pub(super) name: &'static str,
     pub(super) link: SocketAddr,
     pub(super) node: NodeId,
-    /// Argument refs kept alive until the result is back.
-    pub(super) _keep: Vec<TaskArg>,
+    /// Argument refs kept alive until the result is back (and to send a
+    /// call again to an actor's next life).
+    pub(super) args: Vec<TaskArg>,
 }
 
 #[derive(Default)]

@@ -19,11 +19,48 @@ pub(crate) struct Link {
     /// Set (before the inflight scan) when the link is lost: work pushed
     /// after that fails at once instead of waiting for an answer.
     pub(super) dead: std::sync::atomic::AtomicBool,
+    /// Why it was lost (set with `dead`).
+    pub(super) cause: Mutex<Option<Error>>,
+    /// Wakes those waiting for its loss.
+    pub(super) gone: tokio::sync::Notify,
 }
 
 impl Link {
+    pub(super) fn new(
+        addr: SocketAddr,
+        node: NodeId,
+        worker: WorkerId,
+        tx: mpsc::UnboundedSender<WorkItem>,
+    ) -> Self {
+        Self {
+            addr,
+            node,
+            worker,
+            tx,
+            dead: false.into(),
+            cause: Mutex::new(None),
+            gone: tokio::sync::Notify::new(),
+        }
+    }
+
     pub(super) fn is_dead(&self) -> bool {
         self.dead.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Resolves once the link is lost, with why.
+    pub(super) async fn lost(&self) -> Error {
+        loop {
+            let notified = self.gone.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_dead() {
+                return self.cause.lock().clone().unwrap_or(Error::NodeDied {
+                    node: self.node,
+                    cause: format!("its worker at {} is gone", self.addr),
+                });
+            }
+            notified.await;
+        }
     }
 }
 
@@ -92,13 +129,7 @@ impl ClusterCore {
                 cause: format!("cannot open a work stream to {addr}: {e}"),
             })?;
             let (tx, rx) = mpsc::unbounded_channel();
-            let link = Arc::new(Link {
-                addr,
-                node,
-                worker,
-                tx,
-                dead: false.into(),
-            });
+            let link = Arc::new(Link::new(addr, node, worker, tx));
             me.tokio
                 .spawn(send_batches(writer, rx, |items| WorkBatch { items }.into()));
             let me2 = me.clone();
@@ -253,7 +284,7 @@ impl ClusterCore {
                     // A dead actor's worker may not know its class; its owner does.
                     let name = match (&d, e.kind) {
                         (Done::Actor(f), ErrorKind::ActorDied) => match f.kind {
-                            InflightKind::ActorCall { class } => class,
+                            InflightKind::ActorCall { class, .. } => class,
                             _ => f.name,
                         },
                         (Done::Actor(f), _) => f.name,
@@ -317,10 +348,12 @@ impl ClusterCore {
     /// budget; actor work pushed on it fails with `NodeDied`.
     pub(super) fn link_died(self: &Arc<Self>, link: &Arc<Link>, err: Error) {
         let (addr, node) = (link.addr, link.node);
+        *link.cause.lock() = Some(err.clone());
         if link.dead.swap(true, std::sync::atomic::Ordering::AcqRel) {
             // Told twice (its node's notice, then its reader ending).
             return;
         }
+        link.gone.notify_waiters();
         {
             let mut links = self.links.lock();
             // Only this life of the link: a new one may already be open.
@@ -355,8 +388,23 @@ impl ClusterCore {
         };
         if let Some(rt) = self.rt() {
             for (task, f) in failed {
-                self.finish(&rt, task, f, Err(err.clone()));
+                self.lost(&rt, task, f, err.clone());
             }
+        }
+    }
+
+    /// Actor work `f` was lost with its worker: a call of an actor that
+    /// restarts may go to its next life; anything else fails with `err`.
+    fn lost(&self, rt: &Arc<Runtime>, task: TaskId, f: Inflight, err: Error) {
+        let actor = match &f.kind {
+            InflightKind::ActorCall { actor, .. } => {
+                self.actors.lock().get(actor).and_then(Weak::upgrade)
+            }
+            InflightKind::ActorCreate(_) => None,
+        };
+        match actor {
+            Some(actor) => actor.call_lost(rt, task, f, err),
+            None => self.finish(rt, task, f, Err(err)),
         }
     }
 
@@ -375,11 +423,11 @@ impl ClusterCore {
         if link.is_dead() {
             drop(st);
             if let Some(rt) = self.rt() {
-                let err = Error::NodeDied {
+                let err = link.cause.lock().clone().unwrap_or(Error::NodeDied {
                     node: link.node,
                     cause: format!("its worker at {} is gone", link.addr),
-                };
-                self.finish(&rt, task, f, Err(err));
+                });
+                self.lost(&rt, task, f, err);
             }
             return false;
         }
