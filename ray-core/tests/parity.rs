@@ -425,10 +425,23 @@ async fn the_locality_strategy_runs_where_the_arguments_are() {
         .unwrap();
     // 1 MiB the driver holds, on its node.
     let data = ray.put(vec![7u8; 1 << 20]).await.unwrap();
-    // Each task gets a lease of its own (the last one idled out), so each
+    // Each task gets a lease of its own (the last one went back), so each
     // placement is decided afresh: default work would land on the other
     // node about half the time.
+    let total = ray.cluster_resources().await.unwrap().get("CPU");
     for _ in 0..6 {
+        // Only `hold` is running: the last task's lease is back (waiting
+        // for that, not for a time, as a loaded machine returns it late).
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while ray.available_resources().await.unwrap().get("CPU")
+            != total.saturating_sub(ray_core::Quantity::ONE)
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "leases never went back"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let local = node_of_data::options()
             .scheduling_strategy(ray_core::SchedulingStrategy::Locality)
             .remote(&ray, &data)
@@ -438,7 +451,6 @@ async fn the_locality_strategy_runs_where_the_arguments_are() {
             here.0,
             "it ran where its argument is"
         );
-        tokio::time::sleep(Duration::from_millis(150)).await;
     }
     assert_eq!(hold.get().await.unwrap(), here.0);
     ray.shutdown();

@@ -39,7 +39,6 @@ pub(super) struct Queued {
     pub(super) function: &'static RemoteFunction,
     pub(super) args: Vec<WireArg>,
     pub(super) _keep: Vec<TaskArg>,
-    pub(super) resources: Vec<ResourceAmount>,
     pub(super) max_retries: u32,
     pub(super) retry_exceptions: bool,
     pub(super) parent: Option<TaskId>,
@@ -185,7 +184,6 @@ impl ClusterCore {
             function: spec.function,
             args,
             _keep: spec.args,
-            resources: key.resources.clone(),
             max_retries: spec.max_retries,
             retry_exceptions: spec.retry_exceptions,
             parent: spec.parent,
@@ -197,7 +195,7 @@ impl ClusterCore {
             max_retries: spec.max_retries,
         };
         st.tasks
-            .submit(key, spread, spec.task, q, budget, Instant::now());
+            .submit(&key, spread, spec.task, q, budget, Instant::now());
         self.drive(st);
     }
 
@@ -224,10 +222,14 @@ impl ClusterCore {
         }]
     }
 
-    /// Carries out what the task core asks for: pushes onto their work
-    /// streams under the owner lock (so a stream's order is the core's),
-    /// the rest once it is released.
+    /// Carries out what the task core asks for, after releasing the owner
+    /// lock: the work items are built under it (they read the tasks'
+    /// payloads), everything is sent and asked once it is free, so the
+    /// submitting thread and the result reader do not wait on each other's
+    /// channel sends. (Tasks on one lease may reach the worker out of
+    /// order when two threads drive at once; tasks carry no order.)
     pub(super) fn drive(self: &Arc<Self>, mut st: parking_lot::MutexGuard<'_, OwnerState>) {
+        let mut pushes = Vec::new();
         let mut later = Vec::new();
         while let Some(action) = st.tasks.poll() {
             match action {
@@ -237,7 +239,8 @@ impl ClusterCore {
                     lease,
                     worker,
                 } => {
-                    let Some(q) = st.tasks.payload(task) else {
+                    let (Some(q), Some(key)) = (st.tasks.payload(task), st.tasks.key_of(task))
+                    else {
                         continue;
                     };
                     let item = WorkItem::Task {
@@ -245,20 +248,23 @@ impl ClusterCore {
                         function: q.function.id,
                         args: q.args.clone(),
                         lease,
-                        resources: q.resources.clone(),
+                        resources: key.resources.clone(),
                         attempt,
                         max_retries: q.max_retries,
                         retry_exceptions: q.retry_exceptions,
                         parent: q.parent,
                     };
-                    // A closed stream is reported by its reader ending
-                    // (`link_died`), which hands the task back to the core.
-                    let _ = worker.0.tx.send(item);
+                    pushes.push((worker, item));
                 }
                 other => later.push(other),
             }
         }
         drop(st);
+        for (worker, item) in pushes {
+            // A closed stream is reported by its reader ending
+            // (`link_died`), which hands the task back to the core.
+            let _ = worker.0.tx.send(item);
+        }
         for action in later {
             match action {
                 Action::Push { .. } => {}

@@ -28,7 +28,7 @@
 mod sim;
 
 use std::collections::VecDeque;
-use std::hash::{BuildHasherDefault, DefaultHasher, Hash};
+use std::hash::Hash;
 use std::time::{Duration, Instant};
 
 use hashbrown::HashMap;
@@ -157,8 +157,13 @@ enum Place<W> {
     Pushed { lease: TaskId, worker: W },
 }
 
+/// A key's slot in [`TaskOwner::slots`]: tasks name their key by it, so
+/// the key itself is cloned, hashed and compared once per new key, not
+/// once per task.
+type KeyId = usize;
+
 struct Task<S: Shell> {
-    key: S::Key,
+    key: KeyId,
     payload: S::Payload,
     attempt: u32,
     max_retries: u32,
@@ -176,11 +181,12 @@ struct Lease<W> {
     busy_from: Option<Instant>,
 }
 
-struct KeyState<W> {
+struct KeyState<S: Shell> {
+    key: S::Key,
     /// Spread work takes one lease per task in flight.
     spread: bool,
     queue: VecDeque<TaskId>,
-    leases: Vec<Lease<W>>,
+    leases: Vec<Lease<S::Worker>>,
     /// Lease requests sent and not answered yet.
     requesting: usize,
     /// A running average of how long one task of this key takes a worker,
@@ -191,9 +197,10 @@ struct KeyState<W> {
     retry_at: Option<Instant>,
 }
 
-impl<W> KeyState<W> {
-    fn new(spread: bool) -> Self {
+impl<S: Shell> KeyState<S> {
+    fn new(key: S::Key, spread: bool) -> Self {
         Self {
+            key,
             spread,
             queue: VecDeque::new(),
             leases: Vec::new(),
@@ -229,6 +236,11 @@ impl<W> KeyState<W> {
         self.queue.len() + self.leases.iter().map(|l| l.pushed.len()).sum::<usize>()
     }
 
+    /// Nothing queued, held or asked for: the key can go.
+    fn is_empty(&self) -> bool {
+        self.queue.is_empty() && self.leases.is_empty() && self.requesting == 0
+    }
+
     /// Takes out the leases idle for at least `min_idle` at `now`.
     fn take_idle(&mut self, now: Instant, min_idle: Duration, out: &mut Vec<(NodeId, TaskId)>) {
         self.leases.retain(|l| {
@@ -243,23 +255,37 @@ impl<W> KeyState<W> {
     }
 }
 
-/// A fixed hasher, so the order keys are visited in (and so the order of
-/// actions) depends only on the events: a simulation seed replays exactly.
-type Fixed = BuildHasherDefault<DefaultHasher>;
+/// A fixed-seed hasher: the simulation replays a seed exactly.
+type Fixed = foldhash::fast::FixedState;
 
 /// The owner's side of task submission; see the module docs.
 pub(crate) struct TaskOwner<S: Shell> {
     tasks: HashMap<TaskId, Task<S>>,
-    keys: HashMap<S::Key, KeyState<S::Worker>, Fixed>,
+    /// Each key with work, queued, pushed or asked for, by its slot.
+    index: HashMap<S::Key, KeyId, Fixed>,
+    /// The keys' states; visited in slot order, so the order of actions
+    /// depends only on the events.
+    slots: Vec<Option<KeyState<S>>>,
+    /// Slots free for new keys.
+    free: Vec<KeyId>,
     actions: VecDeque<Action<S>>,
+    /// Keys whose leases took results since the last [`Self::poll`]: they
+    /// are pumped once per batch of results, not once per result.
+    dirty: Vec<KeyId>,
+    /// The time of the latest event.
+    now: Option<Instant>,
 }
 
 impl<S: Shell> Default for TaskOwner<S> {
     fn default() -> Self {
         Self {
             tasks: HashMap::new(),
-            keys: HashMap::default(),
+            index: HashMap::default(),
+            slots: Vec::new(),
+            free: Vec::new(),
             actions: VecDeque::new(),
+            dirty: Vec::new(),
+            now: None,
         }
     }
 }
@@ -267,7 +293,50 @@ impl<S: Shell> Default for TaskOwner<S> {
 impl<S: Shell> TaskOwner<S> {
     /// The next thing to do, if any.
     pub(crate) fn poll(&mut self) -> Option<Action<S>> {
+        if let (false, Some(now)) = (self.dirty.is_empty(), self.now) {
+            for key in std::mem::take(&mut self.dirty) {
+                self.pump(key, now);
+            }
+        }
         self.actions.pop_front()
+    }
+
+    fn ks(&mut self, key: KeyId) -> Option<&mut KeyState<S>> {
+        self.slots.get_mut(key).and_then(Option::as_mut)
+    }
+
+    fn ks_ref(&self, key: KeyId) -> Option<&KeyState<S>> {
+        self.slots.get(key).and_then(Option::as_ref)
+    }
+
+    /// The slot of `key`, made if it has none.
+    fn intern(&mut self, key: &S::Key, spread: bool) -> KeyId {
+        if let Some(id) = self.index.get(key) {
+            return *id;
+        }
+        let state = KeyState::new(key.clone(), spread);
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.slots[id] = Some(state);
+                id
+            }
+            None => {
+                self.slots.push(Some(state));
+                self.slots.len() - 1
+            }
+        };
+        self.index.insert(key.clone(), id);
+        id
+    }
+
+    /// Frees `key`'s slot if nothing is left under it.
+    fn release_if_empty(&mut self, key: KeyId) {
+        if self.ks_ref(key).is_some_and(KeyState::is_empty) {
+            if let Some(ks) = self.slots[key].take() {
+                self.index.remove(&ks.key);
+                self.free.push(key);
+            }
+        }
     }
 
     /// What `task` carries, while it is not finished.
@@ -275,11 +344,17 @@ impl<S: Shell> TaskOwner<S> {
         self.tasks.get(&task).map(|t| &t.payload)
     }
 
+    /// The key `task` was submitted under, while it is not finished.
+    pub(crate) fn key_of(&self, task: TaskId) -> Option<&S::Key> {
+        let t = self.tasks.get(&task)?;
+        self.ks_ref(t.key).map(|ks| &ks.key)
+    }
+
     /// The payload of the task at the head of `key`'s queue (the next
     /// one a lease asked for now would run).
     pub(crate) fn next_payload(&self, key: &S::Key) -> Option<&S::Payload> {
-        let id = self.keys.get(key)?.queue.front()?;
-        self.payload(*id)
+        let ks = self.ks_ref(*self.index.get(key)?)?;
+        self.payload(*ks.queue.front()?)
     }
 
     /// Every unfinished task: its key, payload, and the node it was pushed
@@ -287,15 +362,15 @@ impl<S: Shell> TaskOwner<S> {
     pub(crate) fn tasks(
         &self,
     ) -> impl Iterator<Item = (TaskId, &S::Key, &S::Payload, Option<NodeId>)> {
-        self.tasks.iter().map(|(id, t)| {
+        self.tasks.iter().filter_map(|(id, t)| {
+            let ks = self.ks_ref(t.key)?;
             let node = match &t.place {
                 Place::Queued => None,
-                Place::Pushed { lease, .. } => self
-                    .keys
-                    .get(&t.key)
-                    .and_then(|ks| ks.leases.iter().find(|l| l.id == *lease).map(|l| l.node)),
+                Place::Pushed { lease, .. } => {
+                    ks.leases.iter().find(|l| l.id == *lease).map(|l| l.node)
+                }
             };
-            (*id, &t.key, &t.payload, node)
+            Some((*id, &ks.key, &t.payload, node))
         })
     }
 
@@ -309,35 +384,33 @@ impl<S: Shell> TaskOwner<S> {
     /// `budget`.
     pub(crate) fn submit(
         &mut self,
-        key: S::Key,
+        key: &S::Key,
         spread: bool,
         task: TaskId,
         payload: S::Payload,
         budget: Budget,
         now: Instant,
     ) {
-        self.keys
-            .entry(key.clone())
-            .or_insert_with(|| KeyState::new(spread))
-            .queue
-            .push_back(task);
+        let id = self.intern(key, spread);
+        if let Some(ks) = self.ks(id) {
+            ks.queue.push_back(task);
+        }
         self.tasks.insert(
             task,
             Task {
-                key: key.clone(),
+                key: id,
                 payload,
                 attempt: budget.attempt,
                 max_retries: budget.max_retries,
                 place: Place::Queued,
             },
         );
-        self.pump(&key, now);
+        self.pump(id, now);
     }
 
     /// A lease request for `key` was answered.
     pub(crate) fn answer(&mut self, key: &S::Key, answer: Answer<S>, now: Instant) {
-        let others_waiting = self.others_waiting(key);
-        let Some(ks) = self.keys.get_mut(key) else {
+        let Some(id) = self.index.get(key).copied() else {
             if let Answer::Granted(g) = answer {
                 self.actions.push_back(Action::ReturnLease {
                     node: g.node,
@@ -346,6 +419,8 @@ impl<S: Shell> TaskOwner<S> {
             }
             return;
         };
+        let others_waiting = self.others_waiting(id);
+        let Some(ks) = self.ks(id) else { return };
         ks.requesting = ks.requesting.saturating_sub(1);
         match answer {
             Answer::Granted(g)
@@ -381,10 +456,10 @@ impl<S: Shell> TaskOwner<S> {
             }
             Answer::Failed { error, infeasible } => {
                 let queue = std::mem::take(&mut ks.queue);
-                for id in queue {
-                    if let Some(t) = self.tasks.remove(&id) {
+                for task in queue {
+                    if let Some(t) = self.tasks.remove(&task) {
                         self.actions.push_back(Action::Fail {
-                            task: id,
+                            task,
                             payload: t.payload,
                             error: error.clone(),
                             infeasible,
@@ -393,7 +468,7 @@ impl<S: Shell> TaskOwner<S> {
                 }
             }
         }
-        self.pump(key, now);
+        self.pump(id, now);
     }
 
     /// A result of `task` came from `worker`. Returns the task's payload
@@ -413,8 +488,9 @@ impl<S: Shell> TaskOwner<S> {
         let Place::Pushed { lease, .. } = t.place else {
             return None;
         };
+        self.now = Some(now);
         let mut pump = false;
-        if let Some(ks) = self.keys.get_mut(&t.key) {
+        if let Some(ks) = self.ks(t.key) {
             if let Some(l) = ks.leases.iter_mut().find(|l| l.id == lease) {
                 if let Some(i) = l.pushed.iter().position(|id| *id == task) {
                     l.pushed.remove(i);
@@ -430,8 +506,8 @@ impl<S: Shell> TaskOwner<S> {
             }
             pump = !ks.queue.is_empty();
         }
-        if pump {
-            self.pump(&t.key, now);
+        if pump && !self.dirty.contains(&t.key) {
+            self.dirty.push(t.key);
         }
         Some(t.payload)
     }
@@ -440,8 +516,9 @@ impl<S: Shell> TaskOwner<S> {
     /// cut): its leases go, and each task pushed to it is queued again
     /// within its retry budget, else fails with `error`.
     pub(crate) fn worker_lost(&mut self, worker: &S::Worker, error: S::Error, now: Instant) {
-        let mut lost: Vec<(S::Key, VecDeque<TaskId>)> = Vec::new();
-        for (key, ks) in self.keys.iter_mut() {
+        let mut lost: Vec<(KeyId, VecDeque<TaskId>)> = Vec::new();
+        for (id, slot) in self.slots.iter_mut().enumerate() {
+            let Some(ks) = slot else { continue };
             let before = ks.leases.len();
             let mut pushed = VecDeque::new();
             ks.leases.retain_mut(|l| {
@@ -453,31 +530,31 @@ impl<S: Shell> TaskOwner<S> {
                 }
             });
             if before != ks.leases.len() || !ks.queue.is_empty() {
-                lost.push((key.clone(), pushed));
+                lost.push((id, pushed));
             }
         }
         for (key, pushed) in lost {
             // Oldest first at the queue's head, in the order they were sent.
-            for id in pushed.into_iter().rev() {
-                let Some(t) = self.tasks.get_mut(&id) else {
+            for task in pushed.into_iter().rev() {
+                let Some(t) = self.tasks.get_mut(&task) else {
                     continue;
                 };
                 if t.attempt < t.max_retries {
                     t.attempt += 1;
                     t.place = Place::Queued;
-                    if let Some(ks) = self.keys.get_mut(&key) {
-                        ks.queue.push_front(id);
+                    if let Some(ks) = self.ks(key) {
+                        ks.queue.push_front(task);
                     }
-                } else if let Some(t) = self.tasks.remove(&id) {
+                } else if let Some(t) = self.tasks.remove(&task) {
                     self.actions.push_back(Action::Fail {
-                        task: id,
+                        task,
                         payload: t.payload,
                         error: error.clone(),
                         infeasible: false,
                     });
                 }
             }
-            self.pump(&key, now);
+            self.pump(key, now);
         }
     }
 
@@ -486,33 +563,36 @@ impl<S: Shell> TaskOwner<S> {
     pub(crate) fn tick(&mut self, now: Instant) {
         let mut expired = Vec::new();
         let mut wake = Vec::new();
-        for (key, ks) in self.keys.iter_mut() {
+        for (id, slot) in self.slots.iter_mut().enumerate() {
+            let Some(ks) = slot else { continue };
             if ks.queue.is_empty() {
                 ks.take_idle(now, LEASE_IDLE, &mut expired);
             } else if ks.retry_at.is_some_and(|t| now >= t) {
-                wake.push(key.clone());
+                wake.push(id);
             }
         }
         for (node, lease) in expired {
             self.actions.push_back(Action::ReturnLease { node, lease });
         }
         for key in wake {
-            self.pump(&key, now);
+            self.pump(key, now);
         }
-        self.keys
-            .retain(|_, ks| !ks.queue.is_empty() || !ks.leases.is_empty() || ks.requesting > 0);
+        for key in 0..self.slots.len() {
+            self.release_if_empty(key);
+        }
     }
 
-    fn others_waiting(&self, key: &S::Key) -> bool {
-        self.keys
+    fn others_waiting(&self, key: KeyId) -> bool {
+        self.slots
             .iter()
-            .any(|(k, ks)| k != key && !ks.queue.is_empty())
+            .enumerate()
+            .any(|(id, ks)| id != key && ks.as_ref().is_some_and(|ks| !ks.queue.is_empty()))
     }
 
     /// Pushes queued work of `key` onto its leases; asks for more leases
     /// while queued work exceeds the leases held and asked for.
-    fn pump(&mut self, key: &S::Key, now: Instant) {
-        let Some(ks) = self.keys.get_mut(key) else {
+    fn pump(&mut self, key: KeyId, now: Instant) {
+        let Some(ks) = self.slots.get_mut(key).and_then(Option::as_mut) else {
             return;
         };
         let backlog = ks.backlog();
@@ -530,8 +610,9 @@ impl<S: Shell> TaskOwner<S> {
             let requests = want.saturating_sub(ks.requesting);
             ks.requesting += requests;
             for _ in 0..requests {
-                self.actions
-                    .push_back(Action::RequestLease { key: key.clone() });
+                self.actions.push_back(Action::RequestLease {
+                    key: ks.key.clone(),
+                });
             }
         }
         // Spread work takes one lease per task in flight, so every task is
@@ -580,21 +661,21 @@ impl<S: Shell> TaskOwner<S> {
             });
         }
         let waiting = !ks.queue.is_empty();
-        if !waiting && ks.leases.is_empty() && ks.requesting == 0 {
-            self.keys.remove(key);
+        if !waiting {
+            self.release_if_empty(key);
+            return;
         }
-        if waiting {
-            // Work waits for a lease: leases of other keys that idle go
-            // back at once, since their CPUs may be the ones it waits for.
-            let mut out = Vec::new();
-            for (k, ks) in self.keys.iter_mut() {
-                if k != key && ks.queue.is_empty() && !ks.leases.is_empty() {
-                    ks.take_idle(now, LEASE_IDLE_WHILE_OTHERS_WAIT, &mut out);
-                }
+        // Work waits for a lease: leases of other keys that idle go back at
+        // once, since their CPUs may be the ones it waits for.
+        let mut out = Vec::new();
+        for (id, slot) in self.slots.iter_mut().enumerate() {
+            let Some(ks) = slot else { continue };
+            if id != key && ks.queue.is_empty() && !ks.leases.is_empty() {
+                ks.take_idle(now, LEASE_IDLE_WHILE_OTHERS_WAIT, &mut out);
             }
-            for (node, lease) in out {
-                self.actions.push_back(Action::ReturnLease { node, lease });
-            }
+        }
+        for (node, lease) in out {
+            self.actions.push_back(Action::ReturnLease { node, lease });
         }
     }
 }
@@ -640,7 +721,7 @@ mod tests {
     fn idle_leases_of_other_keys_go_back_while_work_waits_for_a_lease() {
         let t0 = Instant::now();
         let mut o = TaskOwner::<T>::default();
-        o.submit(1, false, id(1), (), ONCE, t0);
+        o.submit(&1, false, id(1), (), ONCE, t0);
         assert_eq!(drain(&mut o), ["request 1"]);
         let grant = Grant {
             lease: id(100),
@@ -658,11 +739,11 @@ mod tests {
         assert_eq!(o.result(id(1), &9, t0), None, "a result counts once");
         // Work of key 2 at once: key 1's lease has not idled for
         // LEASE_IDLE_WHILE_OTHERS_WAIT and stays.
-        o.submit(2, false, id(2), (), ONCE, t0);
+        o.submit(&2, false, id(2), (), ONCE, t0);
         assert_eq!(drain(&mut o), ["request 2"]);
         // More work of key 2 later: now the idle lease goes back.
         let later = t0 + LEASE_IDLE_WHILE_OTHERS_WAIT;
-        o.submit(2, false, id(3), (), ONCE, later);
+        o.submit(&2, false, id(3), (), ONCE, later);
         assert_eq!(drain(&mut o), ["request 2", "return 100"]);
     }
 
@@ -674,9 +755,9 @@ mod tests {
             attempt: 0,
             max_retries: 1,
         };
-        o.submit(1, false, id(1), (), twice, t0);
-        o.submit(1, false, id(2), (), ONCE, t0);
-        o.submit(1, false, id(3), (), twice, t0);
+        o.submit(&1, false, id(1), (), twice, t0);
+        o.submit(&1, false, id(2), (), ONCE, t0);
+        o.submit(&1, false, id(3), (), twice, t0);
         assert_eq!(drain(&mut o), ["request 1", "request 1", "request 1"]);
         let grant = |lease, worker| {
             Answer::Granted(Grant {

@@ -288,7 +288,7 @@ impl World {
                 let p = &self.plan[i];
                 let (key, max) = (p.key, p.max_retries);
                 self.owner.submit(
-                    key,
+                    &key,
                     key == 2,
                     task_id(i),
                     i as u64,
