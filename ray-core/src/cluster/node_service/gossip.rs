@@ -67,7 +67,7 @@ impl NodeService {
     /// the other nodes and of running jobs, until that can no longer
     /// succeed; returns why. Cancel-safe.
     ///
-    /// A change of load is reported within [`LOAD_REPORT`], not at the next
+    /// A change of load is reported within 100 ms, not at the next
     /// heartbeat: the GCS passes it on to the other nodes at once, so they
     /// spill work here as soon as resources free up (Ray's raylets sync
     /// their resource views every 100 ms too).
