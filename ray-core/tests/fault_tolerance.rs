@@ -122,7 +122,12 @@ async fn an_actor_restarts_afresh_under_its_name_until_its_restarts_are_used_up(
     let err = a.abort().unwrap().get().await.unwrap_err();
     assert!(matches!(err, Error::ActorUnavailable { .. }), "{err:?}");
     // Its next life: constructor run again with the same arguments.
+    let restarted = Instant::now();
     assert_eq!(a.add(1).unwrap().get().await.unwrap(), 101);
+    eprintln!(
+        "ActorUnavailable to the next life's first answer: {:?}",
+        restarted.elapsed()
+    );
     assert_ne!(a.pid().unwrap().get().await.unwrap(), first);
     let found = ray.get_actor::<Tally>("phoenix").expect("still named");
     assert_eq!(found.add(1).unwrap().get().await.unwrap(), 102);
@@ -173,10 +178,15 @@ async fn an_actor_on_a_killed_node_restarts_on_another() {
         .remote(&ray, 1)
         .unwrap();
     assert_eq!(a.node().unwrap().get().await.unwrap(), 2);
+    let killed = Instant::now();
     cluster.kill_node(1);
     // Pushed to the dead node before its death is known, the call is sent
     // again to the next life, on node 1.
     assert_eq!(a.add(1).unwrap().get().await.unwrap(), 2);
+    eprintln!(
+        "node killed to actor restarted and call done: {:?}",
+        killed.elapsed()
+    );
     assert_eq!(a.node().unwrap().get().await.unwrap(), 1);
     ray.shutdown();
 }
@@ -260,8 +270,13 @@ async fn a_task_on_a_killed_node_runs_again_on_another() {
         .remote(&ray, m.display().to_string())
         .unwrap();
     wait_for(&m).await;
+    let killed = Instant::now();
     cluster.kill_node(1);
     let node = r.get().await.expect("the retry returns");
+    eprintln!(
+        "node killed to task retried and done: {:?}",
+        killed.elapsed()
+    );
     assert_eq!(node, 1, "run again on the node left");
     let _ = std::fs::remove_file(&m);
     ray.shutdown();
