@@ -229,7 +229,8 @@ impl ClusterCore {
     /// channel sends. (Tasks on one lease may reach the worker out of
     /// order when two threads drive at once; tasks carry no order.)
     pub(super) fn drive(self: &Arc<Self>, mut st: parking_lot::MutexGuard<'_, OwnerState>) {
-        let mut pushes = Vec::new();
+        // Items by worker, in order; one worker handle per run of items.
+        let mut pushes: Vec<(LinkRef, Vec<WorkItem>)> = Vec::new();
         let mut later = Vec::new();
         while let Some(action) = st.tasks.poll() {
             match action {
@@ -237,10 +238,13 @@ impl ClusterCore {
                     task,
                     attempt,
                     lease,
-                    worker,
                 } => {
-                    let (Some(q), Some(key)) = (st.tasks.payload(task), st.tasks.key_of(task))
-                    else {
+                    let tasks = &st.tasks;
+                    let (Some(q), Some(key), Some(worker)) = (
+                        tasks.payload(task),
+                        tasks.key_of(task),
+                        tasks.worker_of(task),
+                    ) else {
                         continue;
                     };
                     let item = WorkItem::Task {
@@ -254,16 +258,21 @@ impl ClusterCore {
                         retry_exceptions: q.retry_exceptions,
                         parent: q.parent,
                     };
-                    pushes.push((worker, item));
+                    match pushes.last_mut() {
+                        Some((w, items)) if w == worker => items.push(item),
+                        _ => pushes.push((worker.clone(), vec![item])),
+                    }
                 }
                 other => later.push(other),
             }
         }
         drop(st);
-        for (worker, item) in pushes {
-            // A closed stream is reported by its reader ending
-            // (`link_died`), which hands the task back to the core.
-            let _ = worker.0.tx.send(item);
+        for (worker, items) in pushes {
+            for item in items {
+                // A closed stream is reported by its reader ending
+                // (`link_died`), which hands the task back to the core.
+                let _ = worker.0.tx.send(item);
+            }
         }
         for action in later {
             match action {

@@ -114,7 +114,9 @@ pub(crate) enum Action<S: Shell> {
         /// The key.
         key: S::Key,
     },
-    /// Push `task` (its [`TaskOwner::payload`]) to `worker` under `lease`.
+    /// Push `task` (its [`TaskOwner::payload`]) under `lease` to the
+    /// lease's worker ([`TaskOwner::worker_of`]: the worker is not cloned
+    /// per task).
     Push {
         /// The task.
         task: TaskId,
@@ -122,8 +124,6 @@ pub(crate) enum Action<S: Shell> {
         attempt: u32,
         /// The lease it runs under.
         lease: TaskId,
-        /// The worker process.
-        worker: S::Worker,
     },
     /// Give lease `lease` back to `node`.
     ReturnLease {
@@ -151,23 +151,28 @@ pub(crate) enum Action<S: Shell> {
     },
 }
 
-/// Where a task is.
-enum Place<W> {
-    Queued,
-    Pushed { lease: TaskId, worker: W },
-}
-
 /// A key's slot in [`TaskOwner::slots`]: tasks name their key by it, so
 /// the key itself is cloned, hashed and compared once per new key, not
 /// once per task.
 type KeyId = usize;
 
-struct Task<S: Shell> {
-    key: KeyId,
+/// A task waiting in its key's queue.
+struct Queued<S: Shell> {
+    task: TaskId,
     payload: S::Payload,
     attempt: u32,
     max_retries: u32,
-    place: Place<S::Worker>,
+}
+
+/// A task pushed under a lease (of its key) and not answered. Queued
+/// tasks live in their key's queue, so the map holds only what is in
+/// flight (a backlog of 20,000 tasks in it cost W1 about 10 %).
+struct Pushed<S: Shell> {
+    key: KeyId,
+    lease: TaskId,
+    payload: S::Payload,
+    attempt: u32,
+    max_retries: u32,
 }
 
 struct Lease<W> {
@@ -185,7 +190,7 @@ struct KeyState<S: Shell> {
     key: S::Key,
     /// Spread work takes one lease per task in flight.
     spread: bool,
-    queue: VecDeque<TaskId>,
+    queue: VecDeque<Queued<S>>,
     leases: Vec<Lease<S::Worker>>,
     /// Lease requests sent and not answered yet.
     requesting: usize,
@@ -260,7 +265,10 @@ type Fixed = foldhash::fast::FixedState;
 
 /// The owner's side of task submission; see the module docs.
 pub(crate) struct TaskOwner<S: Shell> {
-    tasks: HashMap<TaskId, Task<S>>,
+    /// Tasks pushed and not answered.
+    tasks: HashMap<TaskId, Pushed<S>>,
+    /// Tasks queued, over all keys.
+    queued: usize,
     /// Each key with work, queued, pushed or asked for, by its slot.
     index: HashMap<S::Key, KeyId, Fixed>,
     /// The keys' states; visited in slot order, so the order of actions
@@ -280,6 +288,7 @@ impl<S: Shell> Default for TaskOwner<S> {
     fn default() -> Self {
         Self {
             tasks: HashMap::new(),
+            queued: 0,
             index: HashMap::default(),
             slots: Vec::new(),
             free: Vec::new(),
@@ -339,12 +348,22 @@ impl<S: Shell> TaskOwner<S> {
         }
     }
 
-    /// What `task` carries, while it is not finished.
+    /// What pushed `task` carries, while it is not answered.
     pub(crate) fn payload(&self, task: TaskId) -> Option<&S::Payload> {
         self.tasks.get(&task).map(|t| &t.payload)
     }
 
-    /// The key `task` was submitted under, while it is not finished.
+    /// The worker pushed `task` went to, while it is not answered.
+    pub(crate) fn worker_of(&self, task: TaskId) -> Option<&S::Worker> {
+        let t = self.tasks.get(&task)?;
+        let ks = self.ks_ref(t.key)?;
+        ks.leases
+            .iter()
+            .find(|l| l.id == t.lease)
+            .map(|l| &l.worker)
+    }
+
+    /// The key pushed `task` was submitted under, while it is not answered.
     pub(crate) fn key_of(&self, task: TaskId) -> Option<&S::Key> {
         let t = self.tasks.get(&task)?;
         self.ks_ref(t.key).map(|ks| &ks.key)
@@ -354,7 +373,7 @@ impl<S: Shell> TaskOwner<S> {
     /// one a lease asked for now would run).
     pub(crate) fn next_payload(&self, key: &S::Key) -> Option<&S::Payload> {
         let ks = self.ks_ref(*self.index.get(key)?)?;
-        self.payload(*ks.queue.front()?)
+        ks.queue.front().map(|q| &q.payload)
     }
 
     /// Every unfinished task: its key, payload, and the node it was pushed
@@ -362,21 +381,22 @@ impl<S: Shell> TaskOwner<S> {
     pub(crate) fn tasks(
         &self,
     ) -> impl Iterator<Item = (TaskId, &S::Key, &S::Payload, Option<NodeId>)> {
-        self.tasks.iter().filter_map(|(id, t)| {
+        let queued = self.slots.iter().flatten().flat_map(|ks| {
+            ks.queue
+                .iter()
+                .map(move |q| (q.task, &ks.key, &q.payload, None))
+        });
+        let pushed = self.tasks.iter().filter_map(|(id, t)| {
             let ks = self.ks_ref(t.key)?;
-            let node = match &t.place {
-                Place::Queued => None,
-                Place::Pushed { lease, .. } => {
-                    ks.leases.iter().find(|l| l.id == *lease).map(|l| l.node)
-                }
-            };
+            let node = ks.leases.iter().find(|l| l.id == t.lease).map(|l| l.node);
             Some((*id, &ks.key, &t.payload, node))
-        })
+        });
+        queued.chain(pushed)
     }
 
     /// Unfinished tasks.
     pub(crate) fn len(&self) -> usize {
-        self.tasks.len()
+        self.tasks.len() + self.queued
     }
 
     /// A task whose arguments are ready: queued under `key` (`spread`:
@@ -393,18 +413,14 @@ impl<S: Shell> TaskOwner<S> {
     ) {
         let id = self.intern(key, spread);
         if let Some(ks) = self.ks(id) {
-            ks.queue.push_back(task);
-        }
-        self.tasks.insert(
-            task,
-            Task {
-                key: id,
+            ks.queue.push_back(Queued {
+                task,
                 payload,
                 attempt: budget.attempt,
                 max_retries: budget.max_retries,
-                place: Place::Queued,
-            },
-        );
+            });
+            self.queued += 1;
+        }
         self.pump(id, now);
     }
 
@@ -456,15 +472,14 @@ impl<S: Shell> TaskOwner<S> {
             }
             Answer::Failed { error, infeasible } => {
                 let queue = std::mem::take(&mut ks.queue);
-                for task in queue {
-                    if let Some(t) = self.tasks.remove(&task) {
-                        self.actions.push_back(Action::Fail {
-                            task,
-                            payload: t.payload,
-                            error: error.clone(),
-                            infeasible,
-                        });
-                    }
+                self.queued -= queue.len();
+                for q in queue {
+                    self.actions.push_back(Action::Fail {
+                        task: q.task,
+                        payload: q.payload,
+                        error: error.clone(),
+                        infeasible,
+                    });
                 }
             }
         }
@@ -480,14 +495,18 @@ impl<S: Shell> TaskOwner<S> {
         worker: &S::Worker,
         now: Instant,
     ) -> Option<S::Payload> {
-        match &self.tasks.get(&task)?.place {
-            Place::Pushed { worker: w, .. } if w == worker => {}
-            _ => return None,
+        let t = self.tasks.get(&task)?;
+        let lease = t.lease;
+        let ks = self.ks_ref(t.key)?;
+        if !ks
+            .leases
+            .iter()
+            .any(|l| l.id == lease && l.worker == *worker)
+        {
+            // Not from the worker it went to last (a lost one's late answer).
+            return None;
         }
         let t = self.tasks.remove(&task)?;
-        let Place::Pushed { lease, .. } = t.place else {
-            return None;
-        };
         self.now = Some(now);
         let mut pump = false;
         if let Some(ks) = self.ks(t.key) {
@@ -536,16 +555,21 @@ impl<S: Shell> TaskOwner<S> {
         for (key, pushed) in lost {
             // Oldest first at the queue's head, in the order they were sent.
             for task in pushed.into_iter().rev() {
-                let Some(t) = self.tasks.get_mut(&task) else {
+                let Some(t) = self.tasks.remove(&task) else {
                     continue;
                 };
                 if t.attempt < t.max_retries {
-                    t.attempt += 1;
-                    t.place = Place::Queued;
+                    let again = Queued {
+                        task,
+                        payload: t.payload,
+                        attempt: t.attempt + 1,
+                        max_retries: t.max_retries,
+                    };
                     if let Some(ks) = self.ks(key) {
-                        ks.queue.push_front(task);
+                        ks.queue.push_front(again);
+                        self.queued += 1;
                     }
-                } else if let Some(t) = self.tasks.remove(&task) {
+                } else {
                     self.actions.push_back(Action::Fail {
                         task,
                         payload: t.payload,
@@ -638,27 +662,30 @@ impl<S: Shell> TaskOwner<S> {
             else {
                 break;
             };
-            let Some(id) = ks.queue.pop_front() else {
+            let Some(q) = ks.queue.pop_front() else {
                 break;
             };
-            let Some(t) = self.tasks.get_mut(&id) else {
-                continue;
-            };
+            self.queued -= 1;
             if lease.pushed.is_empty() {
                 lease.busy_from = Some(now);
             }
-            lease.pushed.push_back(id);
+            lease.pushed.push_back(q.task);
             lease.idle_since = None;
-            t.place = Place::Pushed {
-                lease: lease.id,
-                worker: lease.worker.clone(),
-            };
             self.actions.push_back(Action::Push {
-                task: id,
-                attempt: t.attempt,
+                task: q.task,
+                attempt: q.attempt,
                 lease: lease.id,
-                worker: lease.worker.clone(),
             });
+            self.tasks.insert(
+                q.task,
+                Pushed {
+                    key,
+                    lease: lease.id,
+                    payload: q.payload,
+                    attempt: q.attempt,
+                    max_retries: q.max_retries,
+                },
+            );
         }
         let waiting = !ks.queue.is_empty();
         if !waiting {
@@ -701,15 +728,19 @@ mod tests {
 
     /// The actions out, as short words.
     fn drain(o: &mut TaskOwner<T>) -> Vec<String> {
-        std::iter::from_fn(|| o.poll())
-            .map(|a| match a {
+        let mut out = Vec::new();
+        while let Some(a) = o.poll() {
+            out.push(match a {
                 Action::RequestLease { key } => format!("request {key}"),
-                Action::Push { task, worker, .. } => format!("push {} to {worker}", task.seq),
+                Action::Push { task, .. } => {
+                    format!("push {} to {}", task.seq, o.worker_of(task).unwrap())
+                }
                 Action::ReturnLease { lease, .. } => format!("return {}", lease.seq),
                 Action::Fail { task, .. } => format!("fail {}", task.seq),
                 Action::WakeAt { .. } => "wake".into(),
-            })
-            .collect()
+            });
+        }
+        out
     }
 
     const ONCE: Budget = Budget {

@@ -507,8 +507,11 @@ impl World {
                     task,
                     attempt,
                     lease,
-                    worker,
                 } => {
+                    let worker = *self
+                        .owner
+                        .worker_of(task)
+                        .expect("pushed to a lease's worker");
                     let i = index(task);
                     self.pushes[i] += 1;
                     assert_eq!(attempt + 1, self.pushes[i], "attempt numbers count pushes");
