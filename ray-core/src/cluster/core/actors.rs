@@ -404,10 +404,14 @@ impl ClusterCore {
         for c in resend {
             self.send_call(actor, link, c).await;
         }
+        // One waiter on the link's loss for the whole forwarding, not one
+        // per call (registering a waiter takes the `Notify`'s lock).
+        let lost = link.lost();
+        tokio::pin!(lost);
         loop {
             let msg = tokio::select! {
                 biased;
-                lost = link.lost() => return Some(lost),
+                lost = &mut lost => return Some(lost),
                 msg = rx.recv() => msg,
             };
             let Some(msg) = msg else { break };
