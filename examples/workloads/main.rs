@@ -22,6 +22,11 @@
 //!   line each, `"workload": "scale"`, `"shape": "W1"`, with
 //!   `info.throughput_vs_1_node`; `--nodes` does not apply).
 //!
+//! `chaos` (cluster mode, only when named): the chaos workload of issue 19
+//! (`shapes/chaos.rs`), without and then with a node killed and replaced
+//! every 5 s; prints whether every result was right, the kills and the
+//! slowdown.
+//!
 //! Capacity ids, in both modes; each of their runs is made in a fresh
 //! process (this executable again, with the hidden `--one-run ID`), so
 //! that memory freed by an earlier run cannot hide what a run allocates:
@@ -62,6 +67,8 @@ use serde_json::{json, Value};
 mod big_arg;
 #[path = "../shapes/capacity.rs"]
 mod capacity;
+#[path = "../shapes/chaos.rs"]
+mod chaos;
 #[path = "../shapes/cluster.rs"]
 mod cluster;
 #[path = "../shapes/measure.rs"]
@@ -89,6 +96,9 @@ const WORKLOADS: [&str; 7] = ["W1", "W2", "W3", "W4", "W5", "W6", "W7"];
 const CAPACITY: [&str; 2] = ["queue", "memory"];
 /// The extra measurements of cluster mode.
 const EXTRAS: [&str; 4] = ["ready", "transfer", "spread", "scale"];
+/// The chaos workload: cluster mode only, and only when asked for (it
+/// kills nodes for a minute or so).
+const CHAOS: &str = "chaos";
 /// What a `--one-run` process prints before its run's JSON.
 const ONE_RUN_MARK: &str = "workloads-one-run: ";
 /// A run slower than this is reported on stderr.
@@ -397,11 +407,62 @@ async fn scale(opts: &Options) -> anyhow::Result<()> {
     Ok(())
 }
 
-const USAGE: &str = "usage: workloads --mode embedded|cluster [--cpus N] [--nodes N] [--timeout S] [W1 .. W7] [queue memory] [ready transfer spread scale]
+/// `chaos`: the chaos workload (`shapes/chaos.rs`) on `Cluster::local(3)`
+/// (`--nodes`, at least 2), once without kills and once while a random
+/// non-head node is killed (SIGKILL) and replaced every 5 s; one line with
+/// the check, the kills and the slowdown.
+async fn chaos_run(opts: &Options) -> anyhow::Result<()> {
+    let nodes = opts.nodes.unwrap_or(3).max(2);
+    let size = chaos::ChaosSize {
+        parents: 40,
+        children: 25,
+        child_ms: 100,
+        reporters: 20,
+        reports: 100,
+    };
+    let mut outcomes = Vec::new();
+    for kill_every in [None, Some(Duration::from_secs(5))] {
+        let config = LocalClusterConfig {
+            cpus_per_node: opts.cpus,
+            ..LocalClusterConfig::default()
+        };
+        let mut cluster = Cluster::local_with(nodes, config).await?;
+        let ray = cluster.connect().await?;
+        let run = chaos::run(&mut cluster, &ray, size, kill_every);
+        let out = tokio::time::timeout(opts.timeout, run)
+            .await
+            .map_err(|_| anyhow::anyhow!("the chaos run took longer than {:?}", opts.timeout))?
+            .map_err(anyhow::Error::msg)?;
+        ray.shutdown();
+        outcomes.push(out);
+    }
+    let (calm, chaos) = (&outcomes[0], &outcomes[1]);
+    let line = json!({
+        "workload": "chaos",
+        "mode": "cluster",
+        "nodes": nodes,
+        "cpus": opts.cpus,
+        "correct": calm.correct() && chaos.correct(),
+        "tasks_correct": [calm.tasks_correct, chaos.tasks_correct],
+        "missing_reports": [calm.missing_reports, chaos.missing_reports],
+        "kills": chaos.kills,
+        "seconds_without_kills": calm.elapsed.as_secs_f64(),
+        "seconds_with_kills": chaos.elapsed.as_secs_f64(),
+        "slowdown": chaos.elapsed.as_secs_f64() / calm.elapsed.as_secs_f64(),
+        "info": {
+            "parents": size.parents, "children": size.children, "child_ms": size.child_ms,
+            "reporters": size.reporters, "reports": size.reports, "kill_every_s": 5,
+        },
+    });
+    println!("{line}");
+    Ok(())
+}
+
+const USAGE: &str = "usage: workloads --mode embedded|cluster [--cpus N] [--nodes N] [--timeout S] [W1 .. W7] [queue memory] [ready transfer spread scale] [chaos]
   --cpus N     CPUs of the embedded runtime, or of each cluster node
   --nodes N    cluster mode: node processes (default 1; transfer, spread and memory use at least 2; ready 2; scale ignores it)
   --timeout S  the most one run may take (default 600)
-  no ids: W1..W7, queue, memory (and in cluster mode ready transfer spread scale)";
+  no ids: W1..W7, queue, memory (and in cluster mode ready transfer spread scale; chaos only when named)";
 
 fn parse_args() -> anyhow::Result<Options> {
     let mut mode = Mode::Embedded;
@@ -411,8 +472,9 @@ fn parse_args() -> anyhow::Result<Options> {
     let mut workloads = Vec::new();
     let mut one_run = false;
     let mut args = std::env::args().skip(1);
-    let known =
-        |id: &str| WORKLOADS.contains(&id) || CAPACITY.contains(&id) || EXTRAS.contains(&id);
+    let known = |id: &str| {
+        WORKLOADS.contains(&id) || CAPACITY.contains(&id) || EXTRAS.contains(&id) || id == CHAOS
+    };
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--mode" => {
@@ -453,7 +515,11 @@ fn parse_args() -> anyhow::Result<Options> {
             other => bail!("unknown argument {other}; {USAGE}"),
         }
     }
-    if mode == Mode::Embedded && workloads.iter().any(|w| EXTRAS.contains(&w.as_str())) {
+    if mode == Mode::Embedded
+        && workloads
+            .iter()
+            .any(|w| EXTRAS.contains(&w.as_str()) || w == CHAOS)
+    {
         bail!("{EXTRAS:?} measure a cluster: use --mode cluster");
     }
     if mode == Mode::Embedded && nodes.is_some() {
@@ -496,6 +562,10 @@ async fn main() -> anyhow::Result<()> {
     for id in &opts.workloads {
         if id == "scale" {
             scale(&opts).await?;
+            continue;
+        }
+        if id == CHAOS {
+            chaos_run(&opts).await?;
             continue;
         }
         let line = run_workload(id, id, &opts, nodes_for(id, &opts)).await?;

@@ -273,6 +273,19 @@ impl Default for ActorOptions {
     }
 }
 
+/// Sets `target` to count `n`, or records `n` as `option`'s bad value.
+fn set_count(
+    target: &mut u32,
+    bad: &mut Option<(&'static str, i32)>,
+    option: &'static str,
+    n: i32,
+) {
+    match count(n) {
+        Some(n) => *target = n,
+        None => *bad = Some((option, n)),
+    }
+}
+
 /// A retry count as Ray takes it: `n >= 0`, or -1 for no limit; `None`
 /// for anything below -1.
 fn count(n: i32) -> Option<u32> {
@@ -325,10 +338,7 @@ pub trait ActorOptionsBuilder: ResourceOptions {
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
     fn max_restarts(mut self, n: i32) -> Self {
         let o = self.actor_options();
-        match count(n) {
-            Some(n) => o.max_restarts = n,
-            None => o.bad_count = Some(("max_restarts", n)),
-        }
+        set_count(&mut o.max_restarts, &mut o.bad_count, "max_restarts", n);
         self
     }
 
@@ -340,10 +350,12 @@ pub trait ActorOptionsBuilder: ResourceOptions {
     /// -1 is refused at create.
     fn max_task_retries(mut self, n: i32) -> Self {
         let o = self.actor_options();
-        match count(n) {
-            Some(n) => o.max_task_retries = n,
-            None => o.bad_count = Some(("max_task_retries", n)),
-        }
+        set_count(
+            &mut o.max_task_retries,
+            &mut o.bad_count,
+            "max_task_retries",
+            n,
+        );
         self
     }
 }

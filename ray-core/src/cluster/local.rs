@@ -79,6 +79,8 @@ pub struct Cluster {
     address: SocketAddr,
     /// Index 0 is the head.
     nodes: Vec<Option<Child>>,
+    /// How its nodes were started (nodes added later start the same way).
+    config: LocalClusterConfig,
 }
 
 impl Cluster {
@@ -129,6 +131,7 @@ impl Cluster {
             dir,
             address: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             nodes: Vec::new(),
+            config: config.clone(),
         };
         let deadline = Instant::now() + config.start_timeout;
         me.nodes.push(Some(me.spawn("head", None, &config, 0)?));
@@ -201,15 +204,7 @@ impl Cluster {
         deadline: Instant,
         creds: &ClusterCredentials,
     ) -> Result<()> {
-        let endpoint = Endpoint::bind(
-            SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-            creds,
-            EndpointConfig::new(Role::Cli, control_plane_fingerprint()),
-        )
-        .map_err(Error::cluster_source)?;
-        let client = GcsClient::connect(&endpoint, self.address, Duration::from_secs(10))
-            .await
-            .map_err(Error::cluster_source)?;
+        let (_endpoint, client) = self.gcs_client(creds).await?;
         loop {
             let alive = client
                 .nodes()
@@ -314,6 +309,53 @@ impl Cluster {
             .iter()
             .map(|c| c.as_ref().map(Child::id))
             .collect()
+    }
+
+    /// Starts one more node process, as the others were started, and waits
+    /// until the GCS counts it alive; returns its index (for
+    /// [`Cluster::kill_node`] and [`Cluster::pids`]). Its node id is the
+    /// next the GCS hands out.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cluster`] if it cannot be started or does not join within
+    /// the cluster's start timeout.
+    pub async fn add_node(&mut self) -> Result<usize> {
+        let creds = ClusterCredentials::load(&self.credentials()).map_err(Error::cluster_source)?;
+        let (_endpoint, client) = self.gcs_client(&creds).await?;
+        let newest = |nodes: &[ray_proto::wire::NodeEntry]| nodes.iter().map(|n| n.id).max();
+        let before = newest(&client.nodes().await.map_err(Error::cluster_source)?);
+        let index = self.nodes.len();
+        let child = self.spawn("node", Some(self.address), &self.config.clone(), index)?;
+        self.nodes.push(Some(child));
+        let deadline = Instant::now() + self.config.start_timeout;
+        loop {
+            let nodes = client.nodes().await.unwrap_or_default();
+            let joined = nodes.iter().any(|n| n.alive && Some(n.id) > before);
+            if joined {
+                return Ok(index);
+            }
+            if Instant::now() > deadline {
+                return Err(Error::cluster("the added node did not join in time"));
+            }
+            self.check_alive()?;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// A GCS client of this cluster's own, with the endpoint it uses
+    /// (kept alive by the caller).
+    async fn gcs_client(&self, creds: &ClusterCredentials) -> Result<(Endpoint, GcsClient)> {
+        let endpoint = Endpoint::bind(
+            SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            creds,
+            EndpointConfig::new(Role::Cli, control_plane_fingerprint()),
+        )
+        .map_err(Error::cluster_source)?;
+        let client = GcsClient::connect(&endpoint, self.address, Duration::from_secs(10))
+            .await
+            .map_err(Error::cluster_source)?;
+        Ok((endpoint, client))
     }
 
     /// Kills node process `i` (0 is the head) with SIGKILL, as a crash would.

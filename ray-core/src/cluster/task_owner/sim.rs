@@ -38,19 +38,12 @@ impl Shell for Sim {
     type Worker = Worker;
 }
 
-/// SplitMix64: small, seedable, good enough to pick events.
-struct Rng(u64);
+/// The simulation's picks, from ray-sched's seeded SplitMix64.
+struct Rng(ray_sched::SplitMix64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.0.below(usize::try_from(n).unwrap_or(usize::MAX)) as u64
     }
     fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent
@@ -158,7 +151,7 @@ fn index(t: TaskId) -> usize {
 
 impl World {
     fn new(seed: u64) -> Self {
-        let mut rng = Rng(seed);
+        let mut rng = Rng(ray_sched::SplitMix64::new(seed));
         let mut nodes = BTreeMap::new();
         let n = 2 + rng.below(3);
         for id in 0..n {

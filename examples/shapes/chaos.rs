@@ -1,0 +1,236 @@
+//! The chaos workload of issue 19, shaped after Ray's nightly chaos tests
+//! (`release/nightly_tests/chaos_test` in Ray's repository), run while a
+//! killer `kill -9`s a random non-head node every few seconds and starts a
+//! fresh one:
+//!
+//! - **tasks**: parent tasks, each submitting child tasks and summing their
+//!   results, every one with `max_retries(-1)`; the grand total is checked.
+//! - **actors**: reporter actors with `max_restarts(-1)` and
+//!   `max_task_retries(-1)`, spread over the nodes, report sequence numbers
+//!   to one database actor pinned to the head (never killed); every
+//!   (reporter, number) pair must arrive (more than once is allowed: calls
+//!   are at-least-once).
+//!
+//! Ray's object-borrowing workload is not here yet (refs nested in values
+//! are pinned until the job ends; see docs/fault-tolerance.md).
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use ray_core::prelude::*;
+use ray_core::{Cluster, NodeId};
+
+/// How big one chaos run is.
+#[derive(Clone, Copy, Debug)]
+pub struct ChaosSize {
+    /// Parent tasks.
+    pub parents: u64,
+    /// Child tasks per parent.
+    pub children: u64,
+    /// How long a child task sleeps (holding its CPU).
+    pub child_ms: u64,
+    /// Reporter actors.
+    pub reporters: u64,
+    /// Sequence numbers each reporter reports.
+    pub reports: u64,
+}
+
+/// What a run did and whether everything arrived.
+#[derive(Debug)]
+pub struct ChaosOutcome {
+    /// The parents' total was the expected one.
+    pub tasks_correct: bool,
+    /// (reporter, number) pairs the database never got.
+    pub missing_reports: u64,
+    /// Nodes killed (and replaced) during the run.
+    pub kills: u32,
+    /// How long the workload took.
+    pub elapsed: Duration,
+}
+
+impl ChaosOutcome {
+    /// Every result right and every report in.
+    pub fn correct(&self) -> bool {
+        self.tasks_correct && self.missing_reports == 0
+    }
+}
+
+/// A child: sleeps, then returns its number.
+#[remote]
+pub fn chaos_child(x: u64, ms: u64) -> u64 {
+    std::thread::sleep(Duration::from_millis(ms));
+    x
+}
+
+/// A parent: the sum of its children's numbers.
+#[remote]
+pub fn chaos_parent(i: u64, children: u64, ms: u64) -> Result<u64, String> {
+    let ray = Ray::current().map_err(|e| e.to_string())?;
+    let refs = (0..children)
+        .map(|j| {
+            chaos_child::options()
+                .max_retries(-1)
+                .remote(&ray, i * children + j, ms)
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let mut sum = 0;
+    for r in &refs {
+        sum += r.get_blocking().map_err(|e| e.to_string())?;
+    }
+    Ok(sum)
+}
+
+/// The database the reporters report to.
+#[remote]
+pub struct ChaosDb {
+    seen: BTreeSet<(u64, u64)>,
+}
+
+#[remote]
+impl ChaosDb {
+    fn new() -> Self {
+        ChaosDb {
+            seen: BTreeSet::new(),
+        }
+    }
+    fn record(&mut self, reporter: u64, seq: u64) {
+        self.seen.insert((reporter, seq));
+    }
+    /// Pairs of `reporters` x `reports` not recorded.
+    fn missing(&self, reporters: u64, reports: u64) -> u64 {
+        let mut missing = 0;
+        for r in 0..reporters {
+            for s in 0..reports {
+                if !self.seen.contains(&(r, s)) {
+                    missing += 1;
+                }
+            }
+        }
+        missing
+    }
+}
+
+/// A reporter: passes each number it is given on to the database.
+#[remote]
+pub struct Reporter {
+    id: u64,
+    db: ActorHandle<ChaosDb>,
+}
+
+#[remote]
+impl Reporter {
+    fn new(id: u64, db: ActorHandle<ChaosDb>) -> Self {
+        Reporter { id, db }
+    }
+    fn report(&mut self, seq: u64) -> Result<(), String> {
+        self.db
+            .record(self.id, seq)
+            .map_err(|e| e.to_string())?
+            .get_blocking()
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Runs the workload on `ray` (a driver of `cluster`); with `kill_every`,
+/// a random non-head node is killed and replaced that often until it ends.
+///
+/// # Errors
+///
+/// A submission refused, or a task or call that failed (with infinite
+/// retries, none should).
+pub async fn run(
+    cluster: &mut Cluster,
+    ray: &Ray,
+    size: ChaosSize,
+    kill_every: Option<Duration>,
+) -> Result<ChaosOutcome, String> {
+    let started = Instant::now();
+    let work = tokio::spawn(workload(ray.clone(), size));
+    let mut kills = 0;
+    let mut pick = 0x5eed_u64;
+    if let Some(every) = kill_every {
+        while !work.is_finished() {
+            tokio::time::sleep(every).await;
+            if work.is_finished() {
+                break;
+            }
+            let live: Vec<usize> = cluster
+                .pids()
+                .iter()
+                .enumerate()
+                .skip(1)
+                .filter(|(_, p)| p.is_some())
+                .map(|(i, _)| i)
+                .collect();
+            if live.is_empty() {
+                break;
+            }
+            pick = pick
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let victim = live[(pick >> 33) as usize % live.len()];
+            cluster.kill_node(victim);
+            kills += 1;
+            cluster.add_node().await.map_err(|e| e.to_string())?;
+        }
+    }
+    let (tasks_correct, missing_reports) = work.await.map_err(|e| e.to_string())??;
+    Ok(ChaosOutcome {
+        tasks_correct,
+        missing_reports,
+        kills,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// The tasks and the reports; returns whether the total was right and
+/// how many reports are missing.
+async fn workload(ray: Ray, size: ChaosSize) -> Result<(bool, u64), String> {
+    let e = |e: ray_core::Error| e.to_string();
+    let parents = (0..size.parents)
+        .map(|i| {
+            chaos_parent::options()
+                .max_retries(-1)
+                .remote(&ray, i, size.children, size.child_ms)
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(e)?;
+    let head: NodeId = ray.node_id();
+    let db = ChaosDb::options()
+        .node_affinity(head, false)
+        .remote(&ray)
+        .map_err(e)?;
+    let reporters = (0..size.reporters)
+        .map(|r| {
+            Reporter::options()
+                .max_restarts(-1)
+                .max_task_retries(-1)
+                .spread()
+                .remote(&ray, r, db.clone())
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(e)?;
+    let mut calls = Vec::new();
+    for seq in 0..size.reports {
+        for rep in &reporters {
+            calls.push(rep.report(seq).map_err(e)?);
+        }
+    }
+    let mut total = 0;
+    for p in &parents {
+        total += p.get().await.map_err(e)?;
+    }
+    let n = size.parents * size.children;
+    let tasks_correct = total == n * n.saturating_sub(1) / 2;
+    for c in &calls {
+        c.get().await.map_err(e)?;
+    }
+    let missing = db
+        .missing(size.reporters, size.reports)
+        .map_err(e)?
+        .get()
+        .await
+        .map_err(e)?;
+    Ok((tasks_correct, missing))
+}
