@@ -143,6 +143,44 @@ async fn an_actor_restarts_afresh_under_its_name_until_its_restarts_are_used_up(
     ray.shutdown();
 }
 
+/// Calls through a handle from the actor's name, made from a task.
+#[remote]
+fn add_by_name(name: String, k: u64) -> Result<u64, String> {
+    let ray = Ray::current().map_err(|e| e.to_string())?;
+    let found = ray.get_actor::<Tally>(&name).map_err(|e| e.to_string())?;
+    found
+        .add(k)
+        .map_err(|e| e.to_string())?
+        .get_blocking()
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handles_found_by_name_follow_the_actor_to_its_next_life() {
+    let cluster = Cluster::local(2).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let a = Tally::options()
+        .name("wanderer")
+        .max_restarts(-1)
+        .remote(&ray, 10)
+        .unwrap();
+    // Registered once it lives.
+    assert_eq!(a.add(0).unwrap().get().await.unwrap(), 10);
+    let found = ray.get_actor::<Tally>("wanderer").expect("found by name");
+    assert_eq!(found.add(1).unwrap().get().await.unwrap(), 11);
+    // A handle held in another process (a task's), found by name too.
+    let far = add_by_name::remote(&ray, "wanderer".to_string(), 1).unwrap();
+    assert_eq!(far.get().await.unwrap(), 12);
+    let first = a.pid().unwrap().get().await.unwrap();
+    let _ = a.abort().unwrap().get().await.unwrap_err();
+    // The borrowed handle finds the next life (state afresh: 10 + 5).
+    assert_eq!(found.add(5).unwrap().get().await.unwrap(), 15);
+    assert_ne!(found.pid().unwrap().get().await.unwrap(), first);
+    let far = add_by_name::remote(&ray, "wanderer".to_string(), 1).unwrap();
+    assert_eq!(far.get().await.unwrap(), 16);
+    ray.shutdown();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_in_flight_when_its_actor_dies_is_sent_to_its_next_life() {
     let cluster = Cluster::local(1).await.expect("cluster starts");

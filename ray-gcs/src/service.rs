@@ -648,10 +648,19 @@ fn lookup_actor(state: &State, namespace: &str, name: &str) -> Message {
 }
 
 fn locate_actor(state: &State, id: ray_proto::ActorId) -> Message {
+    if let Some(ActorState::Dead { cause }) = state.gcs.actor(id).map(|row| &row.state) {
+        return Message::Error {
+            reason: format!("{id} {DEAD_MARK}{cause}"),
+        };
+    }
     actor_location(state, id, true).unwrap_or_else(|| Message::Error {
         reason: format!("{id} is not a live registered actor"),
     })
 }
+
+/// What a refused [`LocateActor`] says after the actor's id when the actor
+/// is dead for good (not restarting, not yet registered): the cause follows.
+pub const DEAD_MARK: &str = "is dead: ";
 
 fn error(e: crate::GcsError) -> Message {
     Message::Error {

@@ -517,30 +517,73 @@ impl ClusterCore {
         drop(actors);
         let me = self.clone();
         let shared = actor.clone();
-        self.tokio.spawn(async move {
-            let mut rx = rx;
-            match me.locate(id, class).await {
-                Ok(link) => {
-                    if let Some(lost) = me.forward_calls(&shared, &mut rx, &link, false).await {
-                        me.fail_calls(&shared, rx, lost.to_string()).await;
-                    }
-                }
-                Err(e) => me.fail_calls(&shared, rx, e.to_string()).await,
-            }
-        });
+        self.tokio
+            .spawn(async move { me.follow(shared, rx, None).await });
         actor
     }
 
+    /// Forwards a borrowed handle's calls to wherever the actor lives,
+    /// finding it through the GCS (`lost`: a link it was lost on, which
+    /// the GCS may still name until the owner reports the death). When
+    /// the link is lost it finds the actor again, so calls made after a
+    /// restart reach the next life; calls in flight at the loss fail.
+    /// Ends when every handle is gone or the actor is dead for good.
+    pub(super) async fn follow(
+        self: Arc<Self>,
+        actor: Arc<RemoteActor>,
+        mut rx: mpsc::UnboundedReceiver<ActorMsg>,
+        mut lost: Option<SocketAddr>,
+    ) {
+        loop {
+            let link = match self.locate(actor.id, actor.class, lost).await {
+                Ok(link) => link,
+                Err(e) => {
+                    let cause = match e {
+                        Error::ActorDied { cause, .. } => cause,
+                        e => e.to_string(),
+                    };
+                    self.fail_calls(&actor, rx, cause).await;
+                    return;
+                }
+            };
+            match self.forward_calls(&actor, &mut rx, &link, false).await {
+                None => return,
+                Some(_) => lost = Some(link.addr),
+            }
+        }
+    }
+
+    /// The link to the worker hosting actor `id`, found through the GCS;
+    /// waits (up to 30 s) while it is being created or restarted, or while
+    /// the GCS still names `avoid`, where it was just lost.
     pub(super) async fn locate(
         self: &Arc<Self>,
         id: ActorId,
         class: &'static ActorClass,
+        avoid: Option<SocketAddr>,
     ) -> Result<Arc<Link>, Error> {
         let deadline = Instant::now() + Duration::from_secs(30);
         let loc = loop {
             match self.gcs.locate_actor(id).await {
-                Ok(loc) => break loc,
+                Ok(loc) if avoid.is_none() || loc.address.parse().ok() != avoid => break loc,
+                Ok(loc) => {
+                    if Instant::now() > deadline {
+                        return Err(Error::ActorDied {
+                            actor: id,
+                            class: class.name,
+                            cause: format!("its worker at {} was lost", loc.address),
+                        });
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
                 Err(crate::cluster::ClusterError::Refused { reason }) => {
+                    if let Some((_, cause)) = reason.split_once(ray_gcs::service::DEAD_MARK) {
+                        return Err(Error::ActorDied {
+                            actor: id,
+                            class: class.name,
+                            cause: cause.to_string(),
+                        });
+                    }
                     if Instant::now() > deadline {
                         return Err(Error::ActorDied {
                             actor: id,
@@ -643,8 +686,12 @@ impl ClusterCore {
         let shared = actor.clone();
         self.tokio.spawn(async move {
             let mut rx = rx;
-            if let Some(lost) = me.forward_calls(&shared, &mut rx, &link, false).await {
-                me.fail_calls(&shared, rx, lost.to_string()).await;
+            if me
+                .forward_calls(&shared, &mut rx, &link, false)
+                .await
+                .is_some()
+            {
+                me.follow(shared, rx, Some(link.addr)).await;
             }
         });
         Ok(actor)
