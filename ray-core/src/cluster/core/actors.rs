@@ -180,6 +180,15 @@ impl RemoteActor {
     }
 }
 
+/// Why an actor is dead, from the error that ended it: an `ActorDied`'s
+/// own cause, or the error itself.
+fn death_cause(e: Error) -> String {
+    match e {
+        Error::ActorDied { cause, .. } => cause,
+        e => e.to_string(),
+    }
+}
+
 /// Records a handle in the by-id map; entries whose handles are all gone
 /// are swept whenever the map doubles, so it stays proportional to the
 /// live handles.
@@ -340,11 +349,7 @@ impl ClusterCore {
                 // Its worker or node died while it was being created.
                 Err(e @ (Error::WorkerDied { .. } | Error::NodeDied { .. })) => e,
                 Err(e) => {
-                    let cause = match e {
-                        Error::ActorDied { cause, .. } => cause,
-                        e => e.to_string(),
-                    };
-                    self.fail_calls(&actor, rx, cause).await;
+                    self.fail_calls(&actor, rx, death_cause(e)).await;
                     return;
                 }
             };
@@ -538,11 +543,7 @@ impl ClusterCore {
             let link = match self.locate(actor.id, actor.class, lost).await {
                 Ok(link) => link,
                 Err(e) => {
-                    let cause = match e {
-                        Error::ActorDied { cause, .. } => cause,
-                        e => e.to_string(),
-                    };
-                    self.fail_calls(&actor, rx, cause).await;
+                    self.fail_calls(&actor, rx, death_cause(e)).await;
                     return;
                 }
             };
