@@ -39,7 +39,6 @@ pub(super) struct Queued {
     pub(super) function: &'static RemoteFunction,
     pub(super) args: Vec<WireArg>,
     pub(super) _keep: Vec<TaskArg>,
-    pub(super) max_retries: u32,
     pub(super) retry_exceptions: bool,
     pub(super) parent: Option<TaskId>,
     /// Bytes of its arguments by node, for the locality strategy (empty
@@ -184,7 +183,6 @@ impl ClusterCore {
             function: spec.function,
             args,
             _keep: spec.args,
-            max_retries: spec.max_retries,
             retry_exceptions: spec.retry_exceptions,
             parent: spec.parent,
         };
@@ -238,6 +236,7 @@ impl ClusterCore {
                     task,
                     attempt,
                     lease,
+                    max_retries,
                 } => {
                     let tasks = &st.tasks;
                     let (Some(q), Some(key), Some(worker)) = (
@@ -254,7 +253,7 @@ impl ClusterCore {
                         lease,
                         resources: key.resources.clone(),
                         attempt,
-                        max_retries: q.max_retries,
+                        max_retries,
                         retry_exceptions: q.retry_exceptions,
                         parent: q.parent,
                     };

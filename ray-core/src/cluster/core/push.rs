@@ -348,7 +348,10 @@ impl ClusterCore {
     /// budget; actor work pushed on it fails with `NodeDied`.
     pub(super) fn link_died(self: &Arc<Self>, link: &Arc<Link>, err: Error) {
         let (addr, node) = (link.addr, link.node);
-        *link.cause.lock() = Some(err.clone());
+        // The first cause is the precise one (its node's `WorkerDied`, then
+        // the stream ending): a later report does not replace it. Set before
+        // `dead`, which `Link::lost` reads it after.
+        link.cause.lock().get_or_insert_with(|| err.clone());
         if link.dead.swap(true, std::sync::atomic::Ordering::AcqRel) {
             // Told twice (its node's notice, then its reader ending).
             return;

@@ -124,6 +124,9 @@ pub(crate) enum Action<S: Shell> {
         attempt: u32,
         /// The lease it runs under.
         lease: TaskId,
+        /// Its retries of system failures (the worker retries user errors
+        /// within the same count).
+        max_retries: u32,
     },
     /// Give lease `lease` back to `node`.
     ReturnLease {
@@ -675,6 +678,7 @@ impl<S: Shell> TaskOwner<S> {
                 task: q.task,
                 attempt: q.attempt,
                 lease: lease.id,
+                max_retries: q.max_retries,
             });
             self.tasks.insert(
                 q.task,

@@ -500,7 +500,10 @@ impl World {
                     task,
                     attempt,
                     lease,
+                    max_retries,
                 } => {
+                    let budget = self.plan[index(task)].max_retries;
+                    assert_eq!(max_retries, budget, "the push carries the task's budget");
                     let worker = *self
                         .owner
                         .worker_of(task)
