@@ -121,18 +121,38 @@ impl NodeRow {
 }
 
 /// How node health is judged.
+///
+/// A busy judge is not a dead node: the shell checks health every
+/// `check_every`, and when a check comes much later than that (the GCS's
+/// own process was starved or paused), the gap beyond one period is the
+/// judge's stall. Silence that overlaps a stall does not count against a
+/// node, since the judge could not have heard it then: heartbeats sent
+/// during the stall wait, unread, in the judge's sockets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HealthConfig {
-    /// A node whose last heartbeat is older than this is declared dead.
+    /// A node silent for longer than this (not counting the judge's own
+    /// stalls) is declared dead.
     pub timeout: Duration,
+    /// How often the shell calls [`Gcs::check_health`]. A check later than
+    /// twice this after the previous one marks a stall; `None` never
+    /// forgives silence.
+    pub check_every: Option<Duration>,
+}
+
+impl HealthConfig {
+    /// A `timeout`, checked ten times per timeout.
+    pub fn new(timeout: Duration) -> Self {
+        Self {
+            timeout,
+            check_every: Some(timeout / 10),
+        }
+    }
 }
 
 impl Default for HealthConfig {
-    /// A 10 s timeout.
+    /// A 10 s timeout, checked every second.
     fn default() -> Self {
-        Self {
-            timeout: Duration::from_secs(10),
-        }
+        Self::new(Duration::from_secs(10))
     }
 }
 
@@ -141,7 +161,27 @@ impl Default for HealthConfig {
 pub(crate) struct NodeTable {
     rows: BTreeMap<NodeId, NodeRow>,
     /// Alive nodes only; ordered so health checks report deterministically.
-    last_heartbeat: BTreeMap<NodeId, Duration>,
+    last_heartbeat: BTreeMap<NodeId, Heard>,
+    /// When health was last checked.
+    last_check: Option<Duration>,
+    /// The judge's stalls so far, summed (see [`HealthConfig`]).
+    stalled: Duration,
+}
+
+/// When a node was last heard from, and the judge's summed stalls then.
+#[derive(Clone, Copy, Debug)]
+struct Heard {
+    at: Duration,
+    stalled: Duration,
+}
+
+impl NodeTable {
+    fn heard(&self, at: Duration) -> Heard {
+        Heard {
+            at,
+            stalled: self.stalled,
+        }
+    }
 }
 
 impl NodeTable {
@@ -169,7 +209,8 @@ impl NodeTable {
                 )));
             }
             if row.is_alive() {
-                table.last_heartbeat.insert(id, now);
+                let heard = table.heard(now);
+                table.last_heartbeat.insert(id, heard);
             }
             table.rows.insert(id, row);
         }
@@ -195,7 +236,8 @@ impl<S: Storage> Gcs<S> {
                 registered_at: now,
             },
         );
-        self.nodes.last_heartbeat.insert(id, now);
+        let heard = self.nodes.heard(now);
+        self.nodes.last_heartbeat.insert(id, heard);
         self.write_node(id);
         Ok(())
     }
@@ -218,26 +260,42 @@ impl<S: Storage> Gcs<S> {
                 cause: cause.clone(),
             });
         }
+        let stalled = self.nodes.stalled;
         let last = self
             .nodes
             .last_heartbeat
             .get_mut(&node)
             .expect("every alive node has a last heartbeat");
-        *last = (*last).max(now);
+        if now > last.at {
+            *last = Heard { at: now, stalled };
+        }
         Ok(())
     }
 
-    /// Declares dead every alive node whose last heartbeat is more than
-    /// [`HealthConfig::timeout`] before `now`; returns them in id order.
-    /// A node heard from exactly `timeout` ago is still alive.
+    /// Declares dead every alive node silent for more than
+    /// [`HealthConfig::timeout`] at `now`, not counting the judge's own
+    /// stalls (a check later than twice [`HealthConfig::check_every`] after
+    /// the previous one); returns them in id order. A node heard from
+    /// exactly `timeout` ago is still alive.
     pub fn check_health(&mut self, now: Duration) -> Vec<NodeId> {
-        let timeout = self.config.health.timeout;
+        let health = self.config.health;
+        if let (Some(every), Some(prev)) = (health.check_every, self.nodes.last_check) {
+            let gap = now.saturating_sub(prev);
+            if gap > every * 2 {
+                self.nodes.stalled += gap - every;
+            }
+        }
+        self.nodes.last_check = Some(self.nodes.last_check.map_or(now, |prev| prev.max(now)));
+        let timeout = health.timeout;
+        let stalled = self.nodes.stalled;
         let expired: Vec<(NodeId, Duration)> = self
             .nodes
             .last_heartbeat
             .iter()
-            .filter_map(|(&id, &last)| {
-                let silent = now.saturating_sub(last);
+            .filter_map(|(&id, last)| {
+                let silent = now
+                    .saturating_sub(last.at)
+                    .saturating_sub(stalled - last.stalled);
                 (silent > timeout).then_some((id, silent))
             })
             .collect();
@@ -294,7 +352,7 @@ impl<S: Storage> Gcs<S> {
 
     /// When alive node `id` was last heard from; `None` if it is dead or unknown.
     pub fn last_heartbeat(&self, id: NodeId) -> Option<Duration> {
-        self.nodes.last_heartbeat.get(&id).copied()
+        self.nodes.last_heartbeat.get(&id).map(|h| h.at)
     }
 
     /// The alive nodes that carry every label in `labels` with the same value.
@@ -376,7 +434,46 @@ mod tests {
         gcs.register_node(node(3), secs(5)).unwrap();
         assert_eq!(gcs.check_health(secs(11)), vec![NodeId(1), NodeId(2)]);
         assert!(gcs.check_health(secs(12)).is_empty());
-        assert_eq!(gcs.check_health(secs(100)), vec![NodeId(3)]);
+        for s in 13..15 {
+            assert!(gcs.check_health(secs(s)).is_empty());
+        }
+        assert_eq!(gcs.check_health(secs(16)), vec![NodeId(3)]);
+    }
+
+    #[test]
+    fn silence_during_the_judges_own_stall_does_not_count() {
+        let mut gcs = Gcs::in_memory();
+        gcs.register_node(node(1), secs(0)).unwrap();
+        gcs.register_node(node(2), secs(0)).unwrap();
+        for s in 1..=4 {
+            assert!(gcs.check_health(secs(s)).is_empty());
+        }
+        gcs.heartbeat(NodeId(2), secs(4)).unwrap();
+        // The judge sleeps from 4 s to 30 s: 25 s of it is a stall, so the
+        // nodes have been silent for 5 s and 1 s, as far as it could hear.
+        assert!(gcs.check_health(secs(30)).is_empty());
+        // Then time counts again: node 1 passes 10 s of silence at 36 s.
+        for s in 31..=35 {
+            assert!(gcs.check_health(secs(s)).is_empty(), "at {s} s");
+        }
+        assert_eq!(gcs.check_health(secs(36)), vec![NodeId(1)]);
+        gcs.heartbeat(NodeId(2), secs(36)).unwrap();
+        assert!(gcs.node(NodeId(2)).unwrap().is_alive());
+    }
+
+    #[test]
+    fn without_a_check_period_no_silence_is_forgiven() {
+        let config = crate::GcsConfig {
+            health: HealthConfig {
+                timeout: secs(10),
+                check_every: None,
+            },
+            ..crate::GcsConfig::default()
+        };
+        let mut gcs = Gcs::with_config(crate::MemoryStorage::new(), config);
+        gcs.register_node(node(1), secs(0)).unwrap();
+        assert!(gcs.check_health(secs(1)).is_empty());
+        assert_eq!(gcs.check_health(secs(30)), vec![NodeId(1)]);
     }
 
     #[test]

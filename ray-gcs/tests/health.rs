@@ -2,7 +2,8 @@
 //!
 //! Random sequences of registrations, heartbeats (some arriving late), clock
 //! advances and health checks. A health check must declare dead exactly the
-//! alive nodes last heard from more than the timeout ago: never one that
+//! alive nodes silent for more than the timeout, not counting the judge's
+//! own stalls (checks further apart than two check periods): never one that
 //! heartbeated within the timeout, and never leave alive one that did not.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,6 +15,7 @@ use ray_proto::NodeId;
 use ray_sched::ResourceSet;
 
 const TIMEOUT: Duration = Duration::from_millis(1_000);
+const CHECK_EVERY: Duration = Duration::from_millis(100);
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -51,11 +53,16 @@ proptest! {
 
     #[test]
     fn health_checks_kill_exactly_the_silent_nodes(ops in prop::collection::vec(op(), 1..80)) {
-        let config = GcsConfig { health: HealthConfig { timeout: TIMEOUT }, ..GcsConfig::default() };
+        let health = HealthConfig { timeout: TIMEOUT, check_every: Some(CHECK_EVERY) };
+        let config = GcsConfig { health, ..GcsConfig::default() };
         let mut gcs = Gcs::with_config(ray_gcs::MemoryStorage::new(), config);
         let mut now = Duration::ZERO;
-        // Model: last heartbeat of each alive node, and the dead nodes.
-        let mut alive: BTreeMap<NodeId, Duration> = BTreeMap::new();
+        // Model: the judge's summed stalls and its last check; the last
+        // heartbeat of each alive node with the stalls summed then; the
+        // dead nodes.
+        let mut stalled = Duration::ZERO;
+        let mut last_check: Option<Duration> = None;
+        let mut alive: BTreeMap<NodeId, (Duration, Duration)> = BTreeMap::new();
         let mut dead: BTreeSet<NodeId> = BTreeSet::new();
 
         for op in ops {
@@ -68,7 +75,7 @@ proptest! {
                         prop_assert_eq!(res, Err(GcsError::NodeExists { node: id }));
                     } else {
                         prop_assert_eq!(res, Ok(()));
-                        alive.insert(id, now);
+                        alive.insert(id, (now, stalled));
                     }
                 }
                 Op::Heartbeat { node, lag_ms } => {
@@ -77,7 +84,9 @@ proptest! {
                     let res = gcs.heartbeat(id, at);
                     if let Some(last) = alive.get_mut(&id) {
                         prop_assert_eq!(res, Ok(()));
-                        *last = (*last).max(at);
+                        if at > last.0 {
+                            *last = (at, stalled);
+                        }
                     } else if dead.contains(&id) {
                         let is_node_dead = matches!(res, Err(GcsError::NodeDead { .. }));
                         prop_assert!(is_node_dead);
@@ -88,9 +97,17 @@ proptest! {
                 Op::Advance(ms) => now += Duration::from_millis(ms),
                 Op::Check => {
                     let reported = gcs.check_health(now);
+                    if let Some(prev) = last_check {
+                        if now - prev > CHECK_EVERY * 2 {
+                            stalled += now - prev - CHECK_EVERY;
+                        }
+                    }
+                    last_check = Some(now);
                     let expected: Vec<NodeId> = alive
                         .iter()
-                        .filter(|(_, &last)| now - last > TIMEOUT)
+                        .filter(|(_, &(last, then))| {
+                            (now - last).saturating_sub(stalled - then) > TIMEOUT
+                        })
                         .map(|(&id, _)| id)
                         .collect();
                     // Never dead within the timeout, never alive past it.
@@ -105,7 +122,7 @@ proptest! {
             let gcs_alive: Vec<NodeId> = gcs.alive_nodes().map(|r| r.info.id).collect();
             let model_alive: Vec<NodeId> = alive.keys().copied().collect();
             prop_assert_eq!(gcs_alive, model_alive);
-            for (&id, &last) in &alive {
+            for (&id, &(last, _)) in &alive {
                 prop_assert_eq!(gcs.last_heartbeat(id), Some(last));
             }
         }

@@ -122,6 +122,7 @@ impl GcsServer {
             GcsConfig {
                 health: HealthConfig {
                     timeout: config.health_timeout,
+                    check_every: Some(config.check_interval()),
                 },
                 ..GcsConfig::default()
             },

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use ray_sched::{Quantity, ResourceSet, CPU};
@@ -42,10 +42,10 @@ const DAEMON_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct LocalClusterConfig {
     /// CPUs each node offers (default 2).
     pub cpus_per_node: f64,
-    /// A node silent this long is dead (default 5 s: short, as tests kill
-    /// nodes, but long enough that a node starved of CPU on a loaded
-    /// 2-core machine is not declared dead; 2 s was not); nodes heartbeat
-    /// and refresh their view five times as often.
+    /// A node silent this long is dead (default 1 s, short as tests kill
+    /// nodes: a busy node still heartbeats, from a thread of its own, and
+    /// the GCS does not count its own stalls as a node's silence); nodes
+    /// heartbeat and refresh their view five times as often.
     pub health_timeout: Duration,
     /// How long to wait for every node to join (default 30 s).
     pub start_timeout: Duration,
@@ -57,16 +57,21 @@ pub struct LocalClusterConfig {
     /// `"standard"`, Ray's). The node processes run this program, so a set
     /// it registers is there.
     pub policies: String,
+    /// More environment for every node process, and so for their workers
+    /// (e.g. `RUST_LOG`, or the fault injection of
+    /// [`ABORT_ON_TAKE`](crate::cluster::testing::ABORT_ON_TAKE)).
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for LocalClusterConfig {
     fn default() -> Self {
         Self {
             cpus_per_node: 2.0,
-            health_timeout: Duration::from_secs(5),
+            health_timeout: Duration::from_secs(1),
             start_timeout: Duration::from_secs(30),
             node_labels: Vec::new(),
             policies: super::policy_sets::STANDARD.into(),
+            env: Vec::new(),
         }
     }
 }
@@ -172,6 +177,7 @@ impl Cluster {
             .env(VAR_CPUS, config.cpus_per_node.to_string())
             .env(VAR_HEALTH_MS, config.health_timeout.as_millis().to_string())
             .env(VAR_POLICIES, &config.policies)
+            .envs(config.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null());
         if let Some(labels) = config.node_labels.get(index) {
             let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -181,6 +187,10 @@ impl Cluster {
             cmd.env(VAR_ADDRESS, a.to_string());
         }
         die_with_parent(&mut cmd);
+        // A group of its own, which its workers join: pausing a node
+        // pauses them too, as a frozen machine would.
+        #[cfg(unix)]
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         cmd.spawn()
             .map_err(|e| Error::cluster_from(format!("cannot start a {kind} process: {e}"), e))
     }
@@ -363,6 +373,55 @@ impl Cluster {
         if let Some(mut child) = self.nodes.get_mut(i).and_then(Option::take) {
             let _ = child.kill();
             let _ = child.wait();
+        }
+    }
+}
+
+#[cfg(unix)]
+impl Cluster {
+    /// Pauses node process `i` and its workers with SIGSTOP, as a frozen
+    /// machine or a long stall would: they stop heartbeating and answering
+    /// without closing a connection. Nothing happens if it is gone.
+    pub fn pause_node(&self, i: usize) {
+        self.signal_node(i, libc::SIGSTOP);
+    }
+
+    /// Resumes node process `i` and its workers (SIGCONT) after
+    /// [`Cluster::pause_node`]. A node the GCS declared dead meanwhile
+    /// learns so at its next heartbeat and exits, its workers with it.
+    pub fn resume_node(&self, i: usize) {
+        self.signal_node(i, libc::SIGCONT);
+    }
+
+    fn signal_node(&self, i: usize, signal: libc::c_int) {
+        let Some(Some(child)) = self.nodes.get(i) else {
+            return;
+        };
+        let Ok(group) = libc::pid_t::try_from(child.id()) else {
+            return;
+        };
+        // SAFETY: `kill` only sends a signal; the negative pid names the
+        // process group the node was started in (its own, with its workers).
+        unsafe {
+            libc::kill(-group, signal);
+        }
+    }
+
+    /// Waits up to `within` for node process `i` to exit by itself; returns
+    /// its exit status, or `None` if it is still running (or was killed
+    /// and reaped already).
+    pub async fn wait_node_exit(&mut self, i: usize, within: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            let child = self.nodes.get_mut(i)?.as_mut()?;
+            if let Ok(Some(status)) = child.try_wait() {
+                self.nodes[i] = None;
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 }

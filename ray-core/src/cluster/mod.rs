@@ -28,6 +28,7 @@ mod node_service;
 mod pg;
 mod policy_sets;
 mod task_owner;
+pub mod testing;
 mod worker;
 
 use std::net::SocketAddr;
@@ -114,6 +115,15 @@ pub enum ClusterError {
         request: &'static str,
         /// What came back, for a human.
         reply: String,
+    },
+    /// This process could not do its own part of talking to the GCS
+    /// (start the heartbeat's thread or runtime).
+    #[error("{what}: {source}")]
+    Local {
+        /// What could not be done.
+        what: &'static str,
+        /// What the OS said.
+        source: std::io::Error,
     },
 }
 

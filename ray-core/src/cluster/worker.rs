@@ -301,8 +301,11 @@ pub(crate) fn job_fingerprint() -> BuildFingerprint {
 extern "C" fn worker_entry() {
     if std::env::var_os(VAR_JOB).is_none() {
         if let Some(result) = super::local::daemon_from_env() {
+            // A daemon only ever stops for a reason (the GCS declared its
+            // node dead, or is gone): say it, and exit with a failure.
             if let Err(msg) = result {
                 eprintln!("ray-rs daemon {}: {msg}", std::process::id());
+                std::process::exit(1);
             }
             std::process::exit(0);
         }

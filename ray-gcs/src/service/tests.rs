@@ -25,7 +25,7 @@ fn state(timeout: Duration) -> State {
     let gcs = Gcs::with_config(
         crate::MemoryStorage::new(),
         GcsConfig {
-            health: HealthConfig { timeout },
+            health: HealthConfig::new(timeout),
             ..GcsConfig::default()
         },
     );

@@ -1,5 +1,5 @@
-//! What the node tells the GCS and learns from it: heartbeats carrying this
-//! node's load, the node table that feeds the scheduler's view of the
+//! What the node tells the GCS and learns from it: reports of this node's
+//! load (the heartbeat that keeps it alive is `pulse.rs`'s), the node table that feeds the scheduler's view of the
 //! others, and the GCS's node and job events (joins, deaths, job ends).
 
 use std::time::Duration;
@@ -63,48 +63,55 @@ impl NodeService {
         }
     }
 
-    /// Heartbeats (carrying this node's load) and refreshes the view of
-    /// the other nodes and of running jobs, until that can no longer
-    /// succeed; returns why. Cancel-safe.
+    /// Reports this node's load and refreshes the view of the other nodes
+    /// and of running jobs, while the heartbeat thread keeps the node
+    /// alive; returns why the node must stop (the GCS declared it dead or
+    /// cannot be reached). Cancel-safe.
     ///
     /// A change of load is reported within 100 ms, not at the next
     /// heartbeat: the GCS passes it on to the other nodes at once, so they
     /// spill work here as soon as resources free up (Ray's raylets sync
     /// their resource views every 100 ms too).
     pub async fn run(&self) -> ClusterError {
+        let pulse = self.inner.pulse.lock().take();
+        let Some(pulse) = pulse else {
+            return ClusterError::Refused {
+                reason: "this node's service is already running".into(),
+            };
+        };
+        tokio::select! {
+            why = pulse => why.unwrap_or_else(|_| ClusterError::Refused {
+                reason: "the heartbeat thread ended".into(),
+            }),
+            why = self.gossip() => why,
+        }
+    }
+
+    /// Load reports and refreshes; see [`NodeService::run`].
+    async fn gossip(&self) -> ClusterError {
         let inner = &self.inner;
         let client = inner.daemon.client().clone();
         let heartbeat = inner.daemon.heartbeat_interval();
         let mut ticks = tokio::time::interval(heartbeat.min(LOAD_REPORT));
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut missed = 0;
         let mut reported = None;
         let mut last_full = None::<tokio::time::Instant>;
         loop {
             let now = ticks.tick().await;
             let update = inner.sched.lock().local_update();
-            let full = last_full.is_none_or(|t| now - t >= heartbeat);
-            if !full && reported == Some(update.version) {
-                continue;
-            }
-            match client
-                .heartbeat(inner.node, update.version, resources_to_wire(&update.used))
-                .await
-            {
-                Ok(()) => {
-                    missed = 0;
-                    reported = Some(update.version);
+            if reported != Some(update.version) {
+                // Liveness is the heartbeat thread's: a late answer here
+                // is only a late load report.
+                match client
+                    .heartbeat(inner.node, update.version, resources_to_wire(&update.used))
+                    .await
+                {
+                    Ok(()) => reported = Some(update.version),
+                    Err(ClusterError::Timeout { .. }) => {}
+                    Err(e) => return e,
                 }
-                Err(e @ ClusterError::Timeout { .. }) => {
-                    missed += 1;
-                    if missed >= 5 {
-                        return e;
-                    }
-                    continue;
-                }
-                Err(e) => return e,
             }
-            if !full {
+            if last_full.is_some_and(|t| now - t < heartbeat) {
                 continue;
             }
             last_full = Some(now);

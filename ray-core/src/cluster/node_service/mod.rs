@@ -20,10 +20,13 @@
 //!
 //! Gossip: every heartbeat carries this node's load to the GCS, and the
 //! node table that comes back feeds the scheduler's view of the others.
+//! The heartbeat that keeps the node alive runs on a thread of its own
+//! (`pulse.rs`), so a busy daemon is never taken for a dead one.
 
 mod binaries;
 mod gossip;
 mod leases;
+mod pulse;
 mod workers;
 
 use std::collections::BTreeMap;
@@ -81,6 +84,8 @@ struct Inner {
     /// cached).
     fetches: Mutex<HashMap<[u8; 32], Arc<tokio::sync::Mutex<()>>>>,
     node_addrs: Mutex<HashMap<NodeId, SocketAddr>>,
+    /// Why the heartbeat thread stopped, taken by [`NodeService::run`].
+    pulse: Mutex<Option<oneshot::Receiver<super::ClusterError>>>,
 }
 
 /// A node daemon serving leases; see the module docs.
@@ -129,7 +134,9 @@ impl NodeService {
             prestarted: Mutex::new(hashbrown::HashSet::new()),
             fetches: Mutex::new(HashMap::new()),
             node_addrs: Mutex::new(HashMap::new()),
+            pulse: Mutex::new(None),
         });
+        *inner.pulse.lock() = Some(pulse::start(&inner));
         let me = Self { inner };
         let accept = me.clone();
         tokio::spawn(async move { accept.accept_loop().await });
