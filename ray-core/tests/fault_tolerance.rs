@@ -347,3 +347,213 @@ async fn retry_counts_below_minus_one_are_refused_in_both_modes() {
     embedded.shutdown();
     on_cluster.shutdown();
 }
+
+/// Spins its thread for `ms` milliseconds; returns the node it ran on.
+#[remote]
+fn spin(ms: u64) -> u64 {
+    let until = Instant::now() + Duration::from_millis(ms);
+    let mut x = 0u64;
+    while Instant::now() < until {
+        x = std::hint::black_box(x.wrapping_add(1));
+    }
+    Ray::current().expect("in a task").node_id().0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_nodes_are_not_declared_dead() {
+    // Health timeout 1 s (the local default). Every core is kept busy for
+    // four of them: user tasks fill every CPU of both nodes, and threads
+    // of this process spin beside them.
+    let cluster = Cluster::local(2).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spinners: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    // Twice the cluster's CPUs: two rounds of 2 s each. No retries, so a
+    // node declared dead under them fails its tasks.
+    let refs: Vec<_> = (0..8)
+        .map(|_| spin::options().max_retries(0).remote(&ray, 2_000).unwrap())
+        .collect();
+    let mut ran_on = std::collections::BTreeSet::new();
+    for r in refs {
+        ran_on.insert(r.get().await.expect("no node was taken for dead"));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for s in spinners {
+        s.join().unwrap();
+    }
+    let nodes = ray.nodes().await.unwrap();
+    assert_eq!(nodes.len(), 2);
+    for n in &nodes {
+        assert!(n.alive, "{n:?}");
+    }
+    assert_eq!(ran_on.len(), 2, "both nodes were busy: {ran_on:?}");
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_node_is_declared_dead_and_exits_when_resumed() {
+    let mut cluster = Cluster::local(2).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let m = marker("pause");
+    let r = hang_once::options()
+        .node_affinity(NodeId(2), true)
+        .remote(&ray, m.display().to_string())
+        .unwrap();
+    wait_for(&m).await;
+    let paused = Instant::now();
+    // SIGSTOP the node and its workers: no connection closes, they just
+    // fall silent.
+    cluster.pause_node(1);
+    let node = r.get().await.expect("the retry returns");
+    eprintln!(
+        "node paused to task retried and done: {:?}",
+        paused.elapsed()
+    );
+    assert_eq!(node, 1, "run again on the node left");
+    let nodes = ray.nodes().await.unwrap();
+    let two = nodes.iter().find(|n| n.id == NodeId(2)).unwrap();
+    assert!(!two.alive);
+    assert!(
+        two.death_cause
+            .as_deref()
+            .is_some_and(|c| c.contains("no heartbeat")),
+        "{two:?}"
+    );
+    // Resumed, it hears it is dead and exits rather than serve on.
+    cluster.resume_node(1);
+    let status = cluster
+        .wait_node_exit(1, Duration::from_secs(30))
+        .await
+        .expect("the resumed node exits");
+    assert!(!status.success(), "{status}");
+    // Work goes on without it.
+    assert_eq!(spin::remote(&ray, 1).unwrap().get().await.unwrap(), 1);
+    let _ = std::fs::remove_file(&m);
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_head_does_not_take_its_nodes_for_dead() {
+    let cluster = Cluster::local(2).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    // The head (the GCS, with node 1) stops for three health timeouts;
+    // node 2's heartbeats wait unread in its socket meanwhile.
+    cluster.pause_node(0);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cluster.resume_node(0);
+    // Two more health timeouts, for any wrong verdict to be reached.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for n in ray.nodes().await.unwrap() {
+        assert!(n.alive, "the GCS's own stall is no node's silence: {n:?}");
+    }
+    let refs: Vec<_> = (0..8).map(|_| spin::remote(&ray, 300).unwrap()).collect();
+    let mut on = std::collections::BTreeSet::new();
+    for r in refs {
+        on.insert(r.get().await.unwrap());
+    }
+    assert_eq!(on.len(), 2, "both nodes still take work: {on:?}");
+    ray.shutdown();
+}
+
+/// Counts its runs in the file `counter` (a byte per run); returns `n`
+/// bytes of 7, too many to travel with the result.
+#[remote]
+fn big_counted(counter: String, n: usize) -> Vec<u8> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&counter)
+        .unwrap();
+    f.write_all(b"x").unwrap();
+    vec![7; n]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_value_lost_with_its_worker_before_its_owner_took_it_is_made_again() {
+    // The worker keeps a large value until its owner takes it; this one
+    // aborts when asked for it, while the file exists.
+    let take = marker("take");
+    let config = ray_core::LocalClusterConfig {
+        env: vec![(
+            ray_core::cluster::testing::ABORT_ON_TAKE.into(),
+            take.display().to_string(),
+        )],
+        ..Default::default()
+    };
+    let cluster = Cluster::local_with(1, config)
+        .await
+        .expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let n = 1 << 20;
+    std::fs::write(&take, "armed").unwrap();
+    let runs = marker("runs");
+    let r = big_counted::remote(&ray, runs.display().to_string(), n).unwrap();
+    let v = r.get().await.expect("made again");
+    assert!(v.len() == n && v.iter().all(|&b| b == 7));
+    assert!(!take.exists(), "the first take aborted its worker");
+    assert_eq!(
+        std::fs::read(&runs).unwrap().len(),
+        2,
+        "run again after the loss"
+    );
+    // With no retries left, the loss is the worker's death, typed.
+    std::fs::write(&take, "armed").unwrap();
+    let err = big_counted::options()
+        .max_retries(0)
+        .remote(&ray, runs.display().to_string(), n)
+        .unwrap()
+        .get()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::WorkerDied { .. }), "{err:?}");
+    let _ = std::fs::remove_file(&runs);
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bundles_on_a_dead_node_are_reserved_again_and_their_work_proceeds() {
+    use ray_core::{Bundle, PlacementStrategy};
+    let mut cluster = Cluster::local(3).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let pg = ray
+        .placement_group(
+            vec![Bundle::new().num_cpus(1.0), Bundle::new().num_cpus(1.0)],
+            PlacementStrategy::StrictSpread,
+        )
+        .unwrap();
+    pg.ready().await.expect("two bundles on two nodes");
+    let in_bundle = |i: usize| {
+        spin::options()
+            .placement_group(&pg, Some(i))
+            .remote(&ray, 1)
+            .unwrap()
+    };
+    let homes = [
+        in_bundle(0).get().await.unwrap(),
+        in_bundle(1).get().await.unwrap(),
+    ];
+    // Kill the home of a bundle that is not on the head (node 1, the GCS).
+    let lost = usize::from(homes[0] == 1);
+    let victim = homes[lost];
+    cluster.kill_node(usize::try_from(victim).unwrap() - 1);
+    // Work for the lost bundle waits for its new home, then runs there:
+    // a live node, and not the other bundle's (STRICT_SPREAD still holds).
+    let moved = in_bundle(lost)
+        .get_timeout(Duration::from_secs(60))
+        .await
+        .expect("the bundle's work runs on its new node");
+    assert_ne!(moved, victim);
+    assert_ne!(moved, homes[1 - lost], "STRICT_SPREAD kept: {homes:?}");
+    assert_eq!(in_bundle(1 - lost).get().await.unwrap(), homes[1 - lost]);
+    ray.shutdown();
+}

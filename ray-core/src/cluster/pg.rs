@@ -9,6 +9,14 @@
 //! anywhere into the group finds its bundles. A group that does not fit
 //! now is retried until it does or is removed. Removal forgets the group
 //! on every node, releases its bundles and kills the owner's actors in it.
+//!
+//! Bundles on a node that dies are reserved again elsewhere, the same two
+//! phases over the live nodes (as Ray's GCS reschedules them): STRICT_PACK
+//! bundles go beside the group's surviving ones, STRICT_SPREAD ones to
+//! nodes holding none of the group. Work waiting on such a bundle waits in
+//! the node schedulers until its new home is announced (`BundlePlaced`),
+//! then proceeds; work that was running there failed with the node and is
+//! retried as any other.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -16,7 +24,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use ray_proto::wire::{
-    BundlePlaced, Call, CommitBundle, Done, PrepareBundle, ReleaseBundle, RemoveGroup,
+    BundlePlaced, Call, CommitBundle, Done, NodeEntry, PrepareBundle, ReleaseBundle, RemoveGroup,
 };
 use ray_proto::{NodeId, PlacementGroupId};
 use ray_sched::{
@@ -89,10 +97,108 @@ impl ClusterCore {
             removed: AtomicBool::new(false),
             actors: Mutex::new(Vec::new()),
         });
+        {
+            let mut pgs = self.pgs.lock();
+            pgs.retain(|p| p.strong_count() > 0);
+            pgs.push(Arc::downgrade(&pg));
+        }
         let me = self.clone();
         let placing = pg.clone();
         self.tokio.spawn(async move { me.place_pg(placing).await });
         pg
+    }
+
+    /// `node` died: each live group with bundles there has them reserved
+    /// again on the live nodes.
+    pub(in crate::cluster) fn pg_node_died(self: &Arc<Self>, node: NodeId) {
+        let hit: Vec<Arc<ClusterPg>> = self
+            .pgs
+            .lock()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|pg| !pg.removed.load(Ordering::Acquire))
+            .filter(|pg| pg.placed.lock().iter().any(|&(_, n)| n == node))
+            .collect();
+        for pg in hit {
+            let me = self.clone();
+            self.tokio
+                .spawn(async move { me.replace_lost(pg, node).await });
+        }
+    }
+
+    /// Reserves the bundles `pg` lost with `dead` elsewhere, trying until
+    /// that works or the group is removed (a group that cannot fit now,
+    /// e.g. STRICT_SPREAD with too few nodes left, waits for nodes).
+    async fn replace_lost(self: Arc<Self>, pg: Arc<ClusterPg>, dead: NodeId) {
+        let mut wait = RETRY;
+        loop {
+            if pg.removed.load(Ordering::Acquire) {
+                return;
+            }
+            match self.try_replace(&pg, dead).await {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::debug!(target: "ray::cluster", group = %pg.id, error = %e, "pg.replace_failed");
+                    wait = (wait * 2).min(Duration::from_secs(2));
+                }
+            }
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// One attempt of [`Self::replace_lost`]: `Ok(true)` when no bundle of
+    /// the group is left on `dead`.
+    async fn try_replace(self: &Arc<Self>, pg: &Arc<ClusterPg>, dead: NodeId) -> Result<bool> {
+        let placed = pg.placed.lock().clone();
+        let lost: Vec<usize> = placed
+            .iter()
+            .filter(|&&(_, n)| n == dead)
+            .map(|&(i, _)| i)
+            .collect();
+        if lost.is_empty() {
+            return Ok(true);
+        }
+        let kept: Vec<NodeId> = placed
+            .iter()
+            .filter(|&&(_, n)| n != dead)
+            .map(|&(_, n)| n)
+            .collect();
+        let (alive, mut view) = self.live_view().await?;
+        // The strategy holds across old and new bundles.
+        let allowed = |id: NodeId| match pg.strategy {
+            PlacementStrategy::StrictPack => kept.first().is_none_or(|&k| k == id),
+            PlacementStrategy::StrictSpread => !kept.contains(&id),
+            _ => true,
+        };
+        for n in &alive {
+            if n.id == dead || !allowed(n.id) {
+                view.remove_node(n.id);
+            }
+        }
+        let bundles: Vec<ResourceSet> = lost.iter().map(|&i| pg.bundles[i].clone()).collect();
+        let mut planner = PlacementGroups::new();
+        match planner.create(pg.id, bundles, pg.strategy, &mut view) {
+            Ok(PgState::Ready) => {}
+            Ok(_) => return Ok(false),
+            Err(e) => return Err(Error::cluster(e.to_string())),
+        }
+        let placements: Vec<(usize, NodeId)> = lost
+            .iter()
+            .enumerate()
+            .filter_map(|(j, &i)| planner.bundle_node(pg.id, j).map(|n| (i, n)))
+            .collect();
+        if !self.reserve(pg, &placements).await {
+            return Ok(false);
+        }
+        {
+            let mut now = pg.placed.lock();
+            now.retain(|&(i, _)| !lost.contains(&i));
+            now.extend(placements.iter().copied());
+        }
+        tracing::info!(target: "ray::cluster", group = %pg.id, bundles = placements.len(), from = %dead, "pg.bundles_replaced");
+        self.announce(pg, &placements, &alive).await;
+        Ok(true)
     }
 
     async fn place_pg(self: Arc<Self>, pg: Arc<ClusterPg>) {
@@ -121,20 +227,7 @@ impl ClusterCore {
 
     /// One attempt: `Ok(true)` reserved, `Ok(false)` not now.
     async fn try_place(self: &Arc<Self>, pg: &Arc<ClusterPg>) -> Result<bool> {
-        let nodes = self.gcs.nodes().await.map_err(Error::cluster_source)?;
-        let alive: Vec<_> = nodes.into_iter().filter(|n| n.alive).collect();
-        let mut view = ClusterView::new();
-        for n in &alive {
-            let labels = n.labels.iter().map(|l| (l.key.clone(), l.value.clone()));
-            view.add_node(n.id, resources_from_wire(&n.resources), labels.collect());
-            if n.version > 0 {
-                view.apply_update(&NodeUpdate {
-                    node: n.id,
-                    version: n.version,
-                    used: resources_from_wire(&n.used),
-                });
-            }
-        }
+        let (alive, mut view) = self.live_view().await?;
         let mut planner = PlacementGroups::new();
         match planner.create(pg.id, pg.bundles.clone(), pg.strategy, &mut view) {
             Ok(PgState::Ready) => {}
@@ -158,9 +251,43 @@ impl ClusterCore {
         let placements: Vec<(usize, NodeId)> = (0..pg.bundles.len())
             .filter_map(|i| planner.bundle_node(pg.id, i).map(|n| (i, n)))
             .collect();
-        // Phase two on the nodes: all or nothing.
+        if !self.reserve(pg, &placements).await {
+            return Ok(false);
+        }
+        *pg.placed.lock() = placements.clone();
+        let mut by_index = placements.clone();
+        by_index.sort_unstable();
+        let nodes: Vec<NodeId> = by_index.into_iter().map(|(_, node)| node).collect();
+        crate::placement::trace_group_placed(pg.id, pg.strategy, &nodes);
+        self.announce(pg, &placements, &alive).await;
+        Ok(true)
+    }
+
+    /// The live nodes, and a scheduling view of them (totals and reported
+    /// load).
+    async fn live_view(&self) -> Result<(Vec<NodeEntry>, ClusterView)> {
+        let nodes = self.gcs.nodes().await.map_err(Error::cluster_source)?;
+        let alive: Vec<_> = nodes.into_iter().filter(|n| n.alive).collect();
+        let mut view = ClusterView::new();
+        for n in &alive {
+            let labels = n.labels.iter().map(|l| (l.key.clone(), l.value.clone()));
+            view.add_node(n.id, resources_from_wire(&n.resources), labels.collect());
+            if n.version > 0 {
+                view.apply_update(&NodeUpdate {
+                    node: n.id,
+                    version: n.version,
+                    used: resources_from_wire(&n.used),
+                });
+            }
+        }
+        Ok((alive, view))
+    }
+
+    /// Reserves `placements` of `pg` on their nodes in two phases, all or
+    /// nothing: `false` (and nothing held) if a node refused.
+    async fn reserve(&self, pg: &ClusterPg, placements: &[(usize, NodeId)]) -> bool {
         let mut prepared = Vec::new();
-        for &(i, node) in &placements {
+        for &(i, node) in placements {
             let request = PrepareBundle {
                 group: pg.id,
                 index: i as u32,
@@ -170,26 +297,26 @@ impl ClusterCore {
                 prepared.push((i, node));
             } else {
                 self.release(pg.id, &prepared).await;
-                return Ok(false);
+                return false;
             }
         }
-        for &(i, node) in &placements {
+        for &(i, node) in placements {
             let commit = CommitBundle {
                 group: pg.id,
                 index: i as u32,
             };
             if !self.ask_node(node, commit).await {
-                self.release(pg.id, &placements).await;
-                return Ok(false);
+                self.release(pg.id, placements).await;
+                return false;
             }
         }
-        *pg.placed.lock() = placements.clone();
-        let mut by_index = placements.clone();
-        by_index.sort_unstable();
-        let nodes: Vec<NodeId> = by_index.into_iter().map(|(_, node)| node).collect();
-        crate::placement::trace_group_placed(pg.id, pg.strategy, &nodes);
-        for n in &alive {
-            for &(i, node) in &placements {
+        true
+    }
+
+    /// Tells every node in `alive` where `placements` of `pg` are.
+    async fn announce(&self, pg: &ClusterPg, placements: &[(usize, NodeId)], alive: &[NodeEntry]) {
+        for n in alive {
+            for &(i, node) in placements {
                 let placed = BundlePlaced {
                     group: pg.id,
                     index: i as u32,
@@ -199,7 +326,6 @@ impl ClusterCore {
                 self.ask_node(n.id, placed).await;
             }
         }
-        Ok(true)
     }
 
     /// Sends `request` to node `node`'s daemon; true if it answered `Ok`.

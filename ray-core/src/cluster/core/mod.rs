@@ -133,6 +133,9 @@ pub(crate) struct ClusterCore {
     /// The totals of the cluster's live nodes, to refuse infeasible work
     /// at submit.
     node_totals: Mutex<feasible::NodeTotals>,
+    /// The placement groups this process placed: bundles lost with a node
+    /// are reserved again elsewhere.
+    pub(in crate::cluster) pgs: Mutex<Vec<Weak<crate::cluster::pg::ClusterPg>>>,
 }
 
 impl ClusterCore {
@@ -171,6 +174,7 @@ impl ClusterCore {
             notices,
             notices_rx: Mutex::new(Some(notices_rx)),
             node_totals: Mutex::new(feasible::NodeTotals::default()),
+            pgs: Mutex::new(Vec::new()),
         })
     }
 

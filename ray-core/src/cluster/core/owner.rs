@@ -33,6 +33,25 @@ impl WireLabels {
     }
 }
 
+/// Times [`ClusterCore::lease`] asks again when the worker a lease names
+/// cannot be reached.
+const UNREACHABLE_TRIES: u32 = 3;
+
+/// Why a lease request did not give a usable lease.
+pub(super) enum LeaseError {
+    /// Granted, but its worker could not be reached (its node died after
+    /// granting): the lease went back; asking again may find another.
+    Unreachable(Error),
+    /// Refused, infeasible, or the local node could not be asked.
+    Refused(Error),
+}
+
+impl From<Error> for LeaseError {
+    fn from(e: Error) -> Self {
+        Self::Refused(e)
+    }
+}
+
 /// What the owner keeps of a task to push it (again): handed back when it
 /// ends, so its argument refs live until then.
 pub(super) struct Queued {
@@ -329,17 +348,17 @@ impl ClusterCore {
             .map(|q| q.arg_bytes.clone())
             .unwrap_or_default();
         let result = self
-            .lease(&key.resources, &key.strategy, &key.labels, arg_bytes)
+            .lease_once(&key.resources, &key.strategy, &key.labels, arg_bytes)
             .await;
         let answer = match result {
-            // Its worker went away between the grant and now.
+            // Its worker went away between the grant and now, or could not
+            // be reached (its node died after granting): ask again.
             Ok((_, _, link)) if link.is_dead() => Answer::WorkerGone,
-            Ok((lease, node, link)) => Answer::Granted(Grant {
-                lease,
-                node,
-                worker: LinkRef(link),
-            }),
-            Err(error) => {
+            Err(LeaseError::Unreachable(error)) => {
+                tracing::debug!(target: "ray::cluster", error = %error, "lease.worker_unreachable");
+                Answer::WorkerGone
+            }
+            Err(LeaseError::Refused(error)) => {
                 if !matches!(error, Error::Infeasible { .. }) {
                     tracing::debug!(target: "ray::cluster", error = %error, "lease.request_failed");
                 }
@@ -348,6 +367,11 @@ impl ClusterCore {
                     error,
                 }
             }
+            Ok((lease, node, link)) => Answer::Granted(Grant {
+                lease,
+                node,
+                worker: LinkRef(link),
+            }),
         };
         let mut st = self.owner.lock();
         st.tasks.answer(&key, answer, Instant::now());
@@ -355,7 +379,9 @@ impl ClusterCore {
     }
 
     /// Asks the local node daemon for a lease; returns it with the link to
-    /// the worker it names.
+    /// the worker it names. A granted worker that cannot be reached (its
+    /// node died after granting) is given back and another lease asked
+    /// for, a few times.
     pub(super) async fn lease(
         self: &Arc<Self>,
         resources: &[ResourceAmount],
@@ -363,6 +389,30 @@ impl ClusterCore {
         labels: &WireLabels,
         arg_bytes: Vec<ArgBytes>,
     ) -> Result<(TaskId, NodeId, Arc<Link>), Error> {
+        let mut tries = 0;
+        loop {
+            let once = self
+                .lease_once(resources, strategy, labels, arg_bytes.clone())
+                .await;
+            match once {
+                Ok(granted) => return Ok(granted),
+                Err(LeaseError::Unreachable(e)) if tries < UNREACHABLE_TRIES => {
+                    tracing::debug!(target: "ray::cluster", error = %e, "lease.worker_unreachable");
+                    tries += 1;
+                }
+                Err(LeaseError::Unreachable(e) | LeaseError::Refused(e)) => return Err(e),
+            }
+        }
+    }
+
+    /// One lease request; see [`ClusterCore::lease`].
+    async fn lease_once(
+        self: &Arc<Self>,
+        resources: &[ResourceAmount],
+        strategy: &WireStrategy,
+        labels: &WireLabels,
+        arg_bytes: Vec<ArgBytes>,
+    ) -> Result<(TaskId, NodeId, Arc<Link>), LeaseError> {
         let rt = self.rt().ok_or(Error::ShutDown)?;
         let lease = rt.new_task_id();
         let request = RequestLease {
@@ -390,7 +440,7 @@ impl ClusterCore {
                     Ok(link) => Ok((lease, node, link)),
                     Err(e) => {
                         self.return_lease(node, lease);
-                        Err(e)
+                        Err(LeaseError::Unreachable(e))
                     }
                 }
             }
@@ -399,15 +449,17 @@ impl ClusterCore {
                 reason,
                 request: Box::new(resources_from_wire(resources)),
                 total: Box::new(ray_sched::ResourceSet::new()),
-            }),
+            }
+            .into()),
             Err(Message::Error { reason }) => {
-                Err(Error::cluster(format!("lease refused: {reason}")))
+                Err(Error::cluster(format!("lease refused: {reason}")).into())
             }
             other => {
                 let other = other.map_or_else(|message| message, Message::from);
-                Err(Error::cluster(format!(
-                    "unexpected answer to a lease request: {other:?}"
-                )))
+                Err(
+                    Error::cluster(format!("unexpected answer to a lease request: {other:?}"))
+                        .into(),
+                )
             }
         }
     }

@@ -4,6 +4,10 @@
 
 use super::*;
 
+/// How long a failed take of a task's value waits for the precise cause
+/// of its worker's death before failing with the transfer's error.
+const CAUSE_WAIT: Duration = Duration::from_secs(1);
+
 /// What a result answers.
 pub(super) enum Done {
     Task(Queued),
@@ -211,8 +215,10 @@ impl ClusterCore {
         }
     }
 
-    /// `node` was declared dead: its work streams are lost.
+    /// `node` was declared dead: its work streams are lost, and bundles of
+    /// this process's placement groups there are reserved again elsewhere.
     fn node_died(self: &Arc<Self>, node: NodeId, cause: String) {
+        self.pg_node_died(node);
         let lost: Vec<Arc<Link>> = self
             .links
             .lock()
@@ -265,6 +271,14 @@ impl ClusterCore {
             let mut st = self.owner.lock();
             let now = Instant::now();
             for r in results {
+                if matches!(r.outcome, WireOutcome::Stored { .. }) {
+                    // A task's value waits at its worker: the task core
+                    // keeps the task (its lineage) until the value is here.
+                    if st.tasks.result_kept(r.task, &worker, now) {
+                        self.take_result(&rt, link, r.task);
+                        continue;
+                    }
+                }
                 if let Some(q) = st.tasks.result(r.task, &worker, now) {
                     done.push((r, Done::Task(q)));
                 } else if let Some(f) = st.inflight.remove(&r.task) {
@@ -303,6 +317,45 @@ impl ClusterCore {
                 }
             }
         }
+    }
+
+    /// Takes the value of `task`, kept by the worker behind `link`, into
+    /// this process. If the worker dies with it first, the task core runs
+    /// the task again within its retry budget: the value is made again the
+    /// way it was made.
+    fn take_result(self: &Arc<Self>, rt: &Arc<Runtime>, link: &Arc<Link>, task: TaskId) {
+        let me = self.clone();
+        let rt = rt.clone();
+        let link = link.clone();
+        self.tokio.spawn(async move {
+            let out = tokio::select! {
+                out = me.fetch(link.addr, task.return_object(), true) => out,
+                lost = link.lost() => Err(lost),
+            };
+            // A transfer cut short is most likely its worker dying: wait a
+            // little for the precise cause (its node's `WorkerDied`).
+            let out = match out {
+                Err(e) => match tokio::time::timeout(CAUSE_WAIT, link.lost()).await {
+                    Ok(cause) => Err(cause),
+                    Err(_) => Err(e),
+                },
+                ok => ok,
+            };
+            let mut st = me.owner.lock();
+            match out {
+                Ok(buf) => {
+                    let q = st.tasks.taken(task);
+                    me.drive(st);
+                    if let Some(q) = q {
+                        me.end(&rt, task, Done::Task(q), Ok(buf));
+                    }
+                }
+                Err(e) => {
+                    st.tasks.take_failed(task, e, Instant::now());
+                    me.drive(st);
+                }
+            }
+        });
     }
 
     /// Completes what a result answered: a task's return object, or an

@@ -165,6 +165,7 @@ impl ClusterCore {
         peer: SocketAddr,
     ) {
         let held = if take {
+            crate::cluster::testing::maybe_abort_on_take();
             self.held.lock().remove(&id)
         } else {
             self.held.lock().get(&id).cloned()

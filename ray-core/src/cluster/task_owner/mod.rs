@@ -167,6 +167,18 @@ struct Queued<S: Shell> {
     max_retries: u32,
 }
 
+/// A task whose result its worker keeps until the owner takes it (a value
+/// too large to travel with the result). Its key is kept whole, not by
+/// slot: the key may be released, and its slot reused, while the bytes
+/// travel.
+struct Taking<S: Shell> {
+    key: S::Key,
+    spread: bool,
+    payload: S::Payload,
+    attempt: u32,
+    max_retries: u32,
+}
+
 /// A task pushed under a lease (of its key) and not answered. Queued
 /// tasks live in their key's queue, so the map holds only what is in
 /// flight (a backlog of 20,000 tasks in it cost W1 about 10 %).
@@ -270,6 +282,8 @@ type Fixed = foldhash::fast::FixedState;
 pub(crate) struct TaskOwner<S: Shell> {
     /// Tasks pushed and not answered.
     tasks: HashMap<TaskId, Pushed<S>>,
+    /// Tasks answered whose value is being taken from their worker.
+    taking: HashMap<TaskId, Taking<S>>,
     /// Tasks queued, over all keys.
     queued: usize,
     /// Each key with work, queued, pushed or asked for, by its slot.
@@ -291,6 +305,7 @@ impl<S: Shell> Default for TaskOwner<S> {
     fn default() -> Self {
         Self {
             tasks: HashMap::new(),
+            taking: HashMap::new(),
             queued: 0,
             index: HashMap::default(),
             slots: Vec::new(),
@@ -399,7 +414,7 @@ impl<S: Shell> TaskOwner<S> {
 
     /// Unfinished tasks.
     pub(crate) fn len(&self) -> usize {
-        self.tasks.len() + self.queued
+        self.tasks.len() + self.taking.len() + self.queued
     }
 
     /// A task whose arguments are ready: queued under `key` (`spread`:
@@ -498,6 +513,11 @@ impl<S: Shell> TaskOwner<S> {
         worker: &S::Worker,
         now: Instant,
     ) -> Option<S::Payload> {
+        self.answered(task, worker, now).map(|t| t.payload)
+    }
+
+    /// Takes `task` out of its lease if its answer from `worker` counts.
+    fn answered(&mut self, task: TaskId, worker: &S::Worker, now: Instant) -> Option<Pushed<S>> {
         let t = self.tasks.get(&task)?;
         let lease = t.lease;
         let ks = self.ks_ref(t.key)?;
@@ -531,7 +551,66 @@ impl<S: Shell> TaskOwner<S> {
         if pump && !self.dirty.contains(&t.key) {
             self.dirty.push(t.key);
         }
-        Some(t.payload)
+        Some(t)
+    }
+
+    /// A result of `task` came from `worker`, but its value stays with the
+    /// worker until the owner takes it. Returns whether the result counts
+    /// (as for [`Self::result`]); if it does, the task waits for
+    /// [`Self::taken`] or [`Self::take_failed`], and its lease is free for
+    /// more work meanwhile.
+    pub(crate) fn result_kept(&mut self, task: TaskId, worker: &S::Worker, now: Instant) -> bool {
+        let Some(t) = self.answered(task, worker, now) else {
+            return false;
+        };
+        let Some(ks) = self.ks_ref(t.key) else {
+            return false;
+        };
+        let taking = Taking {
+            key: ks.key.clone(),
+            spread: ks.spread,
+            payload: t.payload,
+            attempt: t.attempt,
+            max_retries: t.max_retries,
+        };
+        self.taking.insert(task, taking);
+        true
+    }
+
+    /// The value of a task answered by [`Self::result_kept`] is here: the
+    /// task ends, and its payload comes back.
+    pub(crate) fn taken(&mut self, task: TaskId) -> Option<S::Payload> {
+        self.taking.remove(&task).map(|t| t.payload)
+    }
+
+    /// The value of a task answered by [`Self::result_kept`] could not be
+    /// taken (its worker died with it): the task runs again within its
+    /// retry budget (its lineage: the value is made again the way it was
+    /// made), else fails with `error`.
+    pub(crate) fn take_failed(&mut self, task: TaskId, error: S::Error, now: Instant) {
+        let Some(t) = self.taking.remove(&task) else {
+            return;
+        };
+        if t.attempt >= t.max_retries {
+            self.actions.push_back(Action::Fail {
+                task,
+                payload: t.payload,
+                error,
+                infeasible: false,
+            });
+            return;
+        }
+        let id = self.intern(&t.key, t.spread);
+        if let Some(ks) = self.ks(id) {
+            ks.queue.push_front(Queued {
+                task,
+                payload: t.payload,
+                attempt: t.attempt + 1,
+                max_retries: t.max_retries,
+            });
+            self.queued += 1;
+        }
+        self.pump(id, now);
     }
 
     /// `worker` is gone (its process exited, its node died, its link was

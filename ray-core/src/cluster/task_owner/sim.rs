@@ -1,7 +1,9 @@
 //! A seeded simulation of one owner ([`TaskOwner`]) submitting tasks to a
 //! cluster of nodes whose worker processes are killed, whose nodes die and
 //! are replaced, and whose messages are delayed and reordered (a work
-//! stream keeps its order, as a QUIC stream does). Each seed replays
+//! stream keeps its order, as a QUIC stream does). Some results leave
+//! their value with the worker until the owner takes it, and a worker that
+//! dies first loses it: the task must run again. Each seed replays
 //! exactly. After every run it checks that each task ended exactly once,
 //! with a result from the worker it was last pushed to or an error; that
 //! no task ran more often than its budget allows; that errors come only
@@ -66,8 +68,16 @@ enum Ev {
     },
     /// A worker finishes the task at the head of a lease's queue.
     Run { lease: TaskId, worker: Worker },
-    /// The owner receives a result.
-    Result { task: TaskId, worker: Worker },
+    /// The owner receives a result; `kept`: its value stays with the
+    /// worker until the owner takes it.
+    Result {
+        task: TaskId,
+        worker: Worker,
+        kept: bool,
+    },
+    /// The owner's take of a kept value ends: it has the bytes if the
+    /// worker still lives.
+    Take { task: TaskId, worker: Worker },
     /// A node receives a returned lease.
     Return { node: u64, lease: TaskId },
     /// The owner learns a worker is gone.
@@ -357,12 +367,37 @@ impl World {
                     let d = 1 + self.rng.below(20);
                     self.at(d, Ev::Run { lease, worker });
                 }
-                self.send_on_stream(worker, false, Ev::Result { task, worker });
+                let kept = self.rng.chance(30);
+                self.send_on_stream(worker, false, Ev::Result { task, worker, kept });
             }
-            Ev::Result { task, worker } => {
+            Ev::Result {
+                task,
+                worker,
+                kept: false,
+            } => {
                 if let Some(i) = self.owner.result(task, &worker, now) {
                     assert_eq!(task_id(i as usize), task, "payload of another task");
                     self.ended[index(task)].push(Ok(worker));
+                }
+            }
+            Ev::Result {
+                task,
+                worker,
+                kept: true,
+            } => {
+                if self.owner.result_kept(task, &worker, now) {
+                    let d = 1 + self.rng.below(30);
+                    self.at(d, Ev::Take { task, worker });
+                }
+            }
+            Ev::Take { task, worker } => {
+                if self.live_worker_node(worker).is_some() {
+                    let i = self.owner.taken(task).expect("a kept result is taken once");
+                    assert_eq!(task_id(i as usize), task, "payload of another task");
+                    self.ended[index(task)].push(Ok(worker));
+                } else {
+                    self.owner
+                        .take_failed(task, SimError::WorkerDied(worker), now);
                 }
             }
             Ev::Return { node, lease } => {
