@@ -28,6 +28,8 @@ async fn tasks_and_reporting_actors_finish_right_while_nodes_are_killed() {
         child_ms: 200,
         reporters: 4,
         reports: 30,
+        objects: 40,
+        object_bytes: 256 << 10,
     };
     let out = chaos::run(&mut cluster, &ray, size, Some(Duration::from_secs(2)))
         .await
@@ -36,5 +38,6 @@ async fn tasks_and_reporting_actors_finish_right_while_nodes_are_killed() {
     assert!(out.kills >= 1, "no node was killed: {out:?}");
     assert!(out.tasks_correct, "the tasks' total is wrong: {out:?}");
     assert_eq!(out.missing_reports, 0, "reports lost: {out:?}");
+    assert!(out.objects_correct, "a borrower saw wrong bytes: {out:?}");
     ray.shutdown();
 }

@@ -10,9 +10,11 @@
 //!   to one database actor pinned to the head (never killed); every
 //!   (reporter, number) pair must arrive (more than once is allowed: calls
 //!   are at-least-once).
-//!
-//! Ray's object-borrowing workload is not here yet (refs nested in values
-//! are pinned until the job ends; see docs/fault-tolerance.md).
+//! - **objects**: tasks make objects too large to travel with their result
+//!   (kept by their worker until the driver, their owner, takes them), and
+//!   other tasks borrow them, passed nested in a list, and check their
+//!   bytes; all with `max_retries(-1)`. A value lost with its worker before
+//!   the driver took it is made again.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -33,6 +35,10 @@ pub struct ChaosSize {
     pub reporters: u64,
     /// Sequence numbers each reporter reports.
     pub reports: u64,
+    /// Objects made and borrowed.
+    pub objects: u64,
+    /// Bytes of each.
+    pub object_bytes: u64,
 }
 
 /// What a run did and whether everything arrived.
@@ -42,6 +48,8 @@ pub struct ChaosOutcome {
     pub tasks_correct: bool,
     /// (reporter, number) pairs the database never got.
     pub missing_reports: u64,
+    /// Every borrower saw its object's bytes.
+    pub objects_correct: bool,
     /// Nodes killed (and replaced) during the run.
     pub kills: u32,
     /// How long the workload took.
@@ -51,7 +59,7 @@ pub struct ChaosOutcome {
 impl ChaosOutcome {
     /// Every result right and every report in.
     pub fn correct(&self) -> bool {
-        self.tasks_correct && self.missing_reports == 0
+        self.tasks_correct && self.missing_reports == 0 && self.objects_correct
     }
 }
 
@@ -79,6 +87,27 @@ pub fn chaos_parent(i: u64, children: u64, ms: u64) -> Result<u64, String> {
         sum += r.get_blocking().map_err(|e| e.to_string())?;
     }
     Ok(sum)
+}
+
+/// Makes `bytes` bytes, each `seed + index` (mod 251).
+#[remote]
+pub fn chaos_make(seed: u64, bytes: u64) -> Vec<u8> {
+    (0..bytes).map(|i| ((seed + i) % 251) as u8).collect()
+}
+
+/// Borrows the object nested in `refs` (made by `chaos_make(seed, _)`) and
+/// checks its bytes.
+#[remote]
+pub fn chaos_borrow(refs: Vec<ObjectRef<Vec<u8>>>, seed: u64) -> Result<bool, String> {
+    let mut ok = true;
+    for r in &refs {
+        let v = r.get_blocking().map_err(|e| e.to_string())?;
+        ok &= v
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == ((seed + i as u64) % 251) as u8);
+    }
+    Ok(ok)
 }
 
 /// The database the reporters report to.
@@ -175,18 +204,21 @@ pub async fn run(
             cluster.add_node().await.map_err(|e| e.to_string())?;
         }
     }
-    let (tasks_correct, missing_reports) = work.await.map_err(|e| e.to_string())??;
+    let (tasks_correct, missing_reports, objects_correct) =
+        work.await.map_err(|e| e.to_string())??;
     Ok(ChaosOutcome {
         tasks_correct,
+        objects_correct,
         missing_reports,
         kills,
         elapsed: started.elapsed(),
     })
 }
 
-/// The tasks and the reports; returns whether the total was right and
-/// how many reports are missing.
-async fn workload(ray: Ray, size: ChaosSize) -> Result<(bool, u64), String> {
+/// The tasks, the reports and the objects; returns whether the total was
+/// right, how many reports are missing, and whether every borrower saw
+/// its object right.
+async fn workload(ray: Ray, size: ChaosSize) -> Result<(bool, u64, bool), String> {
     let e = |e: ray_core::Error| e.to_string();
     let parents = (0..size.parents)
         .map(|i| {
@@ -211,6 +243,17 @@ async fn workload(ray: Ray, size: ChaosSize) -> Result<(bool, u64), String> {
         })
         .collect::<Result<Vec<_>, _>>()
         .map_err(e)?;
+    let borrowers = (0..size.objects)
+        .map(|i| {
+            let made = chaos_make::options()
+                .max_retries(-1)
+                .remote(&ray, i, size.object_bytes)?;
+            chaos_borrow::options()
+                .max_retries(-1)
+                .remote(&ray, vec![made], i)
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(e)?;
     let mut calls = Vec::new();
     for seq in 0..size.reports {
         for rep in &reporters {
@@ -232,5 +275,9 @@ async fn workload(ray: Ray, size: ChaosSize) -> Result<(bool, u64), String> {
         .get()
         .await
         .map_err(e)?;
-    Ok((tasks_correct, missing))
+    let mut objects_correct = true;
+    for b in &borrowers {
+        objects_correct &= b.get().await.map_err(e)?;
+    }
+    Ok((tasks_correct, missing, objects_correct))
 }

@@ -419,6 +419,8 @@ async fn chaos_run(opts: &Options) -> anyhow::Result<()> {
         child_ms: 100,
         reporters: 20,
         reports: 100,
+        objects: 200,
+        object_bytes: 256 << 10,
     };
     let mut outcomes = Vec::new();
     for kill_every in [None, Some(Duration::from_secs(5))] {
@@ -445,13 +447,15 @@ async fn chaos_run(opts: &Options) -> anyhow::Result<()> {
         "correct": calm.correct() && chaos.correct(),
         "tasks_correct": [calm.tasks_correct, chaos.tasks_correct],
         "missing_reports": [calm.missing_reports, chaos.missing_reports],
+        "objects_correct": [calm.objects_correct, chaos.objects_correct],
         "kills": chaos.kills,
         "seconds_without_kills": calm.elapsed.as_secs_f64(),
         "seconds_with_kills": chaos.elapsed.as_secs_f64(),
         "slowdown": chaos.elapsed.as_secs_f64() / calm.elapsed.as_secs_f64(),
         "info": {
             "parents": size.parents, "children": size.children, "child_ms": size.child_ms,
-            "reporters": size.reporters, "reports": size.reports, "kill_every_s": 5,
+            "reporters": size.reporters, "reports": size.reports,
+            "objects": size.objects, "object_bytes": size.object_bytes, "kill_every_s": 5,
         },
     });
     println!("{line}");

@@ -135,6 +135,21 @@ pub enum Error {
         /// Why.
         cause: String,
     },
+    /// The process that owns the object (the one that `put` it or
+    /// submitted the task making it) died or cannot be reached, so its
+    /// value cannot be had: a borrowed ref outlives its owner. As in Ray,
+    /// ownership does not move; keep the owner alive while others use
+    /// what it owns (e.g. make objects in the driver or a long-lived
+    /// actor).
+    #[error("object {object} is lost with its owner {owner}: {cause}")]
+    OwnerDied {
+        /// The object.
+        object: ObjectId,
+        /// The worker (or driver) that owned it.
+        owner: ray_proto::WorkerId,
+        /// What was seen.
+        cause: String,
+    },
     /// The placement group was removed (or could not be kept) before the
     /// work scheduled into it ran.
     #[error("placement group {group} is gone: {cause}")]

@@ -71,7 +71,7 @@ pub struct TaskOptions {
     pub(crate) resources: ResourceRequest,
     /// Retries after a failure; [`RETRY_FOREVER`] for no limit.
     pub(crate) max_retries: u32,
-    pub(crate) retry_exceptions: bool,
+    pub(crate) retry_exceptions: RetryExceptions,
     /// A `max_retries` that means nothing (below -1), refused at submit.
     pub(crate) bad_retries: Option<i32>,
 }
@@ -82,8 +82,53 @@ impl Default for TaskOptions {
         Self {
             resources: ResourceRequest::with_cpu(Quantity::ONE),
             max_retries: DEFAULT_MAX_RETRIES as u32,
-            retry_exceptions: false,
+            retry_exceptions: RetryExceptions::No,
             bad_retries: None,
+        }
+    }
+}
+
+/// Which user errors of a task are retried (within `max_retries`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) enum RetryExceptions {
+    /// None: only system failures are.
+    #[default]
+    No,
+    /// Every panic and `Err`.
+    All,
+    /// `Err`s of these types (their `std::any::type_name`).
+    Types(std::sync::Arc<[String]>),
+}
+
+impl RetryExceptions {
+    /// Whether `e`, a task's own failure, is retried.
+    pub(crate) fn covers(&self, e: &Error) -> bool {
+        match (self, e) {
+            (Self::All, Error::TaskPanicked { .. } | Error::TaskFailed { .. }) => true,
+            (Self::Types(types), Error::TaskFailed { error, .. }) => {
+                types.iter().any(|t| t == error.type_name())
+            }
+            _ => false,
+        }
+    }
+
+    /// The wire form: (all, type names).
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
+    pub(crate) fn to_wire(&self) -> (bool, Vec<String>) {
+        match self {
+            Self::No => (false, Vec::new()),
+            Self::All => (true, Vec::new()),
+            Self::Types(types) => (false, types.to_vec()),
+        }
+    }
+
+    /// From the wire form.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
+    pub(crate) fn from_wire(all: bool, types: Vec<String>) -> Self {
+        match (all, types.is_empty()) {
+            (true, _) => Self::All,
+            (false, true) => Self::No,
+            (false, false) => Self::Types(types.into()),
         }
     }
 }
@@ -220,9 +265,34 @@ pub trait TaskOptionsBuilder: ResourceOptions {
         self
     }
 
-    /// Whether panics and `Err` results count as failures to retry.
+    /// Whether panics and `Err` results count as failures to retry
+    /// (within `max_retries`, as Ray's `retry_exceptions=True`).
     fn retry_exceptions(mut self, yes: bool) -> Self {
-        self.task_options().retry_exceptions = yes;
+        self.task_options().retry_exceptions = match yes {
+            true => RetryExceptions::All,
+            false => RetryExceptions::No,
+        };
+        self
+    }
+
+    /// Retries `Err` results of type `E` (within `max_retries`), as Ray's
+    /// `retry_exceptions=[SomeError]`; call once per type. Other errors
+    /// and panics end the task. `E` is the error type of the function's
+    /// `Result`, matched by [`std::any::type_name`].
+    fn retry_exceptions_of<E: 'static>(mut self) -> Self {
+        let name = std::any::type_name::<E>().to_string();
+        let o = self.task_options();
+        o.retry_exceptions = match &o.retry_exceptions {
+            RetryExceptions::All => RetryExceptions::All,
+            RetryExceptions::No => RetryExceptions::Types(vec![name].into()),
+            RetryExceptions::Types(t) => {
+                let mut t = t.to_vec();
+                if !t.contains(&name) {
+                    t.push(name);
+                }
+                RetryExceptions::Types(t.into())
+            }
+        };
         self
     }
 }
@@ -254,6 +324,8 @@ pub struct ActorOptions {
     pub(crate) max_task_retries: u32,
     /// A count below -1 given to one of those two: (option, value).
     pub(crate) bad_count: Option<(&'static str, i32)>,
+    /// A worker process of its own on a cluster.
+    pub(crate) isolated: bool,
 }
 
 impl Default for ActorOptions {
@@ -269,6 +341,7 @@ impl Default for ActorOptions {
             max_restarts: 0,
             max_task_retries: 0,
             bad_count: None,
+            isolated: false,
         }
     }
 }
@@ -356,6 +429,20 @@ pub trait ActorOptionsBuilder: ResourceOptions {
             "max_task_retries",
             n,
         );
+        self
+    }
+
+    /// Whether the actor gets a worker process of its own (default
+    /// `false`). On a cluster, the actors and tasks of one job on one
+    /// node share that job's worker process there: fast, but one crash
+    /// (an abort, a segfault in native code, an OOM kill) takes all of
+    /// them. An isolated actor's crash takes only it (and restarts it,
+    /// within `max_restarts`), at the cost of a process started for it
+    /// (tens of milliseconds and its memory) and of its calls and objects
+    /// crossing processes. Embedded, there is one process: the option is
+    /// accepted and changes nothing.
+    fn isolated(mut self, yes: bool) -> Self {
+        self.actor_options().isolated = yes;
         self
     }
 }

@@ -530,7 +530,7 @@ impl Ray {
             resources,
             pool,
             max_retries: opts.max_retries,
-            retry_exceptions: opts.retry_exceptions,
+            retry_exceptions: opts.retry_exceptions.clone(),
             attempt: 0,
             parent,
             trace: None,

@@ -29,7 +29,7 @@ pub(crate) struct TaskSpec {
     /// Where the resources come from (the node or a bundle).
     pub(crate) pool: Pool,
     pub(crate) max_retries: u32,
-    pub(crate) retry_exceptions: bool,
+    pub(crate) retry_exceptions: crate::options::RetryExceptions,
     pub(crate) attempt: u32,
     pub(crate) parent: Option<TaskId>,
     /// The id insight records (see [`TaskSpec::trace_id`]); `None`: `task`.
@@ -259,9 +259,7 @@ impl Runtime {
             },
         );
         match outcome {
-            Err(e)
-                if spec.retry_exceptions && spec.attempt < spec.max_retries && is_retryable(&e) =>
-            {
+            Err(e) if spec.attempt < spec.max_retries && spec.retry_exceptions.covers(&e) => {
                 spec.attempt += 1;
                 tracing::debug!(target: "ray::task", task_id = %spec.task, attempt = spec.attempt, error = %e, "task.retry");
                 let next = self.release_to_take_next(&spec.pool, &spec.resources);
@@ -316,8 +314,4 @@ impl Runtime {
             self.store.delete(id);
         }
     }
-}
-
-fn is_retryable(e: &Error) -> bool {
-    matches!(e, Error::TaskPanicked { .. } | Error::TaskFailed { .. })
 }

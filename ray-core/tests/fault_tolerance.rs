@@ -523,7 +523,15 @@ async fn a_value_lost_with_its_worker_before_its_owner_took_it_is_made_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bundles_on_a_dead_node_are_reserved_again_and_their_work_proceeds() {
     use ray_core::{Bundle, PlacementStrategy};
-    let mut cluster = Cluster::local(3).await.expect("cluster starts");
+    let config = ray_core::LocalClusterConfig {
+        node_labels: (0..3)
+            .map(|i| [("index".to_string(), i.to_string())].into())
+            .collect(),
+        ..Default::default()
+    };
+    let mut cluster = Cluster::local_with(3, config)
+        .await
+        .expect("cluster starts");
     let ray = cluster.connect().await.expect("driver joins");
     let pg = ray
         .placement_group(
@@ -542,10 +550,19 @@ async fn bundles_on_a_dead_node_are_reserved_again_and_their_work_proceeds() {
         in_bundle(0).get().await.unwrap(),
         in_bundle(1).get().await.unwrap(),
     ];
-    // Kill the home of a bundle that is not on the head (node 1, the GCS).
+    // Kill the home of a bundle that is not on the head (node 1, the GCS),
+    // found by the label its process was started with.
     let lost = usize::from(homes[0] == 1);
     let victim = homes[lost];
-    cluster.kill_node(usize::try_from(victim).unwrap() - 1);
+    let index: usize = ray
+        .nodes()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|n| n.id == NodeId(victim))
+        .and_then(|n| n.labels.get("index").and_then(|i| i.parse().ok()))
+        .expect("every node has its index label");
+    cluster.kill_node(index);
     // Work for the lost bundle waits for its new home, then runs there:
     // a live node, and not the other bundle's (STRICT_SPREAD still holds).
     let moved = in_bundle(lost)
@@ -555,5 +572,122 @@ async fn bundles_on_a_dead_node_are_reserved_again_and_their_work_proceeds() {
     assert_ne!(moved, victim);
     assert_ne!(moved, homes[1 - lost], "STRICT_SPREAD kept: {homes:?}");
     assert_eq!(in_bundle(1 - lost).get().await.unwrap(), homes[1 - lost]);
+    ray.shutdown();
+}
+
+/// Whether process `pid` is gone (reaped, or a zombie).
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_actors_crash_takes_only_it() {
+    let cluster = Cluster::local(1).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let a = Tally::remote(&ray, 0).unwrap();
+    let b = Tally::remote(&ray, 100).unwrap();
+    let alone = Tally::options().isolated(true).remote(&ray, 0).unwrap();
+    let again = Tally::options()
+        .isolated(true)
+        .max_restarts(1)
+        .remote(&ray, 0)
+        .unwrap();
+    let shared = a.pid().unwrap().get().await.unwrap();
+    assert_eq!(b.pid().unwrap().get().await.unwrap(), shared);
+    let own = alone.pid().unwrap().get().await.unwrap();
+    let own2 = again.pid().unwrap().get().await.unwrap();
+    assert!(
+        own != shared && own2 != shared && own != own2,
+        "a process each"
+    );
+
+    // The isolated actor's crash takes only it.
+    let err = alone.abort().unwrap().get().await.unwrap_err();
+    assert!(matches!(err, Error::ActorDied { .. }), "{err:?}");
+    assert_eq!(a.add(1).unwrap().get().await.unwrap(), 1);
+    assert_eq!(b.add(1).unwrap().get().await.unwrap(), 101);
+    assert_eq!(a.pid().unwrap().get().await.unwrap(), shared);
+    // One with restarts comes back in a process of its own again.
+    let _ = again.abort().unwrap().get().await;
+    let next = again.pid().unwrap().get().await.unwrap();
+    assert!(next != shared && next != own2);
+
+    // Dropped, an isolated actor's process is stopped, not leaked.
+    drop(again);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !gone(next) {
+        assert!(Instant::now() < deadline, "process {next} still runs");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A crash of the shared process takes every actor in it.
+    let _ = a.abort().unwrap().get().await;
+    let err = b.add(1).unwrap().get().await.unwrap_err();
+    assert!(matches!(err, Error::ActorDied { .. }), "{err:?}");
+    ray.shutdown();
+}
+
+/// An actor that owns what it puts.
+#[remote]
+struct Maker {
+    made: u64,
+}
+
+#[remote]
+impl Maker {
+    fn new() -> Self {
+        Maker { made: 0 }
+    }
+    /// Puts `v` and hands out the ref: this actor's process owns it.
+    fn make(&mut self, v: u64) -> ObjectRef<u64> {
+        self.made += 1;
+        Ray::current()
+            .expect("in an actor")
+            .put_blocking(v)
+            .unwrap()
+    }
+    fn abort(&self) -> u32 {
+        std::process::abort()
+    }
+}
+
+/// Reads the refs nested in `refs` here; says how each went: its value,
+/// or `owner-died <owner>` when its owner is gone.
+#[remote]
+fn read_borrowed(refs: Vec<ObjectRef<u64>>) -> Vec<String> {
+    refs.iter()
+        .map(|r| match r.get_blocking() {
+            Ok(v) => v.to_string(),
+            Err(Error::OwnerDied { owner, object, .. }) if object == r.id() => {
+                format!("owner-died {owner}")
+            }
+            Err(e) => format!("other: {e:?}"),
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ref_outliving_its_owner_is_owner_died_naming_it() {
+    let cluster = Cluster::local(1).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    // The maker has a process of its own: it can die alone.
+    let maker = Maker::options().isolated(true).remote(&ray).unwrap();
+    let made: ObjectRef<u64> = maker.make(8).unwrap().get().await.unwrap();
+    let owner = made.id().owner;
+    // The driver got a copy with the ref; the worker process has none.
+    assert_eq!(made.get().await.unwrap(), 8);
+    let _ = maker.abort().unwrap().get().await;
+    // A process that borrows it now finds its owner gone (a process that
+    // fetched it before keeps its copy).
+    let after = read_borrowed::remote(&ray, vec![made.clone()])
+        .unwrap()
+        .get()
+        .await
+        .unwrap();
+    assert_eq!(after, vec![format!("owner-died {owner}")]);
     ray.shutdown();
 }

@@ -23,6 +23,31 @@ fn refuse(x: u64) -> Result<u64, String> {
     Err(format!("refused {x}"))
 }
 
+/// Always fails with a user error naming its run, counted in the file
+/// `runs` (a byte per run: retries may run in any process).
+#[remote]
+fn always_fails(runs: String) -> Result<u32, String> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&runs)
+        .map_err(|e| e.to_string())?;
+    f.write_all(b"x").map_err(|e| e.to_string())?;
+    let n = std::fs::metadata(&runs).map_err(|e| e.to_string())?.len();
+    Err(format!("run {}", n - 1))
+}
+
+/// A file name no other call uses.
+fn fresh_file(what: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::SeqCst);
+    std::env::temp_dir()
+        .join(format!("rayrs-parity-{what}-{}-{n}", std::process::id()))
+        .display()
+        .to_string()
+}
+
 static FLAKY_RUNS: AtomicU32 = AtomicU32::new(0);
 
 /// Fails with a user error on its first run in each process, then succeeds.
@@ -184,6 +209,31 @@ async fn tour(ray: &Ray) -> Vec<(&'static str, String, String)> {
         retried.get().await.map(|n| n.to_string()),
     );
 
+    // retry_exceptions of a list of types: only those errors are retried.
+    let runs = fresh_file("unlisted");
+    let other_type = always_fails::options()
+        .max_retries(2)
+        .retry_exceptions_of::<u32>()
+        .remote(ray, runs.clone())
+        .unwrap();
+    step(
+        "user error of a type not listed: not retried",
+        other_type.get().await.map(|n| n.to_string()),
+    );
+    let _ = std::fs::remove_file(&runs);
+    let runs = fresh_file("listed");
+    let listed = always_fails::options()
+        .max_retries(2)
+        .retry_exceptions_of::<u32>()
+        .retry_exceptions_of::<String>()
+        .remote(ray, runs.clone())
+        .unwrap();
+    step(
+        "user error of a listed type: retried twice",
+        listed.get().await.map(|n| n.to_string()),
+    );
+    let _ = std::fs::remove_file(&runs);
+
     // Timeouts and wait.
     let pending = ray.put(1u8).await.unwrap();
     step(
@@ -252,6 +302,14 @@ async fn the_error_tour_ends_the_same_way_embedded_and_on_a_cluster() {
         ] {
             assert!(!msg.contains(bad), "{name}: {msg:?} has {bad:?}");
         }
+    }
+    // Only the listed error types are retried, in both modes.
+    for steps in [&expected, &got] {
+        let msg = |n: &str| steps.iter().find(|s| s.0 == n).unwrap().2.clone();
+        let unlisted = msg("user error of a type not listed: not retried");
+        assert!(unlisted.ends_with("run 0"), "{unlisted}");
+        let listed = msg("user error of a listed type: retried twice");
+        assert!(listed.ends_with("run 2"), "{listed}");
     }
     drop(cluster);
 }

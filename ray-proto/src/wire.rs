@@ -78,7 +78,7 @@ pub fn labels_to_wire<'a>(
 ///
 /// Bump it whenever [`Message`] (or anything it contains) changes shape:
 /// peers with different versions refuse each other at the handshake.
-pub const PROTOCOL_VERSION: u16 = 8;
+pub const PROTOCOL_VERSION: u16 = 9;
 
 /// One control message as it travels on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
@@ -434,6 +434,7 @@ mod tests {
                     bytes: 1 << 20,
                 }],
                 owner: "127.0.0.1:6000".into(),
+                isolated: true,
             }
             .into(),
             ReturnLease { lease }.into(),
@@ -465,6 +466,7 @@ mod tests {
                 address: "127.0.0.1:5000".into(),
                 fingerprint: BuildFingerprint([4; 32]),
                 pid: 4242,
+                lease: Some(lease),
             }
             .into(),
             // Node daemon replies.
@@ -505,6 +507,7 @@ mod tests {
                         attempt: 0,
                         max_retries: 3,
                         retry_exceptions: true,
+                        retry_on: vec!["my::Error".into()],
                         parent: None,
                     },
                     WorkItem::KillActor {

@@ -32,7 +32,7 @@ use ray_sched::{
 };
 use tokio::sync::Notify;
 
-use super::core::{ClusterCore, RemoteActor};
+use super::core::{ClusterCore, HeldActor};
 use super::{resources_from_wire, resources_to_wire};
 use crate::error::{Error, Result};
 
@@ -50,7 +50,7 @@ pub(crate) struct ClusterPg {
     placed: Mutex<Vec<(usize, NodeId)>>,
     removed: AtomicBool,
     /// Actors created into the group: they die with it.
-    actors: Mutex<Vec<Weak<RemoteActor>>>,
+    actors: Mutex<Vec<Weak<HeldActor>>>,
 }
 
 impl ClusterPg {
@@ -65,7 +65,7 @@ impl ClusterPg {
     }
 
     /// Remembers an actor created into the group.
-    pub(crate) fn adopt_actor(&self, actor: &Arc<RemoteActor>) {
+    pub(crate) fn adopt_actor(&self, actor: &Arc<HeldActor>) {
         self.actors.lock().push(Arc::downgrade(actor));
     }
 

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ray_proto::wire::{BuildFingerprint, Done, Message, WorkerReady};
-use ray_proto::{JobId, NodeId, WorkerId};
+use ray_proto::{JobId, NodeId, TaskId, WorkerId};
 use ray_sched::{Quantity, ResourceSet};
 
 use super::{control_plane_fingerprint, ClusterError, GcsClient, StartError};
@@ -37,6 +37,8 @@ const VAR_HASH: &str = "RAYRS_WORKER_BINARY";
 const VAR_BIND: &str = "RAYRS_WORKER_BIND";
 /// The object store size of the worker, in bytes (empty: the default).
 const VAR_STORE: &str = "RAYRS_WORKER_OBJECT_STORE_BYTES";
+/// The isolated lease a worker was started for (`owner:seq`, hex), if any.
+const VAR_LEASE: &str = "RAYRS_WORKER_LEASE";
 
 /// Why a process that ray-core runs in place of `main` — a job's worker,
 /// or a daemon of [`Cluster::local`](super::Cluster::local) — stopped with
@@ -203,6 +205,9 @@ pub(crate) struct WorkerEnv {
     pub(crate) bind_ip: IpAddr,
     /// The object store size of the node's workers (`None`: the default).
     pub(crate) object_store_bytes: Option<u64>,
+    /// The isolated lease this worker serves alone; `None` for the job's
+    /// shared worker.
+    pub(crate) lease: Option<TaskId>,
 }
 
 impl WorkerEnv {
@@ -226,6 +231,12 @@ impl WorkerEnv {
                 VAR_STORE,
                 self.object_store_bytes
                     .map(|b| b.to_string())
+                    .unwrap_or_default(),
+            ),
+            (
+                VAR_LEASE,
+                self.lease
+                    .map(|l| format!("{:x}:{:x}", l.owner.0, l.seq))
                     .unwrap_or_default(),
             ),
         ]
@@ -268,6 +279,16 @@ impl WorkerEnv {
             resources,
             binary_hash,
             bind_ip: parse(VAR_BIND)?,
+            lease: match std::env::var(VAR_LEASE) {
+                Ok(v) if !v.is_empty() => {
+                    let bad = || ProcessError::Malformed(VAR_LEASE);
+                    let (owner, seq) = v.split_once(':').ok_or_else(bad)?;
+                    let owner = u64::from_str_radix(owner, 16).map_err(|_| bad())?;
+                    let seq = u64::from_str_radix(seq, 16).map_err(|_| bad())?;
+                    Some(TaskId::new(WorkerId(owner), seq))
+                }
+                _ => None,
+            },
             object_store_bytes: match std::env::var(VAR_STORE) {
                 Ok(v) if !v.is_empty() => {
                     Some(v.parse().map_err(|_| ProcessError::Malformed(VAR_STORE))?)
@@ -383,6 +404,7 @@ async fn serve(env: WorkerEnv) -> Result<(), ProcessError> {
                 address: my_addr.to_string(),
                 fingerprint: job_fingerprint(),
                 pid: std::process::id(),
+                lease: env.lease,
             },
         )
         .await?;

@@ -67,6 +67,8 @@ pub enum WorkItem {
         max_retries: u32,
         /// Whether a panic or an `Err` of the task is retried.
         retry_exceptions: bool,
+        /// Else, the type names of the `Err`s retried.
+        retry_on: Vec<String>,
         parent: Option<TaskId>,
     },
     /// Construct an actor that holds `lease` for its life. The result of
@@ -104,6 +106,7 @@ pub enum ErrorKind {
     TaskFailed,
     ActorDied,
     ObjectLost,
+    OwnerDied,
     Serialization,
     ObjectStoreFull,
     ShutDown,

@@ -98,6 +98,10 @@ pub struct RequestLease {
     /// Where the owner asking listens (`host:port`): the node that grants
     /// the lease tells it there if the lease's worker process exits.
     pub owner: String,
+    /// The lease gets a worker process of its own (an isolated actor),
+    /// started for it and stopped when it ends, instead of the job's
+    /// shared worker on the node.
+    pub isolated: bool,
 }
 
 /// Bytes of a request's arguments one node holds.
@@ -201,6 +205,9 @@ pub struct WorkerReady {
     pub fingerprint: BuildFingerprint,
     /// Its process id.
     pub pid: u32,
+    /// The isolated lease it was started for; `None` for the job's shared
+    /// worker.
+    pub lease: Option<TaskId>,
 }
 
 /// The lease is granted: its work goes to `worker` at `address`.

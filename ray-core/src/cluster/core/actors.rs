@@ -17,6 +17,8 @@ pub(super) struct ActorLaunch {
     pub(super) creator: Option<TaskId>,
     /// Restarts allowed (`RETRY_FOREVER`: no limit).
     pub(super) max_restarts: u32,
+    /// Its own worker process on its node.
+    pub(super) isolated: bool,
 }
 
 pub(crate) enum ActorMsg {
@@ -34,7 +36,6 @@ pub(crate) enum ActorMsg {
 pub(crate) struct RemoteActor {
     pub(crate) id: ActorId,
     pub(crate) class: &'static ActorClass,
-    pub(super) tx: mpsc::UnboundedSender<ActorMsg>,
     pub(super) dead: Mutex<Option<String>>,
     /// A handle was serialized into a value that may reach another
     /// process: the actor then lives until its job ends, not until this
@@ -72,16 +73,67 @@ pub(super) struct Resend {
     attempt: u32,
 }
 
+/// What this process's handles to an actor hold: its state, and the
+/// sender to the task forwarding its calls. The forwarder holds the state
+/// but no sender, so when the last handle goes its channel closes and the
+/// owner's forwarder kills the actor (unless a handle escaped into a
+/// value), as Ray does when an actor's handles go out of scope.
+pub(crate) struct HeldActor {
+    pub(crate) actor: Arc<RemoteActor>,
+    tx: mpsc::UnboundedSender<ActorMsg>,
+}
+
+impl HeldActor {
+    /// A handle to `actor` and the forwarder's end of its channel.
+    pub(super) fn new(actor: RemoteActor) -> (Arc<Self>, mpsc::UnboundedReceiver<ActorMsg>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let held = Arc::new(Self {
+            actor: Arc::new(actor),
+            tx,
+        });
+        (held, rx)
+    }
+
+    /// Queues a call; its result completes `task`'s return object.
+    pub(crate) fn call(
+        &self,
+        rt: &Arc<Runtime>,
+        task: TaskId,
+        method: &'static ActorMethod,
+        args: Vec<TaskArg>,
+        parent: Option<TaskId>,
+    ) {
+        let actor = &self.actor;
+        let dead = actor.dead.lock().clone();
+        if let Some(cause) = dead {
+            rt.complete_object(task.return_object(), Err(actor.died(&cause)));
+            return;
+        }
+        if let Err(mpsc::error::SendError(ActorMsg::Call { task, .. })) =
+            self.tx.send(ActorMsg::Call {
+                task,
+                method,
+                args,
+                parent,
+            })
+        {
+            rt.complete_object(task.return_object(), Err(actor.died("its owner stopped")));
+        }
+    }
+
+    /// Kills the actor: calls made from now on fail with `ActorDied`
+    /// ("killed by its owner"), as embedded.
+    pub(crate) fn kill(&self) {
+        self.actor.set_dead("killed by its owner".into());
+        let _ = self.tx.send(ActorMsg::Kill);
+    }
+}
+
 impl RemoteActor {
-    pub(super) fn new(
-        id: ActorId,
-        class: &'static ActorClass,
-        tx: mpsc::UnboundedSender<ActorMsg>,
-    ) -> Self {
+    pub(super) fn new(id: ActorId, class: &'static ActorClass) -> Self {
         Self {
             id,
             class,
-            tx,
             dead: Mutex::new(None),
             escaped: false.into(),
             restarts: None,
@@ -107,7 +159,20 @@ impl RemoteActor {
             },
         ) = (restarts, dead, &f.kind)
         else {
-            rt.complete_object(task.return_object(), Err(err));
+            // Dead for good: `ActorDied`, with what was seen as its cause
+            // (its process exited, its node died), or why it was killed.
+            let cause = self
+                .dead
+                .lock()
+                .clone()
+                .unwrap_or_else(|| match &self.restarts {
+                    Some(r) => format!(
+                        "its restarts are used up ({}); last: {err}",
+                        r.used.load(std::sync::atomic::Ordering::Acquire)
+                    ),
+                    None => err.to_string(),
+                });
+            rt.complete_object(task.return_object(), Err(self.died(&cause)));
             return;
         };
         if r.max_task_retries == crate::options::RETRY_FOREVER || *attempt < r.max_task_retries {
@@ -145,39 +210,6 @@ impl RemoteActor {
     pub(super) fn set_dead(&self, cause: String) {
         self.dead.lock().get_or_insert(cause);
     }
-
-    /// Queues a call; its result completes `task`'s return object.
-    pub(crate) fn call(
-        &self,
-        rt: &Arc<Runtime>,
-        task: TaskId,
-        method: &'static ActorMethod,
-        args: Vec<TaskArg>,
-        parent: Option<TaskId>,
-    ) {
-        let dead = self.dead.lock().clone();
-        if let Some(cause) = dead {
-            rt.complete_object(task.return_object(), Err(self.died(&cause)));
-            return;
-        }
-        if let Err(mpsc::error::SendError(ActorMsg::Call { task, .. })) =
-            self.tx.send(ActorMsg::Call {
-                task,
-                method,
-                args,
-                parent,
-            })
-        {
-            rt.complete_object(task.return_object(), Err(self.died("its owner stopped")));
-        }
-    }
-
-    /// Kills the actor: calls made from now on fail with `ActorDied`
-    /// ("killed by its owner"), as embedded.
-    pub(crate) fn kill(&self) {
-        self.set_dead("killed by its owner".into());
-        let _ = self.tx.send(ActorMsg::Kill);
-    }
 }
 
 /// Why an actor is dead, from the error that ended it: an `ActorDied`'s
@@ -193,13 +225,13 @@ fn death_cause(e: Error) -> String {
 /// are swept whenever the map doubles, so it stays proportional to the
 /// live handles.
 pub(super) fn remember_actor(
-    actors: &mut HashMap<ActorId, Weak<RemoteActor>>,
-    actor: &Arc<RemoteActor>,
+    actors: &mut HashMap<ActorId, Weak<HeldActor>>,
+    held: &Arc<HeldActor>,
 ) {
     if actors.len() >= 64 && actors.len().is_power_of_two() {
         actors.retain(|_, a| a.strong_count() > 0);
     }
-    actors.insert(actor.id, Arc::downgrade(actor));
+    actors.insert(held.actor.id, Arc::downgrade(held));
 }
 
 impl ClusterCore {
@@ -210,7 +242,7 @@ impl ClusterCore {
         class: &'static ActorClass,
         args: Vec<TaskArg>,
         opts: &ActorOptions,
-    ) -> crate::Result<Arc<RemoteActor>> {
+    ) -> crate::Result<Arc<HeldActor>> {
         let request = opts.validate()?;
         self.check_feasible(
             class.name,
@@ -247,8 +279,7 @@ impl ClusterCore {
         let resources = resources_to_wire(request);
         let strategy = strategy_to_wire(&opts.resources.strategy);
         let id = ActorId::new(rt.worker, rt.next_seq());
-        let (tx, rx) = mpsc::unbounded_channel();
-        let mut actor = RemoteActor::new(id, class, tx);
+        let mut actor = RemoteActor::new(id, class);
         if opts.max_restarts > 0 {
             actor.restarts = Some(Restarts {
                 max_task_retries: opts.max_task_retries,
@@ -256,8 +287,9 @@ impl ClusterCore {
                 max_restarts: opts.max_restarts,
             });
         }
-        let actor = Arc::new(actor);
-        remember_actor(&mut self.actors.lock(), &actor);
+        let (held, rx) = HeldActor::new(actor);
+        let actor = held.actor.clone();
+        remember_actor(&mut self.actors.lock(), &held);
         if let Some(crate::placement::PlacementGroup {
             inner: crate::placement::PgInner::Cluster(pg, _),
         }) = &opts.resources.group
@@ -267,7 +299,7 @@ impl ClusterCore {
                 .into_any()
                 .downcast::<crate::cluster::ClusterPg>()
             {
-                pg.adopt_actor(&actor);
+                pg.adopt_actor(&held);
             }
         }
         let max_concurrency = opts.max_concurrency as u32;
@@ -289,13 +321,13 @@ impl ClusterCore {
             detached: opts.detached,
             creator: crate::context::current_trace(),
             max_restarts: opts.max_restarts,
+            isolated: opts.isolated,
         };
         crate::context::before_child_submit();
         let me = self.clone();
-        let shared = actor.clone();
         self.tokio
-            .spawn(async move { me.run_actor(shared, rx, launch, entry).await });
-        Ok(actor)
+            .spawn(async move { me.run_actor(actor, rx, launch, entry).await });
+        Ok(held)
     }
 
     pub(super) async fn run_actor(
@@ -511,20 +543,19 @@ impl ClusterCore {
         self: &Arc<Self>,
         id: ActorId,
         class: &'static ActorClass,
-    ) -> Arc<RemoteActor> {
+    ) -> Arc<HeldActor> {
         let mut actors = self.actors.lock();
         if let Some(a) = actors.get(&id).and_then(Weak::upgrade) {
             return a;
         }
-        let (tx, rx) = mpsc::unbounded_channel();
-        let actor = Arc::new(RemoteActor::new(id, class, tx));
-        remember_actor(&mut actors, &actor);
+        let (held, rx) = HeldActor::new(RemoteActor::new(id, class));
+        remember_actor(&mut actors, &held);
         drop(actors);
         let me = self.clone();
-        let shared = actor.clone();
+        let shared = held.actor.clone();
         self.tokio
             .spawn(async move { me.follow(shared, rx, None).await });
-        actor
+        held
     }
 
     /// Forwards a borrowed handle's calls to wherever the actor lives,
@@ -652,7 +683,7 @@ impl ClusterCore {
         class: &'static ActorClass,
         namespace: &str,
         name: &str,
-    ) -> Result<Arc<RemoteActor>, Error> {
+    ) -> Result<Arc<HeldActor>, Error> {
         let loc = self
             .gcs
             .lookup_actor(namespace, name)
@@ -681,10 +712,9 @@ impl ClusterCore {
                 cause: format!("its worker {} is no longer alive", loc.worker),
             })?;
         let link = self.link(addr, node, loc.worker).await?;
-        let (tx, rx) = mpsc::unbounded_channel();
-        let actor = Arc::new(RemoteActor::new(loc.id, class, tx));
+        let (held, rx) = HeldActor::new(RemoteActor::new(loc.id, class));
         let me = self.clone();
-        let shared = actor.clone();
+        let shared = held.actor.clone();
         self.tokio.spawn(async move {
             let mut rx = rx;
             if me
@@ -695,7 +725,7 @@ impl ClusterCore {
                 me.follow(shared, rx, Some(link.addr)).await;
             }
         });
-        Ok(actor)
+        Ok(held)
     }
 
     pub(super) async fn create_actor(
@@ -711,6 +741,7 @@ impl ClusterCore {
             max_concurrency,
             detached,
             creator,
+            isolated,
             ..
         } = launch;
         self.rt().ok_or(Error::ShutDown)?;
@@ -718,7 +749,9 @@ impl ClusterCore {
             let _ = d.buffer().await;
         }
         let wire = self.wire_args(args).await?;
-        let (lease, node, link) = self.lease(resources, strategy, labels, Vec::new()).await?;
+        let (lease, node, link) = self
+            .lease(resources, strategy, labels, Vec::new(), *isolated)
+            .await?;
         let (done_tx, done_rx) = oneshot::channel();
         let task = TaskId::new(actor.id.owner, actor.id.seq);
         // The launch keeps the arguments alive.

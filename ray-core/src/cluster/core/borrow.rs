@@ -13,22 +13,38 @@ impl ClusterCore {
         take: bool,
     ) -> Result<ObjectBuffer, Error> {
         let lost = |cause: String| Error::ObjectLost { object: id, cause };
+        self.fetch_or(addr, id, take, lost).await
+    }
+
+    /// Fetches object `id` from the process at `addr`; `unreachable` makes
+    /// the error when that process cannot be reached or the transfer
+    /// breaks (its answers, errors included, come back as they are).
+    pub(super) async fn fetch_or(
+        &self,
+        addr: SocketAddr,
+        id: ObjectId,
+        take: bool,
+        unreachable: impl Fn(String) -> Error,
+    ) -> Result<ObjectBuffer, Error> {
         let conn = self
             .conns
             .get(addr)
             .await
-            .map_err(|e| lost(format!("its holder at {addr} is unreachable: {e}")))?;
+            .map_err(|e| unreachable(format!("its holder at {addr} is unreachable: {e}")))?;
         let request = Envelope::new(GetObject { id, take }.into());
         let (reply, bytes) = conn
             .request_bulk(&request, MAX_OBJECT_LEN)
             .await
-            .map_err(|e| lost(format!("transfer from {addr} failed: {e}")))?;
+            .map_err(|e| unreachable(format!("transfer from {addr} failed: {e}")))?;
         match (GetObject::reply(reply.body), bytes) {
             (Ok(ObjectReply::Follows(_)), Some(bytes)) => Ok(ObjectBuffer::from_aligned(bytes)),
             (Ok(ObjectReply::Failed(ObjectFailed { error })), _) => Err(error_from_wire(error, "")),
             (other, _) => {
                 let other = other.map_or_else(|message| message, Message::from);
-                Err(lost(format!("{addr} answered {other:?}")))
+                Err(Error::ObjectLost {
+                    object: id,
+                    cause: format!("{addr} answered {other:?}"),
+                })
             }
         }
     }
@@ -62,8 +78,15 @@ impl ClusterCore {
             let me = self.clone();
             let rt = rt.clone();
             self.tokio.spawn(async move {
+                // Borrowed values come from their owner: if it cannot be
+                // reached, it is gone, and its objects with it.
+                let owner_died = |cause: String| Error::OwnerDied {
+                    object: id,
+                    owner: id.owner,
+                    cause,
+                };
                 let out = match me.worker_addr(id.owner).await {
-                    Ok(addr) => me.fetch(addr, id, false).await,
+                    Ok(addr) => me.fetch_or(addr, id, false, owner_died).await,
                     Err(e) => Err(e),
                 };
                 if let Ok(buf) = &out {

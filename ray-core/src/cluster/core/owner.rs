@@ -58,7 +58,7 @@ pub(super) struct Queued {
     pub(super) function: &'static RemoteFunction,
     pub(super) args: Vec<WireArg>,
     pub(super) _keep: Vec<TaskArg>,
-    pub(super) retry_exceptions: bool,
+    pub(super) retry_exceptions: crate::options::RetryExceptions,
     pub(super) parent: Option<TaskId>,
     /// Bytes of its arguments by node, for the locality strategy (empty
     /// for the others).
@@ -265,6 +265,7 @@ impl ClusterCore {
                     ) else {
                         continue;
                     };
+                    let (retry_exceptions, retry_on) = q.retry_exceptions.to_wire();
                     let item = WorkItem::Task {
                         task,
                         function: q.function.id,
@@ -273,7 +274,8 @@ impl ClusterCore {
                         resources: key.resources.clone(),
                         attempt,
                         max_retries,
-                        retry_exceptions: q.retry_exceptions,
+                        retry_exceptions,
+                        retry_on,
                         parent: q.parent,
                     };
                     match pushes.last_mut() {
@@ -348,7 +350,7 @@ impl ClusterCore {
             .map(|q| q.arg_bytes.clone())
             .unwrap_or_default();
         let result = self
-            .lease_once(&key.resources, &key.strategy, &key.labels, arg_bytes)
+            .lease_once(&key.resources, &key.strategy, &key.labels, arg_bytes, false)
             .await;
         let answer = match result {
             // Its worker went away between the grant and now, or could not
@@ -388,11 +390,12 @@ impl ClusterCore {
         strategy: &WireStrategy,
         labels: &WireLabels,
         arg_bytes: Vec<ArgBytes>,
+        isolated: bool,
     ) -> Result<(TaskId, NodeId, Arc<Link>), Error> {
         let mut tries = 0;
         loop {
             let once = self
-                .lease_once(resources, strategy, labels, arg_bytes.clone())
+                .lease_once(resources, strategy, labels, arg_bytes.clone(), isolated)
                 .await;
             match once {
                 Ok(granted) => return Ok(granted),
@@ -412,6 +415,7 @@ impl ClusterCore {
         strategy: &WireStrategy,
         labels: &WireLabels,
         arg_bytes: Vec<ArgBytes>,
+        isolated: bool,
     ) -> Result<(TaskId, NodeId, Arc<Link>), LeaseError> {
         let rt = self.rt().ok_or(Error::ShutDown)?;
         let lease = rt.new_task_id();
@@ -427,6 +431,7 @@ impl ClusterCore {
             soft_labels: labels.soft.clone(),
             arg_bytes,
             owner: self.my_addr.clone(),
+            isolated,
         };
         match self.ask(self.local_node, request).await? {
             Ok(NodeReply::LeaseGranted(LeaseGranted {
@@ -487,5 +492,25 @@ impl ClusterCore {
             st.tasks.tick(Instant::now());
             self.drive(st);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What an owner keeps of each unfinished task to run it again (its
+    /// lineage): the core's entry with the shell's payload inline; the
+    /// arguments' own bytes come on top (a value argument's archive, 8
+    /// bytes per ref argument, the ref's count). Printed for
+    /// docs/fault-tolerance.md.
+    #[test]
+    fn a_tasks_lineage_entry_stays_small() {
+        let entry = crate::cluster::task_owner::entry_bytes::<Tasks>();
+        eprintln!(
+            "lineage entry: {entry} bytes (payload {} of it)",
+            std::mem::size_of::<Queued>()
+        );
+        assert!(entry <= 256, "{entry} bytes per task");
     }
 }

@@ -454,7 +454,8 @@ impl ClusterCore {
     fn lost(&self, rt: &Arc<Runtime>, task: TaskId, f: Inflight, err: Error) {
         let actor = match &f.kind {
             InflightKind::ActorCall { actor, .. } => {
-                self.actors.lock().get(actor).and_then(Weak::upgrade)
+                let held = self.actors.lock().get(actor).and_then(Weak::upgrade);
+                held.map(|h| h.actor.clone())
             }
             InflightKind::ActorCreate(_) => None,
         };

@@ -114,9 +114,9 @@ impl Remote for ClusterRemote {
     }
 }
 
-impl RemoteActorRef for RemoteActor {
+impl RemoteActorRef for HeldActor {
     fn id(&self) -> ActorId {
-        self.id
+        self.actor.id
     }
 
     fn call(
@@ -127,15 +127,15 @@ impl RemoteActorRef for RemoteActor {
         args: Vec<TaskArg>,
         parent: Option<TaskId>,
     ) {
-        RemoteActor::call(self, rt, task, method, args, parent);
+        HeldActor::call(self, rt, task, method, args, parent);
     }
 
     fn kill(&self) {
-        RemoteActor::kill(self);
+        HeldActor::kill(self);
     }
 
     fn escape(&self) {
-        RemoteActor::escape(self);
+        self.actor.escape();
     }
 }
 

@@ -226,6 +226,7 @@ impl ClusterCore {
                 attempt,
                 max_retries,
                 retry_exceptions,
+                retry_on,
                 parent,
             } => {
                 let Some(f) = registry().function(function) else {
@@ -245,7 +246,10 @@ impl ClusterCore {
                     resources: resources_from_wire(&resources),
                     pool: Pool::Node,
                     max_retries,
-                    retry_exceptions,
+                    retry_exceptions: crate::options::RetryExceptions::from_wire(
+                        retry_exceptions,
+                        retry_on,
+                    ),
                     attempt,
                     parent,
                     trace: Some(task),

@@ -105,6 +105,12 @@ pub(crate) fn error_to_wire(e: &Error) -> WireError {
             w.object = Some(*object);
             w.message = cause.clone();
         }
+        // The owner is the object id's own: it need not travel.
+        Error::OwnerDied { object, cause, .. } => {
+            w.kind = ErrorKind::OwnerDied;
+            w.object = Some(*object);
+            w.message = cause.clone();
+        }
         Error::ShutDown => w.kind = ErrorKind::ShutDown,
         _ => {}
     }
@@ -144,6 +150,11 @@ pub(crate) fn error_from_wire(w: WireError, name: &'static str) -> Error {
         },
         (ErrorKind::ObjectLost, _, _, Some(object)) => Error::ObjectLost {
             object,
+            cause: w.message,
+        },
+        (ErrorKind::OwnerDied, _, _, Some(object)) => Error::OwnerDied {
+            object,
+            owner: object.owner,
             cause: w.message,
         },
         (ErrorKind::ShutDown, ..) => Error::ShutDown,

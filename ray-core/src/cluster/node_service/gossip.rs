@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use ray_proto::wire::{WireChannel, WireEvent};
-use ray_proto::JobId;
+use ray_proto::{JobId, TaskId};
 use ray_sched::NodeUpdate;
 
 use super::NodeService;
@@ -169,6 +169,21 @@ impl NodeService {
     fn end_job(&self, job: JobId) {
         let inner = &self.inner;
         inner.ended.lock().insert(job);
+        // Isolated workers of the job go with it, but for detached actors'.
+        let own: Vec<TaskId> = {
+            // Lock order: `isolated` before `lease_jobs` and `detached`.
+            let isolated = inner.isolated.lock();
+            let detached = inner.detached.lock();
+            isolated
+                .iter()
+                .filter(|(l, (j, _))| *j == job && !detached.contains(*l))
+                .map(|(l, _)| *l)
+                .collect()
+        };
+        for lease in own {
+            self.drop_isolated(lease);
+            self.release_lease(lease);
+        }
         let keep = {
             let lj = inner.lease_jobs.lock();
             let detached = inner.detached.lock();

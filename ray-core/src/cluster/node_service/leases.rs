@@ -24,6 +24,8 @@ pub(super) struct Pending {
     binary_hash: [u8; 32],
     fingerprint: BuildFingerprint,
     owner: String,
+    /// The lease gets a worker process of its own.
+    isolated: bool,
 }
 
 /// Who holds a lease granted here.
@@ -34,16 +36,29 @@ pub(super) struct Holder {
 }
 
 impl NodeService {
-    /// Gives back the job's leases; those of detached actors too only
-    /// when `all` (their worker is gone).
+    /// Gives back lease `lease` (its isolated worker exited).
+    pub(super) fn release_lease(&self, lease: TaskId) {
+        let inner = &self.inner;
+        inner.lease_jobs.lock().remove(&lease);
+        inner.detached.lock().remove(&lease);
+        inner.sched.lock().finish(lease);
+        self.drain();
+    }
+
+    /// Gives back the job's leases on its shared worker; those of
+    /// detached actors too only when `all` (their worker is gone).
+    /// Isolated leases have workers of their own and stay.
     pub(super) fn release_job_leases(&self, job: JobId, all: bool) {
         let inner = &self.inner;
         let leases: Vec<TaskId> = {
+            let isolated = inner.isolated.lock();
             let mut lj = inner.lease_jobs.lock();
             let mut detached = inner.detached.lock();
             let ids: Vec<TaskId> = lj
                 .iter()
-                .filter(|(l, h)| h.job == job && (all || !detached.contains(*l)))
+                .filter(|(l, h)| {
+                    h.job == job && !isolated.contains_key(*l) && (all || !detached.contains(*l))
+                })
                 .map(|(l, _)| *l)
                 .collect();
             for l in &ids {
@@ -79,6 +94,7 @@ impl NodeService {
                 soft_labels,
                 arg_bytes,
                 owner,
+                isolated,
             }) => {
                 let (tx, rx) = oneshot::channel();
                 inner.replies.lock().insert(lease, tx);
@@ -91,6 +107,7 @@ impl NodeService {
                         binary_hash,
                         fingerprint,
                         owner,
+                        isolated,
                     },
                 );
                 task.arg_bytes = arg_bytes.iter().map(|a| (a.node, a.bytes)).collect();
@@ -112,6 +129,11 @@ impl NodeService {
             }
             NodeRequest::ReturnLease(ReturnLease { lease }) => {
                 inner.lease_jobs.lock().remove(&lease);
+                let own = inner.isolated.lock().remove(&lease);
+                if let Some((_, w)) = own {
+                    // Its worker served this lease alone.
+                    w.stop();
+                }
                 inner.detached.lock().remove(&lease);
                 let found = inner.sched.lock().finish(lease);
                 self.drain();
@@ -201,7 +223,8 @@ impl NodeService {
                 address,
                 fingerprint,
                 pid,
-            }) => self.worker_ready(job, worker, address, fingerprint, pid),
+                lease,
+            }) => self.worker_ready(job, worker, address, fingerprint, pid, lease),
         }
     }
 
@@ -278,7 +301,13 @@ impl NodeService {
         let me = self.clone();
         tokio::spawn(async move {
             let p = &task.item;
-            match me.worker_for(p.job, p.binary_hash, p.fingerprint).await {
+            let started = if p.isolated {
+                me.isolated_worker(task.id, p.job, p.binary_hash, p.fingerprint)
+                    .await
+            } else {
+                me.worker_for(p.job, p.binary_hash, p.fingerprint).await
+            };
+            match started {
                 Ok((worker, address)) => {
                     let granted = LeaseGranted {
                         lease: task.id,
@@ -287,12 +316,14 @@ impl NodeService {
                         address,
                     };
                     if !me.reply(task.id, granted.into()) {
+                        me.drop_isolated(task.id);
                         me.inner.lease_jobs.lock().remove(&task.id);
                         me.inner.sched.lock().finish(task.id);
                         me.drain();
                     }
                 }
                 Err(e) => {
+                    me.drop_isolated(task.id);
                     me.inner.lease_jobs.lock().remove(&task.id);
                     me.inner.sched.lock().finish(task.id);
                     me.drain();
@@ -326,6 +357,7 @@ impl NodeService {
                             .map(|&(node, bytes)| ray_proto::wire::ArgBytes { node, bytes })
                             .collect(),
                         owner: p.owner.clone(),
+                        isolated: p.isolated,
                     };
                     conn.request(&Envelope::new(request.into())).await.ok()
                 }

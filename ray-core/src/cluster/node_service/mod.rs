@@ -76,6 +76,8 @@ struct Inner {
     /// Leases held by detached actors: they outlive their job.
     detached: Mutex<hashbrown::HashSet<TaskId>>,
     jobs: Mutex<HashMap<JobId, Arc<JobWorker>>>,
+    /// Worker processes of isolated leases, one each, by lease.
+    isolated: Mutex<HashMap<TaskId, (JobId, Arc<JobWorker>)>>,
     /// Jobs seen ending: no worker is prestarted for them.
     ended: Mutex<hashbrown::HashSet<JobId>>,
     /// Jobs whose worker was prestarted here (once each).
@@ -130,6 +132,7 @@ impl NodeService {
             lease_jobs: Mutex::new(HashMap::new()),
             detached: Mutex::new(hashbrown::HashSet::new()),
             jobs: Mutex::new(HashMap::new()),
+            isolated: Mutex::new(HashMap::new()),
             ended: Mutex::new(hashbrown::HashSet::new()),
             prestarted: Mutex::new(hashbrown::HashSet::new()),
             fetches: Mutex::new(HashMap::new()),

@@ -1,6 +1,13 @@
 //! The worker process of each job on this node: started on first use from
 //! the job's cached binary, refused if its build fingerprint differs from
 //! the job's, stopped (SIGTERM, then SIGKILL) when the job ends.
+//!
+//! Which work shares a process: every lease of a job on this node runs in
+//! the job's one worker process (fast: no process per task or actor, and
+//! objects pass within it), except an isolated lease (an actor created with
+//! `isolated()`), which gets a worker process of its own, started for it
+//! and stopped when the lease ends, so a crash there takes only that
+//! actor.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,7 +15,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use ray_proto::wire::{BuildFingerprint, JobBuild, Message, WorkerDied};
-use ray_proto::{JobId, WorkerId};
+use ray_proto::{JobId, TaskId, WorkerId};
 use ray_transport::Envelope;
 use tokio::sync::oneshot;
 
@@ -54,9 +61,18 @@ impl NodeService {
         address: String,
         fingerprint: BuildFingerprint,
         pid: u32,
+        lease: Option<TaskId>,
     ) -> Message {
         let inner = &self.inner;
-        let w = inner.jobs.lock().get(&job).cloned();
+        let w = match lease {
+            Some(lease) => inner
+                .isolated
+                .lock()
+                .get(&lease)
+                .filter(|(j, _)| *j == job)
+                .map(|(_, w)| w.clone()),
+            None => inner.jobs.lock().get(&job).cloned(),
+        };
         let Some(w) = w else {
             return Message::Refused {
                 reason: format!("{} runs no worker of {job}", inner.node),
@@ -132,7 +148,7 @@ impl NodeService {
             let started = w
                 .started
                 .get_or_init(|| {
-                    me.start_worker(job, build.binary_hash, build.fingerprint, w.clone())
+                    me.start_worker(job, build.binary_hash, build.fingerprint, w.clone(), None)
                 })
                 .await;
             if let Err(e) = started {
@@ -154,17 +170,51 @@ impl NodeService {
     ) -> Started {
         let w = self.inner.jobs.lock().entry(job).or_default().clone();
         w.started
-            .get_or_init(|| self.start_worker(job, binary_hash, fingerprint, w.clone()))
+            .get_or_init(|| self.start_worker(job, binary_hash, fingerprint, w.clone(), None))
             .await
             .clone()
     }
 
+    /// A worker process of `job` for isolated lease `lease` alone.
+    pub(super) async fn isolated_worker(
+        &self,
+        lease: TaskId,
+        job: JobId,
+        binary_hash: [u8; 32],
+        fingerprint: BuildFingerprint,
+    ) -> Started {
+        let w = Arc::new(JobWorker::default());
+        self.inner.isolated.lock().insert(lease, (job, w.clone()));
+        let started = w
+            .started
+            .get_or_init(|| {
+                self.start_worker(job, binary_hash, fingerprint, w.clone(), Some(lease))
+            })
+            .await
+            .clone();
+        if started.is_err() {
+            self.drop_isolated(lease);
+        }
+        started
+    }
+
+    /// Stops and forgets the worker of isolated lease `lease`, if any.
+    pub(super) fn drop_isolated(&self, lease: TaskId) {
+        let own = self.inner.isolated.lock().remove(&lease);
+        if let Some((_, w)) = own {
+            w.stop();
+        }
+    }
+
+    /// Starts `w`, the worker of `job` (of isolated lease `lease` alone,
+    /// if given), and watches it until it exits.
     async fn start_worker(
         &self,
         job: JobId,
         binary_hash: [u8; 32],
         fingerprint: BuildFingerprint,
         w: Arc<JobWorker>,
+        lease: Option<TaskId>,
     ) -> Started {
         let inner = &self.inner;
         *w.binary.lock() = Some(binary_hash);
@@ -191,6 +241,7 @@ impl NodeService {
             binary_hash,
             bind_ip: inner.config.bind_ip,
             object_store_bytes: inner.config.limits.object_store_bytes,
+            lease,
         };
         let mut cmd = tokio::process::Command::new(&path);
         for (k, _) in std::env::vars_os() {
@@ -233,9 +284,22 @@ impl NodeService {
                 }
             };
             tracing::info!(target: "ray::node", job = %job, pid, ?status, "worker.exited");
-            let current = me.inner.jobs.lock().get(&job).cloned();
-            if current.is_some_and(|c| Arc::ptr_eq(&c, &watched)) {
-                me.inner.jobs.lock().remove(&job);
+            match lease {
+                Some(lease) => {
+                    let mut isolated = me.inner.isolated.lock();
+                    if isolated
+                        .get(&lease)
+                        .is_some_and(|(_, c)| Arc::ptr_eq(c, &watched))
+                    {
+                        isolated.remove(&lease);
+                    }
+                }
+                None => {
+                    let current = me.inner.jobs.lock().get(&job).cloned();
+                    if current.is_some_and(|c| Arc::ptr_eq(&c, &watched)) {
+                        me.inner.jobs.lock().remove(&job);
+                    }
+                }
             }
             let started = watched
                 .started
@@ -247,13 +311,16 @@ impl NodeService {
                     Ok(s) => s.to_string(),
                     Err(e) => format!("cannot be waited for: {e}"),
                 };
-                me.tell_owners(job, worker, pid, status);
+                me.tell_owners(job, lease, worker, pid, status);
             }
             if let Some(tx) = watched.ready.lock().take() {
                 let status = status.map_err(Arc::new);
                 let _ = tx.send(Err(WorkerStartError::Exited { job, pid, status }));
             }
-            me.release_job_leases(job, true);
+            match lease {
+                Some(lease) => me.release_lease(lease),
+                None => me.release_job_leases(job, true),
+            }
         });
         match tokio::time::timeout(WORKER_START_TIMEOUT, rx).await {
             Ok(Ok(r)) => r,
@@ -270,19 +337,32 @@ impl NodeService {
 }
 
 impl NodeService {
-    /// Tells the owner of every lease of `job` here that its worker
-    /// process exited, so their work is retried or failed at once (a
-    /// work stream to a dead process notices only when its connection
-    /// times out).
-    fn tell_owners(&self, job: JobId, worker: WorkerId, pid: u32, status: String) {
+    /// Tells the owner of every lease of `job` here (only of `lease`, for
+    /// an isolated lease's worker) that its worker process exited, so
+    /// their work is retried or failed at once (a work stream to a dead
+    /// process notices only when its connection times out).
+    fn tell_owners(
+        &self,
+        job: JobId,
+        lease: Option<TaskId>,
+        worker: WorkerId,
+        pid: u32,
+        status: String,
+    ) {
+        let isolated = self.inner.isolated.lock();
         let owners: std::collections::BTreeSet<String> = self
             .inner
             .lease_jobs
             .lock()
-            .values()
-            .filter(|h| h.job == job)
-            .map(|h| h.owner.clone())
+            .iter()
+            .filter(|(l, h)| match lease {
+                Some(lease) => **l == lease,
+                // The shared worker's leases: not those with their own.
+                None => h.job == job && !isolated.contains_key(*l),
+            })
+            .map(|(_, h)| h.owner.clone())
             .collect();
+        drop(isolated);
         tracing::warn!(target: "ray::node", job = %job, worker = %worker, pid, status = %status, owners = owners.len(), "worker.died");
         for owner in owners {
             let Ok(addr) = owner.parse::<SocketAddr>() else {

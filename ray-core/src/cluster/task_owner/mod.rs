@@ -790,6 +790,13 @@ impl<S: Shell> TaskOwner<S> {
     }
 }
 
+/// Bytes the core keeps per task in flight or being taken (its lineage:
+/// how to make its value again), beyond what the payload points to.
+#[cfg(test)]
+pub(crate) fn entry_bytes<S: Shell>() -> usize {
+    std::mem::size_of::<Pushed<S>>().max(std::mem::size_of::<Taking<S>>())
+}
+
 #[cfg(test)]
 mod tests {
     use ray_proto::WorkerId;
