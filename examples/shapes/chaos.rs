@@ -176,6 +176,29 @@ pub async fn run(
 ) -> Result<ChaosOutcome, String> {
     let started = Instant::now();
     let work = tokio::spawn(workload(ray.clone(), size));
+    let ((tasks_correct, missing_reports, objects_correct), kills) =
+        with_killer(cluster, kill_every, work).await?;
+    Ok(ChaosOutcome {
+        tasks_correct,
+        objects_correct,
+        missing_reports,
+        kills,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// Waits for `work` while, with `kill_every`, a random non-head node of
+/// `cluster` is killed (SIGKILL) and replaced that often; returns what
+/// `work` returned and the number of kills.
+///
+/// # Errors
+///
+/// `work`'s error, or a replacement node that did not join.
+pub async fn with_killer<T: Send + 'static>(
+    cluster: &mut Cluster,
+    kill_every: Option<Duration>,
+    work: tokio::task::JoinHandle<Result<T, String>>,
+) -> Result<(T, u32), String> {
     let mut kills = 0;
     let mut pick = 0x5eed_u64;
     if let Some(every) = kill_every {
@@ -204,15 +227,8 @@ pub async fn run(
             cluster.add_node().await.map_err(|e| e.to_string())?;
         }
     }
-    let (tasks_correct, missing_reports, objects_correct) =
-        work.await.map_err(|e| e.to_string())??;
-    Ok(ChaosOutcome {
-        tasks_correct,
-        objects_correct,
-        missing_reports,
-        kills,
-        elapsed: started.elapsed(),
-    })
+    let out = work.await.map_err(|e| e.to_string())??;
+    Ok((out, kills))
 }
 
 /// The tasks, the reports and the objects; returns whether the total was

@@ -34,14 +34,18 @@ pub struct TreeNode {
 
 #[remote]
 impl TreeNode {
-    fn new(depth: u32, seed: u64) -> Self {
+    /// The actor at `depth` of the tree for `seed`; `restart`: every actor
+    /// of the tree restarts when its process dies, and calls lost with it
+    /// are sent again (`max_restarts(-1)`, `max_task_retries(-1)`: the
+    /// chaos run's W7; the shape is the same).
+    fn new(depth: u32, seed: u64, restart: bool) -> Self {
         let mut children = Vec::new();
         if depth < DEPTH {
             let mut rng = SplitMix64::new(seed);
             let n = 1 + rng.next_u64() % 2;
             let ray = Ray::current().expect("a constructor runs inside the runtime");
             for _ in 0..n {
-                let child = TreeNode::remote(&ray, depth + 1, rng.next_u64())
+                let child = create(&ray, depth + 1, rng.next_u64(), restart)
                     .expect("the runtime accepts a zero-CPU actor while it runs");
                 children.push(child);
             }
@@ -96,11 +100,33 @@ pub struct TreeRun {
     pub seconds: f64,
 }
 
+/// Creates a tree actor: restarting, with its calls re-sent, or not.
+fn create(
+    ray: &Ray,
+    depth: u32,
+    seed: u64,
+    restart: bool,
+) -> ray_core::Result<ActorHandle<TreeNode>> {
+    match restart {
+        true => TreeNode::options()
+            .max_restarts(-1)
+            .max_task_retries(-1)
+            .remote(ray, depth, seed, restart),
+        false => TreeNode::remote(ray, depth, seed, restart),
+    }
+}
+
 /// Builds the tree for `seed`, calls `process()` on the root once and
 /// counts what happened.
 pub async fn run(ray: &Ray, seed: u64) -> ray_core::Result<TreeRun> {
+    run_with(ray, seed, false).await
+}
+
+/// [`run`], every actor restarting when its process dies (`restart`).
+/// Calls are then at least once: a re-sent call may count twice.
+pub async fn run_with(ray: &Ray, seed: u64, restart: bool) -> ray_core::Result<TreeRun> {
     let start = Instant::now();
-    let root = TreeNode::remote(ray, 0, seed)?;
+    let root = create(ray, 0, seed, restart)?;
     let calls = root.process()?.get().await?;
     let seconds = start.elapsed().as_secs_f64();
     let actors = root.actors()?.get().await?;

@@ -439,12 +439,14 @@ async fn chaos_run(opts: &Options) -> anyhow::Result<()> {
         outcomes.push(out);
     }
     let (calm, chaos) = (&outcomes[0], &outcomes[1]);
+    let w7 = w7_chaos(opts, nodes).await?;
+    let w7_correct = w7["correct"].as_bool() == Some(true);
     let line = json!({
         "workload": "chaos",
         "mode": "cluster",
         "nodes": nodes,
         "cpus": opts.cpus,
-        "correct": calm.correct() && chaos.correct(),
+        "correct": calm.correct() && chaos.correct() && w7_correct,
         "tasks_correct": [calm.tasks_correct, chaos.tasks_correct],
         "missing_reports": [calm.missing_reports, chaos.missing_reports],
         "objects_correct": [calm.objects_correct, chaos.objects_correct],
@@ -452,6 +454,7 @@ async fn chaos_run(opts: &Options) -> anyhow::Result<()> {
         "seconds_without_kills": calm.elapsed.as_secs_f64(),
         "seconds_with_kills": chaos.elapsed.as_secs_f64(),
         "slowdown": chaos.elapsed.as_secs_f64() / calm.elapsed.as_secs_f64(),
+        "w7": w7,
         "info": {
             "parents": size.parents, "children": size.children, "child_ms": size.child_ms,
             "reporters": size.reporters, "reports": size.reports,
@@ -461,6 +464,62 @@ async fn chaos_run(opts: &Options) -> anyhow::Result<()> {
     println!("{line}");
     Ok(())
 }
+
+/// W7 under the killer: the worker tree (every actor restarting, calls
+/// re-sent) run round after round for [`W7_CHAOS_ROUNDS`] seeds while a
+/// non-head node is killed and replaced every 5 s, against the same seeds
+/// without kills. Each round must count the same actors as its calm run
+/// and at least as many calls (a re-sent call may count twice).
+async fn w7_chaos(opts: &Options, nodes: usize) -> anyhow::Result<serde_json::Value> {
+    let mut runs: Vec<(Vec<tree::TreeRun>, u32, f64)> = Vec::new();
+    for kill_every in [None, Some(Duration::from_secs(5))] {
+        let config = LocalClusterConfig {
+            cpus_per_node: opts.cpus,
+            ..LocalClusterConfig::default()
+        };
+        let mut cluster = Cluster::local_with(nodes, config).await?;
+        let ray = cluster.connect().await?;
+        let started = Instant::now();
+        let driver = ray.clone();
+        let work = tokio::spawn(async move {
+            let mut rounds = Vec::new();
+            for seed in 0..W7_CHAOS_ROUNDS {
+                let run = tree::run_with(&driver, seed, true)
+                    .await
+                    .map_err(|e| format!("W7 round {seed}: {e}"))?;
+                rounds.push(run);
+            }
+            Ok::<_, String>(rounds)
+        });
+        let run = chaos::with_killer(&mut cluster, kill_every, work);
+        let (rounds, kills) = tokio::time::timeout(opts.timeout, run)
+            .await
+            .map_err(|_| {
+                anyhow::anyhow!("W7 under the killer took longer than {:?}", opts.timeout)
+            })?
+            .map_err(anyhow::Error::msg)?;
+        ray.shutdown();
+        runs.push((rounds, kills, started.elapsed().as_secs_f64()));
+    }
+    let (calm, chaos) = (&runs[0], &runs[1]);
+    let correct = calm
+        .0
+        .iter()
+        .zip(&chaos.0)
+        .all(|(c, k)| c.actors == k.actors && k.calls >= c.calls);
+    Ok(json!({
+        "correct": correct,
+        "rounds": W7_CHAOS_ROUNDS,
+        "kills": chaos.1,
+        "actors": calm.0.iter().map(|r| r.actors).sum::<u64>(),
+        "calls": [calm.0.iter().map(|r| r.calls).sum::<u64>(), chaos.0.iter().map(|r| r.calls).sum::<u64>()],
+        "seconds_without_kills": calm.2,
+        "seconds_with_kills": chaos.2,
+    }))
+}
+
+/// Seeds (rounds) of W7 under the killer.
+const W7_CHAOS_ROUNDS: u64 = 8;
 
 const USAGE: &str = "usage: workloads --mode embedded|cluster [--cpus N] [--nodes N] [--timeout S] [W1 .. W7] [queue memory] [ready transfer spread scale] [chaos]
   --cpus N     CPUs of the embedded runtime, or of each cluster node
