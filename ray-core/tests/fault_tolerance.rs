@@ -691,3 +691,57 @@ async fn a_ref_outliving_its_owner_is_owner_died_naming_it() {
     assert_eq!(after, vec![format!("owner-died {owner}")]);
     ray.shutdown();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actor_whose_handles_are_dropped_finishes_sent_calls_then_goes() {
+    let cluster = Cluster::local(1).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let a = Tally::options().isolated(true).remote(&ray, 0).unwrap();
+    let pid = a.pid().unwrap().get().await.unwrap();
+    let r = a.add(5).unwrap();
+    drop(a);
+    // As embedded: a call made before the last handle went still runs.
+    assert_eq!(r.get().await.unwrap(), 5);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !gone(pid) {
+        assert!(Instant::now() < deadline, "process {pid} still runs");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_actor_restarts_after_its_owners_handles_are_gone() {
+    let cluster = Cluster::local(1).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let a = Tally::options()
+        .name("lasting")
+        .detached(true)
+        .isolated(true)
+        .max_restarts(1)
+        .remote(&ray, 10)
+        .unwrap();
+    let first = a.pid().unwrap().get().await.unwrap();
+    drop(a);
+    // Its owner still watches it: killed from outside, it comes back.
+    let status = std::process::Command::new("kill")
+        .args(["-9", &first.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let found = ray.get_actor::<Tally>("lasting").expect("still named");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let next = loop {
+        // Calls in flight at the death fail; the next life answers.
+        if let Ok(pid) = found.pid().unwrap().get().await {
+            if pid != first {
+                break pid;
+            }
+        }
+        assert!(Instant::now() < deadline, "no next life");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_ne!(next, first);
+    assert_eq!(found.add(1).unwrap().get().await.unwrap(), 11);
+    ray.shutdown();
+}

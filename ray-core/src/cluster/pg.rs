@@ -32,7 +32,7 @@ use ray_sched::{
 };
 use tokio::sync::Notify;
 
-use super::core::{ClusterCore, HeldActor};
+use super::core::{ClusterCore, HeldActor, RemoteActor};
 use super::{resources_from_wire, resources_to_wire};
 use crate::error::{Error, Result};
 
@@ -49,8 +49,11 @@ pub(crate) struct ClusterPg {
     /// `(bundle, node)` once reserved.
     placed: Mutex<Vec<(usize, NodeId)>>,
     removed: AtomicBool,
+    /// One re-reservation at a time: node deaths may be reported twice, or
+    /// two nodes die at once; each pass reads what the last one placed.
+    replacing: tokio::sync::Mutex<()>,
     /// Actors created into the group: they die with it.
-    actors: Mutex<Vec<Weak<HeldActor>>>,
+    actors: Mutex<Vec<Weak<RemoteActor>>>,
 }
 
 impl ClusterPg {
@@ -66,7 +69,9 @@ impl ClusterPg {
 
     /// Remembers an actor created into the group.
     pub(crate) fn adopt_actor(&self, actor: &Arc<HeldActor>) {
-        self.actors.lock().push(Arc::downgrade(actor));
+        // The state, not the handles: an actor whose handles escaped
+        // outlives them, and dies with its group all the same.
+        self.actors.lock().push(Arc::downgrade(&actor.actor));
     }
 
     fn settle(&self, outcome: Result<()>) {
@@ -95,6 +100,7 @@ impl ClusterCore {
             changed: Notify::new(),
             placed: Mutex::new(Vec::new()),
             removed: AtomicBool::new(false),
+            replacing: tokio::sync::Mutex::new(()),
             actors: Mutex::new(Vec::new()),
         });
         {
@@ -132,10 +138,13 @@ impl ClusterCore {
     async fn replace_lost(self: Arc<Self>, pg: Arc<ClusterPg>, dead: NodeId) {
         let mut wait = RETRY;
         loop {
+            let one_at_a_time = pg.replacing.lock().await;
             if pg.removed.load(Ordering::Acquire) {
                 return;
             }
-            match self.try_replace(&pg, dead).await {
+            let attempt = self.try_replace(&pg, dead).await;
+            drop(one_at_a_time);
+            match attempt {
                 Ok(true) => return,
                 Ok(false) => {}
                 Err(e) => {
@@ -190,6 +199,11 @@ impl ClusterCore {
             .collect();
         if !self.reserve(pg, &placements).await {
             return Ok(false);
+        }
+        if pg.removed.load(Ordering::Acquire) {
+            // Removed meanwhile: its removal did not know of these.
+            self.release(pg.id, &placements).await;
+            return Ok(true);
         }
         {
             let mut now = pg.placed.lock();
@@ -363,7 +377,7 @@ impl ClusterCore {
             cause: why.to_string(),
         }));
         for a in pg.actors.lock().drain(..).filter_map(|a| a.upgrade()) {
-            a.kill();
+            a.request_kill();
         }
         let me = self.clone();
         let pg = pg.clone();

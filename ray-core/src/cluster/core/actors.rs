@@ -47,6 +47,10 @@ pub(crate) struct RemoteActor {
     pub(super) restarts: Option<Restarts>,
     /// Calls lost with a life of the actor, to send to the next one.
     pub(super) resend: Mutex<Vec<Resend>>,
+    /// A kill asked for by something holding no handle (its placement
+    /// group's removal), for the forwarder, which may have no channel
+    /// left.
+    pub(super) kill_now: tokio::sync::Notify,
 }
 
 /// How an actor restarts.
@@ -138,6 +142,7 @@ impl RemoteActor {
             escaped: false.into(),
             restarts: None,
             resend: Mutex::new(Vec::new()),
+            kill_now: tokio::sync::Notify::new(),
         }
     }
 
@@ -207,6 +212,12 @@ impl RemoteActor {
         }
     }
 
+    /// Kills the actor from outside its handles (see `kill_now`).
+    pub(crate) fn request_kill(&self) {
+        self.set_dead("killed by its owner".into());
+        self.kill_now.notify_one();
+    }
+
     pub(super) fn set_dead(&self, cause: String) {
         self.dead.lock().get_or_insert(cause);
     }
@@ -224,14 +235,24 @@ fn death_cause(e: Error) -> String {
 /// Records a handle in the by-id map; entries whose handles are all gone
 /// are swept whenever the map doubles, so it stays proportional to the
 /// live handles.
-pub(super) fn remember_actor(
-    actors: &mut HashMap<ActorId, Weak<HeldActor>>,
-    held: &Arc<HeldActor>,
-) {
+pub(super) fn remember_actor(actors: &mut HashMap<ActorId, KnownActor>, held: &Arc<HeldActor>) {
     if actors.len() >= 64 && actors.len().is_power_of_two() {
-        actors.retain(|_, a| a.strong_count() > 0);
+        actors.retain(|_, a| a.state.strong_count() > 0);
     }
-    actors.insert(held.actor.id, Arc::downgrade(held));
+    let known = KnownActor {
+        handles: Arc::downgrade(held),
+        state: Arc::downgrade(&held.actor),
+    };
+    actors.insert(held.actor.id, known);
+}
+
+/// An actor this process has handles to, in the by-id map: the handles
+/// (a decoded handle joins them while they live) and the state, which its
+/// forwarder keeps while it supervises the actor (calls lost with a life
+/// are sent to the next one even after the handles are gone).
+pub(crate) struct KnownActor {
+    pub(super) handles: Weak<HeldActor>,
+    pub(super) state: Weak<RemoteActor>,
 }
 
 impl ClusterCore {
@@ -374,8 +395,20 @@ impl ClusterCore {
                     // A detached actor is not killed when this process's
                     // handles go.
                     match self.forward_calls(&actor, &mut rx, &link, !detached).await {
-                        None => return,
                         Some(lost) => lost,
+                        None => {
+                            let escaped = actor.escaped.load(std::sync::atomic::Ordering::Acquire);
+                            let dead = actor.dead.lock().is_some();
+                            if !(detached || escaped) || dead {
+                                return;
+                            }
+                            // Handles elsewhere (or none, detached) may
+                            // still use it: keep supervising it.
+                            match self.supervise(&actor, &link).await {
+                                Some(lost) => lost,
+                                None => return,
+                            }
+                        }
                     }
                 }
                 // Its worker or node died while it was being created.
@@ -449,6 +482,7 @@ impl ClusterCore {
             let msg = tokio::select! {
                 biased;
                 lost = &mut lost => return Some(lost),
+                () = actor.kill_now.notified() => Some(ActorMsg::Kill),
                 msg = rx.recv() => msg,
             };
             let Some(msg) = msg else { break };
@@ -475,10 +509,40 @@ impl ClusterCore {
             }
         }
         if owned && !actor.escaped.load(std::sync::atomic::Ordering::Acquire) {
-            // Every handle is gone: the actor goes too.
+            // Every handle is gone: the actor goes too, once the calls
+            // already sent are answered (their results may still be
+            // awaited; embedded, queued calls run too).
+            let lost = link.lost();
+            tokio::pin!(lost);
+            while self.calls_in_flight(actor.id) {
+                tokio::select! {
+                    _ = &mut lost => return None,
+                    () = tokio::time::sleep(Duration::from_millis(5)) => {}
+                }
+            }
             let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
         }
         None
+    }
+
+    /// Whether calls of `actor` are pushed and not answered.
+    fn calls_in_flight(&self, actor: ActorId) -> bool {
+        self.owner.lock().inflight.values().any(|f| {
+            matches!(f.kind, super::owner::InflightKind::ActorCall { actor: a, .. } if a == actor)
+        })
+    }
+
+    /// Watches an actor no handle here uses any more but which must live
+    /// on (detached, or a handle escaped into a value): returns its
+    /// worker's loss (to restart it), or `None` when it is killed.
+    async fn supervise(&self, actor: &RemoteActor, link: &Link) -> Option<Error> {
+        tokio::select! {
+            lost = link.lost() => Some(lost),
+            () = actor.kill_now.notified() => {
+                let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
+                None
+            }
+        }
     }
 
     /// Sends one call to the actor's worker on `link` (or fails it: the
@@ -545,7 +609,7 @@ impl ClusterCore {
         class: &'static ActorClass,
     ) -> Arc<HeldActor> {
         let mut actors = self.actors.lock();
-        if let Some(a) = actors.get(&id).and_then(Weak::upgrade) {
+        if let Some(a) = actors.get(&id).and_then(|k| k.handles.upgrade()) {
             return a;
         }
         let (held, rx) = HeldActor::new(RemoteActor::new(id, class));

@@ -17,8 +17,10 @@ impl ClusterCore {
     }
 
     /// Fetches object `id` from the process at `addr`; `unreachable` makes
-    /// the error when that process cannot be reached or the transfer
-    /// breaks (its answers, errors included, come back as they are).
+    /// the error when that process cannot be reached, or the transfer
+    /// broke with the connection (a transfer failing on a connection that
+    /// lives on is `ObjectLost`; the holder's answers, errors included,
+    /// come back as they are).
     pub(super) async fn fetch_or(
         &self,
         addr: SocketAddr,
@@ -35,7 +37,13 @@ impl ClusterCore {
         let (reply, bytes) = conn
             .request_bulk(&request, MAX_OBJECT_LEN)
             .await
-            .map_err(|e| unreachable(format!("transfer from {addr} failed: {e}")))?;
+            .map_err(|e| {
+                let cause = format!("transfer from {addr} failed: {e}");
+                match conn.is_open() {
+                    true => Error::ObjectLost { object: id, cause },
+                    false => unreachable(cause),
+                }
+            })?;
         match (GetObject::reply(reply.body), bytes) {
             (Ok(ObjectReply::Follows(_)), Some(bytes)) => Ok(ObjectBuffer::from_aligned(bytes)),
             (Ok(ObjectReply::Failed(ObjectFailed { error })), _) => Err(error_from_wire(error, "")),

@@ -122,7 +122,7 @@ pub(crate) struct ClusterCore {
     hosted: Mutex<HashMap<ActorId, Hosted>>,
     /// Handles to remote actors this process holds, by id (a decoded
     /// handle reuses a live one).
-    actors: Mutex<HashMap<ActorId, Weak<HeldActor>>>,
+    actors: Mutex<HashMap<ActorId, actors::KnownActor>>,
     /// Pushed tasks running here: local task id -> the lease they run under.
     lease_of: Mutex<HashMap<TaskId, TaskId>>,
     /// Tasks of each lease blocked in a `get` or `wait` right now.
@@ -285,7 +285,7 @@ impl ClusterCore {
     }
 }
 
-pub(crate) use self::actors::HeldActor;
+pub(crate) use self::actors::{HeldActor, RemoteActor};
 use self::fetch_cache::*;
 use self::owner::*;
 use self::push::*;

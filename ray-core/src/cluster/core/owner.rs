@@ -7,7 +7,7 @@
 use ray_proto::wire::{labels_to_wire, ArgBytes, Label, TaskRow};
 
 use super::*;
-use crate::cluster::task_owner::{Action, Answer, Budget, Grant, Shell, TaskOwner};
+use crate::cluster::task_owner::{Action, Answer, Budget, Grant, Shell, TaskOwner, LEASE_RETRY};
 
 /// Where a scheduling key's work goes: same resources, same strategy.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
@@ -357,7 +357,11 @@ impl ClusterCore {
             // be reached (its node died after granting): ask again.
             Ok((_, _, link)) if link.is_dead() => Answer::WorkerGone,
             Err(LeaseError::Unreachable(error)) => {
+                // Most likely its node just died, which the GCS will say
+                // soon; not at once again (no hot loop against a node the
+                // owner cannot reach).
                 tracing::debug!(target: "ray::cluster", error = %error, "lease.worker_unreachable");
+                tokio::time::sleep(LEASE_RETRY).await;
                 Answer::WorkerGone
             }
             Err(LeaseError::Refused(error)) => {

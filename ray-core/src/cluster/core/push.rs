@@ -453,10 +453,11 @@ impl ClusterCore {
     /// restarts may go to its next life; anything else fails with `err`.
     fn lost(&self, rt: &Arc<Runtime>, task: TaskId, f: Inflight, err: Error) {
         let actor = match &f.kind {
-            InflightKind::ActorCall { actor, .. } => {
-                let held = self.actors.lock().get(actor).and_then(Weak::upgrade);
-                held.map(|h| h.actor.clone())
-            }
+            InflightKind::ActorCall { actor, .. } => self
+                .actors
+                .lock()
+                .get(actor)
+                .and_then(|k| k.state.upgrade()),
             InflightKind::ActorCreate(_) => None,
         };
         match actor {

@@ -77,6 +77,14 @@ impl NodeService {
             .filter_map(|w| *w.binary.lock())
             .map(|h| crate::cluster::hex(&h))
             .collect();
+        keep.extend(
+            self.inner
+                .isolated
+                .lock()
+                .values()
+                .filter_map(|(_, w)| *w.binary.lock())
+                .map(|h| crate::cluster::hex(&h)),
+        );
         keep.push(crate::cluster::hex(&also_keep));
         let dir = self.inner.config.cache_dir.clone();
         let cap = self.inner.config.limits.binary_cache_bytes;

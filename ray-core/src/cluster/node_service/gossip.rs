@@ -184,10 +184,14 @@ impl NodeService {
             self.drop_isolated(lease);
             self.release_lease(lease);
         }
+        // Detached actors in the shared worker keep it (isolated ones have
+        // processes of their own).
         let keep = {
+            let isolated = inner.isolated.lock();
             let lj = inner.lease_jobs.lock();
             let detached = inner.detached.lock();
-            lj.iter().any(|(l, h)| h.job == job && detached.contains(l))
+            lj.iter()
+                .any(|(l, h)| h.job == job && detached.contains(l) && !isolated.contains_key(l))
         };
         if keep {
             // Detached actors live in this worker: it stays, and so do

@@ -9,6 +9,8 @@ use ray_proto::wire::{
     LeaseInfeasible, LeaseRefused, Message, NodeReply, NodeRequest, PrepareBundle, ReleaseBundle,
     RemoveGroup, RequestLease, ReturnLease, WireNodeUpdate, WorkerReady,
 };
+use std::sync::Arc;
+
 use ray_proto::{JobId, NodeId, TaskId};
 use ray_sched::{Action, NodeUpdate, Task};
 use tokio::sync::oneshot;
@@ -290,6 +292,14 @@ impl NodeService {
             // Its owner was told it is infeasible, or gave up: nobody holds it.
             inner.sched.lock().finish(task.id);
             return self.drain();
+        }
+        if task.item.isolated {
+            // Marked isolated before it is a lease of the job: the shared
+            // worker's exit never releases it.
+            inner
+                .isolated
+                .lock()
+                .insert(task.id, (task.item.job, Arc::default()));
         }
         inner.lease_jobs.lock().insert(
             task.id,

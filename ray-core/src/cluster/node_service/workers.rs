@@ -183,8 +183,14 @@ impl NodeService {
         binary_hash: [u8; 32],
         fingerprint: BuildFingerprint,
     ) -> Started {
-        let w = Arc::new(JobWorker::default());
-        self.inner.isolated.lock().insert(lease, (job, w.clone()));
+        let w = self
+            .inner
+            .isolated
+            .lock()
+            .entry(lease)
+            .or_insert_with(|| (job, Arc::default()))
+            .1
+            .clone();
         let started = w
             .started
             .get_or_init(|| {
