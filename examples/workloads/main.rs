@@ -424,12 +424,7 @@ async fn chaos_run(opts: &Options) -> anyhow::Result<()> {
     };
     let mut outcomes = Vec::new();
     for kill_every in [None, Some(Duration::from_secs(5))] {
-        let config = LocalClusterConfig {
-            cpus_per_node: opts.cpus,
-            ..LocalClusterConfig::default()
-        };
-        let mut cluster = Cluster::local_with(nodes, config).await?;
-        let ray = cluster.connect().await?;
+        let (mut cluster, ray) = chaos_cluster(opts, nodes).await?;
         let run = chaos::run(&mut cluster, &ray, size, kill_every);
         let out = tokio::time::timeout(opts.timeout, run)
             .await
@@ -465,6 +460,17 @@ async fn chaos_run(opts: &Options) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A fresh local cluster of `nodes` for a chaos run, and its driver.
+async fn chaos_cluster(opts: &Options, nodes: usize) -> anyhow::Result<(Cluster, Ray)> {
+    let config = LocalClusterConfig {
+        cpus_per_node: opts.cpus,
+        ..LocalClusterConfig::default()
+    };
+    let cluster = Cluster::local_with(nodes, config).await?;
+    let ray = cluster.connect().await?;
+    Ok((cluster, ray))
+}
+
 /// W7 under the killer: the worker tree (every actor restarting, calls
 /// re-sent) run round after round for [`W7_CHAOS_ROUNDS`] seeds while a
 /// non-head node is killed and replaced every 5 s, against the same seeds
@@ -473,12 +479,7 @@ async fn chaos_run(opts: &Options) -> anyhow::Result<()> {
 async fn w7_chaos(opts: &Options, nodes: usize) -> anyhow::Result<serde_json::Value> {
     let mut runs: Vec<(Vec<tree::TreeRun>, u32, f64)> = Vec::new();
     for kill_every in [None, Some(Duration::from_secs(5))] {
-        let config = LocalClusterConfig {
-            cpus_per_node: opts.cpus,
-            ..LocalClusterConfig::default()
-        };
-        let mut cluster = Cluster::local_with(nodes, config).await?;
-        let ray = cluster.connect().await?;
+        let (mut cluster, ray) = chaos_cluster(opts, nodes).await?;
         let started = Instant::now();
         let driver = ray.clone();
         let work = tokio::spawn(async move {

@@ -130,6 +130,25 @@ pub enum ClusterError {
 pub use ray_proto::wire::labels_to_wire;
 pub use ray_sched::wire::{resources_from_wire, resources_to_wire};
 
+/// A node table entry's labels, as ray-sched takes them.
+pub(crate) fn entry_labels(
+    n: &ray_proto::wire::NodeEntry,
+) -> std::collections::BTreeMap<String, String> {
+    n.labels
+        .iter()
+        .map(|l| (l.key.clone(), l.value.clone()))
+        .collect()
+}
+
+/// A node table entry's last load report, if it made one.
+pub(crate) fn entry_update(n: &ray_proto::wire::NodeEntry) -> Option<ray_sched::NodeUpdate> {
+    (n.version > 0).then(|| ray_sched::NodeUpdate {
+        node: n.id,
+        version: n.version,
+        used: resources_from_wire(&n.used),
+    })
+}
+
 pub(crate) use ray_proto::hex;
 
 #[cfg(test)]

@@ -27,13 +27,11 @@ use ray_proto::wire::{
     BundlePlaced, Call, CommitBundle, Done, NodeEntry, PrepareBundle, ReleaseBundle, RemoveGroup,
 };
 use ray_proto::{NodeId, PlacementGroupId};
-use ray_sched::{
-    ClusterView, NodeUpdate, PgError, PgState, PlacementGroups, PlacementStrategy, ResourceSet,
-};
+use ray_sched::{ClusterView, PgError, PgState, PlacementGroups, PlacementStrategy, ResourceSet};
 use tokio::sync::Notify;
 
 use super::core::{ClusterCore, HeldActor, RemoteActor};
-use super::{resources_from_wire, resources_to_wire};
+use super::{entry_labels, entry_update, resources_from_wire, resources_to_wire};
 use crate::error::{Error, Result};
 
 /// How long a group that does not fit waits before it is tried again.
@@ -284,14 +282,9 @@ impl ClusterCore {
         let alive: Vec<_> = nodes.into_iter().filter(|n| n.alive).collect();
         let mut view = ClusterView::new();
         for n in &alive {
-            let labels = n.labels.iter().map(|l| (l.key.clone(), l.value.clone()));
-            view.add_node(n.id, resources_from_wire(&n.resources), labels.collect());
-            if n.version > 0 {
-                view.apply_update(&NodeUpdate {
-                    node: n.id,
-                    version: n.version,
-                    used: resources_from_wire(&n.used),
-                });
+            view.add_node(n.id, resources_from_wire(&n.resources), entry_labels(n));
+            if let Some(update) = entry_update(n) {
+                view.apply_update(&update);
             }
         }
         Ok((alive, view))

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use ray_proto::wire::{WireChannel, WireEvent};
 use ray_proto::{JobId, TaskId};
-use ray_sched::NodeUpdate;
 
 use super::NodeService;
 
@@ -150,15 +149,11 @@ impl NodeService {
                     addrs.insert(n.id, a);
                 }
                 if !known {
-                    let labels = n.labels.iter().map(|l| (l.key.clone(), l.value.clone()));
-                    sched.node_added(n.id, resources_from_wire(&n.resources), labels.collect());
+                    let labels = crate::cluster::entry_labels(&n);
+                    sched.node_added(n.id, resources_from_wire(&n.resources), labels);
                 }
-                if n.version > 0 {
-                    sched.apply_gossip(&NodeUpdate {
-                        node: n.id,
-                        version: n.version,
-                        used: resources_from_wire(&n.used),
-                    });
+                if let Some(update) = crate::cluster::entry_update(&n) {
+                    sched.apply_gossip(&update);
                 }
             }
         }
