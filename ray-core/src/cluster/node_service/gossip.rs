@@ -72,16 +72,18 @@ impl NodeService {
     /// spill work here as soon as resources free up (Ray's raylets sync
     /// their resource views every 100 ms too).
     pub async fn run(&self) -> ClusterError {
-        let pulse = self.inner.pulse.lock().take();
-        let Some(pulse) = pulse else {
-            return ClusterError::Refused {
-                reason: "this node's service is already running".into(),
-            };
+        let stopped = async {
+            loop {
+                // The permit `notify_one` leaves is taken with the error in
+                // one poll: a cancelled `run` loses neither.
+                if let Some(why) = self.inner.pulse.lock().take() {
+                    return why;
+                }
+                self.inner.pulse_stopped.notified().await;
+            }
         };
         tokio::select! {
-            why = pulse => why.unwrap_or_else(|_| ClusterError::Refused {
-                reason: "the heartbeat thread ended".into(),
-            }),
+            why = stopped => why,
             why = self.gossip() => why,
         }
     }

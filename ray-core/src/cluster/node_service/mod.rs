@@ -86,8 +86,10 @@ struct Inner {
     /// cached).
     fetches: Mutex<HashMap<[u8; 32], Arc<tokio::sync::Mutex<()>>>>,
     node_addrs: Mutex<HashMap<NodeId, SocketAddr>>,
-    /// Why the heartbeat thread stopped, taken by [`NodeService::run`].
-    pulse: Mutex<Option<oneshot::Receiver<super::ClusterError>>>,
+    /// Why the heartbeat thread stopped, once it has: taken by
+    /// [`NodeService::run`], woken by `pulse_stopped`.
+    pulse: Mutex<Option<super::ClusterError>>,
+    pulse_stopped: tokio::sync::Notify,
 }
 
 /// A node daemon serving leases; see the module docs.
@@ -138,8 +140,9 @@ impl NodeService {
             fetches: Mutex::new(HashMap::new()),
             node_addrs: Mutex::new(HashMap::new()),
             pulse: Mutex::new(None),
+            pulse_stopped: tokio::sync::Notify::new(),
         });
-        *inner.pulse.lock() = Some(pulse::start(&inner));
+        pulse::start(&inner);
         let me = Self { inner };
         let accept = me.clone();
         tokio::spawn(async move { accept.accept_loop().await });

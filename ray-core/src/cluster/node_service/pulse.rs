@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use ray_proto::wire::Role;
 use ray_transport::{ClusterCredentials, Endpoint, EndpointConfig};
-use tokio::sync::oneshot;
 
 use super::Inner;
 use crate::cluster::{control_plane_fingerprint, resources_to_wire, ClusterError, GcsClient};
@@ -24,12 +23,19 @@ use crate::cluster::{control_plane_fingerprint, resources_to_wire, ClusterError,
 /// GCS: by then the GCS has declared the node dead anyway.
 const MAX_MISSED: u32 = 5;
 
-/// Starts the heartbeat thread for the node behind `inner`; the receiver
-/// gets why heartbeating stopped (the GCS declared the node dead, or could
-/// not be reached), and nothing if the node stopped first.
-pub(super) fn start(inner: &Arc<Inner>) -> oneshot::Receiver<ClusterError> {
-    let (tx, rx) = oneshot::channel();
+/// Starts the heartbeat thread for the node behind `inner`. If
+/// heartbeating stops (the GCS declared the node dead, or cannot be
+/// reached), why is left in `Inner::pulse` for [`super::NodeService::run`];
+/// if the node stops first, nothing is.
+pub(super) fn start(inner: &Arc<Inner>) {
     let weak = Arc::downgrade(inner);
+    let stopped = |node: &Weak<Inner>, why: ClusterError| {
+        if let Some(inner) = node.upgrade() {
+            *inner.pulse.lock() = Some(why);
+            inner.pulse_stopped.notify_one();
+        }
+    };
+    let thread_node = weak.clone();
     let spawned = std::thread::Builder::new()
         .name("ray-heartbeat".into())
         .spawn(move || {
@@ -37,25 +43,23 @@ pub(super) fn start(inner: &Arc<Inner>) -> oneshot::Receiver<ClusterError> {
                 .enable_all()
                 .build();
             let why = match runtime {
-                Ok(runtime) => runtime.block_on(beat(weak)),
+                Ok(runtime) => runtime.block_on(beat(thread_node.clone())),
                 Err(e) => Some(ClusterError::Local {
                     what: "heartbeat runtime",
                     source: e,
                 }),
             };
             if let Some(why) = why {
-                let _ = tx.send(why);
+                stopped(&thread_node, why);
             }
         });
     if let Err(e) = spawned {
-        let (tx, rx) = oneshot::channel();
-        let _ = tx.send(ClusterError::Local {
+        let why = ClusterError::Local {
             what: "heartbeat thread",
             source: e,
-        });
-        return rx;
+        };
+        stopped(&weak, why);
     }
-    rx
 }
 
 /// Heartbeats until the node is dropped (`None`) or heartbeating cannot

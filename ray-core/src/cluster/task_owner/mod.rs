@@ -395,7 +395,8 @@ impl<S: Shell> TaskOwner<S> {
     }
 
     /// Every unfinished task: its key, payload, and the node it was pushed
-    /// to (`None` while queued).
+    /// to (`None` while queued, and while its value is being taken: its
+    /// lease may be gone by then).
     pub(crate) fn tasks(
         &self,
     ) -> impl Iterator<Item = (TaskId, &S::Key, &S::Payload, Option<NodeId>)> {
@@ -409,7 +410,11 @@ impl<S: Shell> TaskOwner<S> {
             let node = ks.leases.iter().find(|l| l.id == t.lease).map(|l| l.node);
             Some((*id, &ks.key, &t.payload, node))
         });
-        queued.chain(pushed)
+        let taking = self
+            .taking
+            .iter()
+            .map(|(id, t)| (*id, &t.key, &t.payload, None));
+        queued.chain(pushed).chain(taking)
     }
 
     /// Unfinished tasks.
