@@ -478,11 +478,17 @@ impl ClusterCore {
         // per call (registering a waiter takes the `Notify`'s lock).
         let lost = link.lost();
         tokio::pin!(lost);
+        // Likewise one waiter for a kill from outside the handles.
+        let kill = actor.kill_now.notified();
+        tokio::pin!(kill);
         loop {
             let msg = tokio::select! {
                 biased;
                 lost = &mut lost => return Some(lost),
-                () = actor.kill_now.notified() => Some(ActorMsg::Kill),
+                () = &mut kill => {
+                    kill.set(actor.kill_now.notified());
+                    Some(ActorMsg::Kill)
+                }
                 msg = rx.recv() => msg,
             };
             let Some(msg) = msg else { break };
