@@ -79,20 +79,22 @@ async fn tasks_actor_calls_objects_and_waits_carry_their_ids() {
     pg.ready().await.unwrap();
     ray.shutdown();
     InsightLayer::flush_current_thread();
-    // A span closes just after its result is visible: drain until the two
-    // task runs and the actor call have closed (or give up after 10 s).
+    // A span closes just after its result is visible: drain until the
+    // three task runs (parent, leaf, length) and the actor call have
+    // closed (or give up after 10 s). Counting them together let the
+    // three runs stand for all four, and the call's edge was missing once.
     let mut sink = MemorySink::new(100_000);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         collector.drain_into(&mut sink);
-        let closed = sink
-            .records()
-            .iter()
-            .filter(|r| {
-                r.kind == RecordKind::SpanClose && (r.name == "task.run" || r.name == "actor.call")
-            })
-            .count();
-        if closed >= 3 || std::time::Instant::now() > deadline {
+        let closed = |name: &str| {
+            sink.records()
+                .iter()
+                .filter(|r| r.kind == RecordKind::SpanClose && r.name == name)
+                .count()
+        };
+        let all = closed("task.run") >= 3 && closed("actor.call") >= 1;
+        if all || std::time::Instant::now() > deadline {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
