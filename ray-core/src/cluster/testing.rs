@@ -14,11 +14,14 @@ pub const ABORT_ON_TAKE: &str = "RAYRS_TESTING_ABORT_ON_TAKE";
 
 /// Aborts this process if [`ABORT_ON_TAKE`] names a file that exists
 /// (removing it first).
+/// Read once: a take of a large value is on the object path, and the
+/// environment does not change under a running worker.
 pub(crate) fn maybe_abort_on_take() {
-    let Some(path) = std::env::var_os(ABORT_ON_TAKE) else {
+    static PATH: std::sync::OnceLock<Option<std::ffi::OsString>> = std::sync::OnceLock::new();
+    let Some(path) = PATH.get_or_init(|| std::env::var_os(ABORT_ON_TAKE)) else {
         return;
     };
-    if std::fs::remove_file(Path::new(&path)).is_ok() {
+    if std::fs::remove_file(Path::new(path)).is_ok() {
         std::process::abort();
     }
 }

@@ -387,7 +387,7 @@ impl ClusterCore {
     /// Asks the local node daemon for a lease; returns it with the link to
     /// the worker it names. A granted worker that cannot be reached (its
     /// node died after granting) is given back and another lease asked
-    /// for, a few times.
+    /// for, a few times, [`LEASE_RETRY`] apart (as the task path does).
     pub(super) async fn lease(
         self: &Arc<Self>,
         resources: &[ResourceAmount],
@@ -406,6 +406,7 @@ impl ClusterCore {
                 Err(LeaseError::Unreachable(e)) if tries < UNREACHABLE_TRIES => {
                     tracing::debug!(target: "ray::cluster", error = %e, "lease.worker_unreachable");
                     tries += 1;
+                    tokio::time::sleep(LEASE_RETRY).await;
                 }
                 Err(LeaseError::Unreachable(e) | LeaseError::Refused(e)) => return Err(e),
             }

@@ -6,7 +6,8 @@
 //! that work, a slow node would be declared dead and its work rerun
 //! elsewhere. So the heartbeat has an OS thread, a single-threaded runtime
 //! and a QUIC connection of its own, and shares nothing with the daemon's
-//! runtime but a read of the node's load. (The GCS, for its part, does not
+//! runtime but a read of the node's load: it waits only for the OS to
+//! schedule its thread. (The GCS, for its part, does not
 //! count its own stalls as a node's silence: see
 //! [`ray_gcs::HealthConfig`].)
 
