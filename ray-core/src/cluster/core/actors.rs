@@ -359,6 +359,9 @@ impl ClusterCore {
         entry: ActorEntry,
     ) {
         let detached = launch.detached;
+        // Whether the GCS has the actor's row (from its first registration
+        // on): until then it cannot count a restart.
+        let mut known = false;
         loop {
             let mut created = self.create_actor(&actor, &launch).await;
             if let Ok(link) = &created {
@@ -377,6 +380,9 @@ impl ClusterCore {
                         launch.max_restarts,
                     )
                     .await;
+                if registered.is_ok() {
+                    known = true;
+                }
                 if let Err(e) = registered {
                     let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
                     created = Err(Error::ActorDied {
@@ -420,6 +426,13 @@ impl ClusterCore {
             };
             let killed = actor.dead.lock().is_some();
             let restart = match &actor.restarts {
+                // Its first creation failed with its worker or node: the
+                // GCS has no row to count on yet, so the count is kept here
+                // (the registration that follows carries the actor).
+                Some(r) if !killed && r.left() && !known => {
+                    r.used.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                    true
+                }
                 Some(r) if !killed && r.left() => {
                     let life = r.used.load(std::sync::atomic::Ordering::Acquire);
                     match self
@@ -428,7 +441,9 @@ impl ClusterCore {
                         .await
                     {
                         Ok(ActorStatus::Restarting { attempt }) => {
-                            r.used.store(attempt, std::sync::atomic::Ordering::Release);
+                            // Never below a count kept here before the GCS knew it.
+                            r.used
+                                .fetch_max(attempt, std::sync::atomic::Ordering::AcqRel);
                             true
                         }
                         _ => false,
