@@ -637,7 +637,11 @@ impl<A: RemoteActor, S: rkyv::rancor::Fallible + ?Sized> rkyv::Serialize<S> for 
             Target::Local(cell) => {
                 cell.rt.pinned_actors.lock().insert(cell.id, cell.clone());
             }
-            Target::Remote(actor, _) => actor.escape(),
+            Target::Remote(actor, _) => {
+                if let Some(key) = actor.escape() {
+                    crate::object::note_nested(&key);
+                }
+            }
         }
         self.id().serialize(serializer)
     }

@@ -107,6 +107,9 @@ struct Entry {
     waiters: Vec<Waker>,
     /// Taken out of the table: a late value is refused.
     removed: bool,
+    /// A borrowed object's registrations with its owner (see
+    /// `cluster::ref_counts`), told to the owner when the entry goes.
+    registrations: u32,
 }
 
 /// One object's state. The table maps ids to cells; every handle of the
@@ -122,7 +125,20 @@ impl ObjectCell {
             contained,
             waiters: Vec::new(),
             removed: false,
+            registrations: 0,
         }))
+    }
+
+    /// Adds `n` registrations with the owner to this borrowed entry.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
+    pub(crate) fn add_registrations(&self, n: u32) {
+        self.0.lock().registrations += n;
+    }
+
+    /// Handles on the refs nested in the value.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
+    pub(crate) fn contained(&self) -> Vec<Arc<RefHandle>> {
+        self.0.lock().contained.clone()
     }
 
     fn poll(&self, id: ObjectId, waker: Option<&Waker>) -> Poll<Value> {
@@ -281,6 +297,8 @@ pub(crate) struct ObjectTable {
 
 /// What [`ObjectTable::remove`] took out, to be cleaned up without a lock.
 pub(crate) struct Removed {
+    /// The entry's registrations with the object's owner.
+    pub(crate) registrations: u32,
     _value: Option<Value>,
     _contained: Vec<Arc<RefHandle>>,
     _waiters: Vec<Waker>,
@@ -376,6 +394,7 @@ impl ObjectTable {
 
     /// Takes the refs nested in `id`'s value (their holder keeps them).
     #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
     pub(crate) fn take_contained(&self, id: ObjectId) -> Vec<Arc<RefHandle>> {
         self.shard(id)
             .lock()
@@ -416,6 +435,7 @@ impl ObjectTable {
             free_stored(id);
         }
         let removed = Removed {
+            registrations: entry.registrations,
             _value: value,
             _contained: std::mem::take(&mut entry.contained),
             _waiters: std::mem::take(&mut entry.waiters),

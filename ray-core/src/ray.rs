@@ -283,6 +283,11 @@ pub struct RuntimeStats {
     /// when the newest fetches push it out or, for objects of 64 KiB or
     /// more, when its owner frees the object.
     pub fetch_cache_bytes: u64,
+    /// Objects this process owns that other processes of its cluster
+    /// borrow now (refs they received inside values and still hold; 0
+    /// when embedded). Such an object stays until its last borrower drops
+    /// its ref.
+    pub lent_objects: usize,
 }
 
 impl Ray {
@@ -449,6 +454,7 @@ impl Ray {
         let objects = self.rt.objects.len();
         let (fetched_objects, fetched_bytes, fetch_cache_bytes) =
             self.rt.remote.get().map_or((0, 0, 0), |r| r.fetch_counts());
+        let lent_objects = self.rt.remote.get().map_or(0, |r| r.lent_objects());
         let sched = self.rt.sched.lock();
         RuntimeStats {
             objects,
@@ -460,6 +466,7 @@ impl Ray {
             fetched_objects,
             fetched_bytes,
             fetch_cache_bytes,
+            lent_objects,
         }
     }
 

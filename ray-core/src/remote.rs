@@ -82,9 +82,10 @@ pub(crate) trait Remote: Send + Sync + 'static {
     /// fetching it from its owner.
     fn borrow(&self, rt: &Arc<Runtime>, id: ObjectId) -> Arc<RefHandle>;
 
-    /// Object `id`, owned here, was freed: processes that fetched a copy
-    /// are told.
-    fn object_freed(&self, id: ObjectId);
+    /// Object `id` left this process's table: if owned here, processes
+    /// that fetched a copy are told; if borrowed, its owner is told of the
+    /// `registrations` the entry held.
+    fn object_freed(&self, id: ObjectId, registrations: u32);
 
     /// Task `task` (running here, maybe under a lease) starts (`true`) or
     /// stops (`false`) waiting in a blocking `get` or `wait`.
@@ -93,6 +94,9 @@ pub(crate) trait Remote: Send + Sync + 'static {
     /// Objects fetched from their owners, their bytes, and the bytes kept
     /// for later borrowers.
     fn fetch_counts(&self) -> (u64, u64, u64);
+
+    /// Objects this process owns that other processes borrow now.
+    fn lent_objects(&self) -> usize;
 
     /// Creates placement group `id` across the cluster's nodes; it becomes
     /// ready (or fails) as its bundles are reserved.
@@ -138,8 +142,9 @@ pub(crate) trait RemoteActorRef: Send + Sync + 'static {
     fn kill(&self);
 
     /// A handle was serialized into a value that may reach another process:
-    /// the actor must outlive this handle.
-    fn escape(&self);
+    /// the actor must outlive this handle. Returns the hold to lend with
+    /// the value (the actor's key object), if its handles are counted.
+    fn escape(&self) -> Option<Arc<RefHandle>>;
 }
 
 /// A placement group placed by this process on the cluster's nodes.

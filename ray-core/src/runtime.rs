@@ -448,9 +448,9 @@ impl Runtime {
         let removed = self.objects.remove(id, |id| {
             self.store.delete(id);
         });
-        if removed.is_some() {
+        if let Some(r) = &removed {
             if let Some(remote) = self.remote.get() {
-                remote.object_freed(id);
+                remote.object_freed(id, r.registrations);
             }
         }
         // `removed` drops here, outside every lock: nested refs it held may

@@ -24,8 +24,8 @@ use rkyv::{Archive, Deserialize, Serialize};
 
 pub use call::{Call, Done, FromReply};
 pub use core::{
-    ErrorKind, ObjectRow, TaskRow, WireArg, WireError, WireNodeUpdate, WireOutcome, WireStrategy,
-    WorkItem, WorkResult,
+    ErrorKind, ObjectRow, TaskRow, WireArg, WireError, WireNodeUpdate, WireOutcome, WireRef,
+    WireStrategy, WorkItem, WorkResult,
 };
 pub use gcs::{
     ActorEntry, ActorStatus, JobBuild, JobEntry, Label, NodeEntry, ResourceAmount, WireChannel,
@@ -46,8 +46,9 @@ pub use node_service::{
     ReturnLease, WorkerReady,
 };
 pub use worker_service::{
-    GetObject, ListObjects, ListTasks, ObjectFailed, ObjectFollows, ObjectReply, Objects,
-    ObjectsFreed, Tasks, WorkBatch, WorkDone, WorkerDied, WorkerReply, WorkerRequest,
+    AddBorrowers, BorrowersAdded, GetObject, ListObjects, ListTasks, ObjectFailed, ObjectFollows,
+    ObjectReply, Objects, ObjectsFreed, RefsRemoved, RemovedRef, Tasks, WorkBatch, WorkDone,
+    WorkerDied, WorkerReply, WorkerRequest,
 };
 
 mod call;
@@ -78,7 +79,7 @@ pub fn labels_to_wire<'a>(
 ///
 /// Bump it whenever [`Message`] (or anything it contains) changes shape:
 /// peers with different versions refuse each other at the handshake.
-pub const PROTOCOL_VERSION: u16 = 9;
+pub const PROTOCOL_VERSION: u16 = 10;
 
 /// One control message as it travels on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
@@ -497,6 +498,13 @@ mod tests {
                         function: crate::FunctionId(99),
                         args: vec![
                             WireArg::Value(vec![1, 2, 3]),
+                            WireArg::Nested {
+                                bytes: vec![4, 5],
+                                refs: vec![WireRef {
+                                    id: ObjectId::new(WorkerId(3), 2),
+                                    owner: "127.0.0.1:10".into(),
+                                }],
+                            },
                             WireArg::Ref {
                                 id: ObjectId::new(WorkerId(2), 1),
                                 owner: "127.0.0.1:9".into(),
@@ -518,7 +526,21 @@ mod tests {
             .into(),
             GetObject {
                 id: ObjectId::new(WorkerId(2), 7),
+                from: WorkerId(4),
                 take: true,
+            }
+            .into(),
+            AddBorrowers {
+                borrower: WorkerId(4),
+                ids: vec![ObjectId::new(WorkerId(2), 7)],
+            }
+            .into(),
+            RefsRemoved {
+                borrower: WorkerId(4),
+                refs: vec![RemovedRef {
+                    id: ObjectId::new(WorkerId(2), 7),
+                    count: 3,
+                }],
             }
             .into(),
             ObjectsFreed {
@@ -540,15 +562,28 @@ mod tests {
                     WorkResult {
                         task: TaskId::new(WorkerId(2), 6),
                         outcome: WireOutcome::Stored { len: 1 << 30 },
+                        refs: vec![WireRef {
+                            id: ObjectId::new(WorkerId(5), 1),
+                            owner: "127.0.0.1:11".into(),
+                        }],
                     },
                     WorkResult {
                         task: TaskId::new(WorkerId(2), 7),
                         outcome: WireOutcome::Failed(wire_error()),
+                        refs: Vec::new(),
                     },
                 ],
             }
             .into(),
-            ObjectFollows { len: 1 << 20 }.into(),
+            ObjectFollows {
+                len: 1 << 20,
+                refs: Vec::new(),
+            }
+            .into(),
+            BorrowersAdded {
+                gone: vec![ObjectId::new(WorkerId(2), 7)],
+            }
+            .into(),
             ObjectFailed {
                 error: wire_error(),
             }
@@ -649,7 +684,11 @@ mod tests {
     #[test]
     fn only_announcing_replies_say_that_bytes_follow() {
         assert_eq!(Message::from(BinaryFollows { len: 9 }).follows(), Some(9));
-        assert_eq!(Message::from(ObjectFollows { len: 0 }).follows(), Some(0));
+        let follows = ObjectFollows {
+            len: 0,
+            refs: Vec::new(),
+        };
+        assert_eq!(Message::from(follows).follows(), Some(0));
         assert_eq!(
             Message::from(UploadBinary {
                 hash: [0; 32],

@@ -107,6 +107,7 @@ async fn serve(conn: Connection, payload: Arc<Vec<u8>>) {
                     _ => {
                         let head = Envelope::new(Message::from(ObjectFollows {
                             len: payload.0.len() as u64,
+                            refs: Vec::new(),
                         }));
                         if w.send(&head).await.is_ok() {
                             let _ = w.send_shared(payload).await;
@@ -124,7 +125,11 @@ async fn serve(conn: Connection, payload: Arc<Vec<u8>>) {
 /// Fetches the served payload once; its length.
 async fn fetch(conn: &Connection) -> usize {
     let id = ObjectId::new(WorkerId(1), 1);
-    let request = Envelope::new(Message::from(GetObject { id, take: false }));
+    let request = Envelope::new(Message::from(GetObject {
+        id,
+        from: WorkerId(1),
+        take: false,
+    }));
     let (_, bytes) = conn
         .request_bulk(&request, u64::MAX)
         .await

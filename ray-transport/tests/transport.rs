@@ -675,9 +675,10 @@ fn serve_bulk(conn: ray_transport::Connection, server: BulkServer) {
                     return;
                 };
                 let header = |len| match &envelope.body {
-                    Message::Worker(WorkerRequest::GetObject(_)) => {
-                        Message::from(ObjectFollows { len })
-                    }
+                    Message::Worker(WorkerRequest::GetObject(_)) => Message::from(ObjectFollows {
+                        len,
+                        refs: Vec::new(),
+                    }),
                     _ => Message::from(BinaryFollows { len }),
                 };
                 match &envelope.body {
@@ -763,6 +764,7 @@ async fn bulk_bytes_round_trip_both_ways_at_0_1_and_20_mib() {
             Message::from(FetchBinary { hash: [0; 32] }),
             Message::from(GetObject {
                 id: ray_proto::ObjectId::new(WorkerId(7), 1),
+                from: WorkerId(8),
                 take: false,
             }),
         ] {
@@ -954,6 +956,7 @@ async fn an_object_sent_shared_arrives_whole_and_packets_grow_past_ethernet_size
         ));
         let head = Envelope::new(Message::from(ObjectFollows {
             len: served.len() as u64,
+            refs: Vec::new(),
         }));
         w.send(&head).await.expect("header");
         w.send_shared(SharedBytes(served)).await.expect("payload");
@@ -962,6 +965,7 @@ async fn an_object_sent_shared_arrives_whole_and_packets_grow_past_ethernet_size
     });
     let request = Message::from(GetObject {
         id: ray_proto::ObjectId::new(WorkerId(7), 1),
+        from: WorkerId(8),
         take: false,
     });
     let (reply, payload) = conn
@@ -971,7 +975,8 @@ async fn an_object_sent_shared_arrives_whole_and_packets_grow_past_ethernet_size
     assert_eq!(
         reply.body,
         Message::from(ObjectFollows {
-            len: data.len() as u64
+            len: data.len() as u64,
+            refs: Vec::new(),
         })
     );
     let payload = payload.expect("bytes follow the header");

@@ -27,7 +27,6 @@ mod node_daemon;
 mod node_service;
 mod pg;
 mod policy_sets;
-#[allow(dead_code)] // wired into the shell in the next commit
 mod ref_counts;
 mod task_owner;
 pub mod testing;

@@ -41,11 +41,23 @@ pub struct WireNodeUpdate {
     pub used: Vec<ResourceAmount>,
 }
 
+/// A ref nested in a value that crosses a process boundary: the object
+/// and its owner's address (`host:port`).
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct WireRef {
+    pub id: ObjectId,
+    pub owner: String,
+}
+
 /// One argument of a task or actor call.
 #[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub enum WireArg {
     /// The argument's archive.
     Value(Vec<u8>),
+    /// The archive of an argument with refs nested in it. The task's owner
+    /// holds them until the result is back; a worker that keeps one past
+    /// its task registers with the ref's owner first.
+    Nested { bytes: Vec<u8>, refs: Vec<WireRef> },
     /// A reference, resolved by asking its owner at `owner` (`host:port`).
     Ref { id: ObjectId, owner: String },
 }
@@ -150,6 +162,9 @@ pub struct WorkResult {
     /// The task, actor call or actor creation task.
     pub task: TaskId,
     pub outcome: WireOutcome,
+    /// Refs nested in the value, each already counted by its owner with
+    /// the receiver as a borrower.
+    pub refs: Vec<WireRef>,
 }
 
 /// A task its owner has not seen finish (the state API's `list tasks`).

@@ -108,7 +108,9 @@ impl Message {
     pub fn follows(&self) -> Option<u64> {
         match self {
             Self::GcsReply(GcsReply::BinaryFollows(BinaryFollows { len }))
-            | Self::WorkerReply(WorkerReply::ObjectFollows(ObjectFollows { len })) => Some(*len),
+            | Self::WorkerReply(WorkerReply::ObjectFollows(ObjectFollows { len, .. })) => {
+                Some(*len)
+            }
             _ => None,
         }
     }

@@ -10,6 +10,7 @@
 use rkyv::{Archive, Deserialize, Serialize};
 
 use super::call::{calls, service_enum};
+use super::WireRef;
 use super::{Done, FromReply, Message, ObjectRow, TaskRow, WireError, WorkItem, WorkResult};
 use crate::{NodeId, ObjectId, WorkerId};
 
@@ -28,6 +29,10 @@ service_enum! {
         ListObjects,
         /// A worker process the receiver pushed work to has exited.
         WorkerDied,
+        /// Count a process as a borrower of objects the receiver owns.
+        AddBorrowers,
+        /// A borrower dropped its registrations on objects the receiver owns.
+        RefsRemoved,
     }
 }
 
@@ -46,6 +51,8 @@ service_enum! {
         Tasks,
         /// The objects the process owns.
         Objects,
+        /// The answer to [`AddBorrowers`].
+        BorrowersAdded,
     }
 }
 
@@ -57,6 +64,8 @@ calls! {
     ListTasks => Tasks,
     ListObjects => Objects,
     WorkerDied => Done,
+    AddBorrowers => BorrowersAdded,
+    RefsRemoved => Done,
 }
 
 /// Work pushed on an owner's work stream.
@@ -72,6 +81,8 @@ pub struct WorkBatch {
 pub struct GetObject {
     /// The object.
     pub id: ObjectId,
+    /// The process asking: refs nested in the object are lent to it.
+    pub from: WorkerId,
     /// Whether the holder may drop its copy once sent (a worker handing a
     /// result to its owner).
     pub take: bool,
@@ -119,10 +130,49 @@ pub struct WorkDone {
 }
 
 /// `len` raw bytes of the object follow on this stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Archive, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct ObjectFollows {
     /// How many raw bytes follow.
     pub len: u64,
+    /// Refs nested in the object, each already counted by its owner with
+    /// the asking process as a borrower.
+    pub refs: Vec<WireRef>,
+}
+
+/// Asks the owner of `ids` to count `borrower` once more on each (a value
+/// carrying them is about to reach it); answered [`BorrowersAdded`].
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct AddBorrowers {
+    /// The process the value goes to.
+    pub borrower: WorkerId,
+    /// The objects it carries (an id twice is counted twice).
+    pub ids: Vec<ObjectId>,
+}
+
+/// The answer to [`AddBorrowers`].
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct BorrowersAdded {
+    /// The objects that were already freed (not counted).
+    pub gone: Vec<ObjectId>,
+}
+
+/// One borrowed object's registrations dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct RemovedRef {
+    /// The object.
+    pub id: ObjectId,
+    /// How many registrations the borrower held.
+    pub count: u32,
+}
+
+/// `borrower` holds no ref to these objects any more; answered
+/// [`Message::Ok`].
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct RefsRemoved {
+    /// The process that held them.
+    pub borrower: WorkerId,
+    /// The objects and how many registrations each had.
+    pub refs: Vec<RemovedRef>,
 }
 
 /// The object asked for cannot be had.

@@ -38,9 +38,12 @@ pub(crate) struct RemoteActor {
     pub(crate) class: &'static ActorClass,
     pub(super) dead: Mutex<Option<String>>,
     /// A handle was serialized into a value that may reach another
-    /// process: the actor then lives until its job ends, not until this
-    /// process drops its handles (no distributed handle counting yet).
+    /// process: the actor then lives until its key (see [`actor_key`]) is
+    /// freed, i.e. until this process's handles and every borrower's are
+    /// gone, not only this process's.
     pub(super) escaped: std::sync::atomic::AtomicBool,
+    /// It outlives its job: never killed for its handles going.
+    pub(super) detached: bool,
     /// The owner's handle of an actor that restarts: its restart budget
     /// and how often a lost call is sent again. `None` for a borrowed
     /// handle (found by name or decoded) and for actors that never restart.
@@ -85,15 +88,40 @@ pub(super) struct Resend {
 pub(crate) struct HeldActor {
     pub(crate) actor: Arc<RemoteActor>,
     tx: mpsc::UnboundedSender<ActorMsg>,
+    /// A hold on the actor's key object (see [`actor_key`]): what a handle
+    /// inside a value lends, so the owner counts the processes holding
+    /// handles. `None` for a handle found by name (not counted).
+    pub(super) key: Option<Arc<RefHandle>>,
+}
+
+/// Set in the sequence number of an actor's key object.
+const ACTOR_KEY: u64 = 1 << 63;
+
+/// The object standing for actor `id` in the borrower protocol: owned by
+/// the actor's owner, held by every handle to it, lent when a handle goes
+/// into a value. The owner kills an actor whose handle escaped once this
+/// object is freed (its own handles and every borrower's are gone).
+pub(crate) fn actor_key(id: ActorId) -> ObjectId {
+    ObjectId::new(id.owner, id.seq | ACTOR_KEY)
+}
+
+/// The actor `id` stands for, if it is an actor's key.
+pub(crate) fn actor_of_key(id: ObjectId) -> Option<ActorId> {
+    (id.seq & ACTOR_KEY != 0).then(|| ActorId::new(id.owner, id.seq & !ACTOR_KEY))
 }
 
 impl HeldActor {
-    /// A handle to `actor` and the forwarder's end of its channel.
-    pub(super) fn new(actor: RemoteActor) -> (Arc<Self>, mpsc::UnboundedReceiver<ActorMsg>) {
+    /// A handle to `actor` (holding `key`) and the forwarder's end of its
+    /// channel.
+    pub(super) fn new(
+        actor: RemoteActor,
+        key: Option<Arc<RefHandle>>,
+    ) -> (Arc<Self>, mpsc::UnboundedReceiver<ActorMsg>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let held = Arc::new(Self {
             actor: Arc::new(actor),
             tx,
+            key,
         });
         (held, rx)
     }
@@ -140,6 +168,7 @@ impl RemoteActor {
             class,
             dead: Mutex::new(None),
             escaped: false.into(),
+            detached: false,
             restarts: None,
             resend: Mutex::new(Vec::new()),
             kill_now: tokio::sync::Notify::new(),
@@ -202,6 +231,16 @@ impl RemoteActor {
     pub(crate) fn escape(&self) {
         self.escaped
             .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Its key object was freed here, its owner: no handle is left
+    /// anywhere, so an actor whose handle escaped goes now (one that did
+    /// not went with its owner's last handle).
+    pub(super) fn key_freed(&self) {
+        let escaped = self.escaped.load(std::sync::atomic::Ordering::Acquire);
+        if escaped && !self.detached {
+            self.request_kill();
+        }
     }
 
     pub(super) fn died(&self, cause: &str) -> Error {
@@ -301,6 +340,7 @@ impl ClusterCore {
         let strategy = strategy_to_wire(&opts.resources.strategy);
         let id = ActorId::new(rt.worker, rt.next_seq());
         let mut actor = RemoteActor::new(id, class);
+        actor.detached = opts.detached;
         if opts.max_restarts > 0 {
             actor.restarts = Some(Restarts {
                 max_task_retries: opts.max_task_retries,
@@ -308,7 +348,14 @@ impl ClusterCore {
                 max_restarts: opts.max_restarts,
             });
         }
-        let (held, rx) = HeldActor::new(actor);
+        let empty = ObjectBuffer::copy_from_slice(&[]);
+        let key = rt.objects.insert(
+            rt,
+            actor_key(id),
+            Some(crate::ownership::Value::Inline(empty)),
+            Vec::new(),
+        );
+        let (held, rx) = HeldActor::new(actor, Some(key));
         let actor = held.actor.clone();
         remember_actor(&mut self.actors.lock(), &held);
         if let Some(crate::placement::PlacementGroup {
@@ -620,6 +667,18 @@ impl ClusterCore {
         }
     }
 
+    /// The key of actor `id` left this process's table. Its owner kills
+    /// it if a handle escaped (see [`RemoteActor::key_freed`]).
+    pub(super) fn actor_key_freed(&self, id: ActorId) {
+        if self.rt().is_none_or(|rt| rt.worker != id.owner) {
+            return;
+        }
+        let state = self.actors.lock().get(&id).and_then(|k| k.state.upgrade());
+        if let Some(actor) = state {
+            actor.key_freed();
+        }
+    }
+
     /// A handle to actor `id` of `class` (decoded from a value): this
     /// process's own handle if it has one, else one that finds the actor
     /// in the GCS (retrying while it is being created) and then forwards
@@ -633,7 +692,9 @@ impl ClusterCore {
         if let Some(a) = actors.get(&id).and_then(|k| k.handles.upgrade()) {
             return a;
         }
-        let (held, rx) = HeldActor::new(RemoteActor::new(id, class));
+        // The key arrived with the value holding the handle.
+        let key = self.rt().and_then(|rt| rt.objects.handle(actor_key(id)));
+        let (held, rx) = HeldActor::new(RemoteActor::new(id, class), key);
         remember_actor(&mut actors, &held);
         drop(actors);
         let me = self.clone();
@@ -797,7 +858,7 @@ impl ClusterCore {
                 cause: format!("its worker {} is no longer alive", loc.worker),
             })?;
         let link = self.link(addr, node, loc.worker).await?;
-        let (held, rx) = HeldActor::new(RemoteActor::new(loc.id, class));
+        let (held, rx) = HeldActor::new(RemoteActor::new(loc.id, class), None);
         let me = self.clone();
         let shared = held.actor.clone();
         self.tokio.spawn(async move {

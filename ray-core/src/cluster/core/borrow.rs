@@ -2,10 +2,13 @@
 //! by fetching from their owner (through the [`FetchCache`]), and the wire
 //! form of a task's arguments.
 
+use ray_proto::wire::WireRef;
+
 use super::*;
 
 impl ClusterCore {
-    /// Fetches object `id` from the process at `addr`.
+    /// Fetches object `id` from the process at `addr` (a task's value
+    /// kept by its worker: refs in it came with the result).
     pub(super) async fn fetch(
         &self,
         addr: SocketAddr,
@@ -13,27 +16,31 @@ impl ClusterCore {
         take: bool,
     ) -> Result<ObjectBuffer, Error> {
         let lost = |cause: String| Error::ObjectLost { object: id, cause };
-        self.fetch_or(addr, id, take, lost).await
+        self.fetch_or(addr, id, take, lost)
+            .await
+            .map(|(buf, _)| buf)
     }
 
-    /// Fetches object `id` from the process at `addr`; `unreachable` makes
-    /// the error when that process cannot be reached, or the transfer
-    /// broke with the connection (a transfer failing on a connection that
-    /// lives on is `ObjectLost`; the holder's answers, errors included,
-    /// come back as they are).
+    /// Fetches object `id` from the process at `addr`, with the refs
+    /// nested in it (lent to this process); `unreachable` makes the error
+    /// when that process cannot be reached, or the transfer broke with the
+    /// connection (a transfer failing on a connection that lives on is
+    /// `ObjectLost`; the holder's answers, errors included, come back as
+    /// they are).
     pub(super) async fn fetch_or(
         &self,
         addr: SocketAddr,
         id: ObjectId,
         take: bool,
         unreachable: impl Fn(String) -> Error,
-    ) -> Result<ObjectBuffer, Error> {
+    ) -> Result<(ObjectBuffer, Vec<WireRef>), Error> {
         let conn = self
             .conns
             .get(addr)
             .await
             .map_err(|e| unreachable(format!("its holder at {addr} is unreachable: {e}")))?;
-        let request = Envelope::new(GetObject { id, take }.into());
+        let from = self.rt().map_or(WorkerId(0), |rt| rt.worker);
+        let request = Envelope::new(GetObject { id, from, take }.into());
         let (reply, bytes) = conn
             .request_bulk(&request, MAX_OBJECT_LEN)
             .await
@@ -45,7 +52,9 @@ impl ClusterCore {
                 }
             })?;
         match (GetObject::reply(reply.body), bytes) {
-            (Ok(ObjectReply::Follows(_)), Some(bytes)) => Ok(ObjectBuffer::from_aligned(bytes)),
+            (Ok(ObjectReply::Follows(ObjectFollows { refs, .. })), Some(bytes)) => {
+                Ok((ObjectBuffer::from_aligned(bytes), refs))
+            }
             (Ok(ObjectReply::Failed(ObjectFailed { error })), _) => Err(error_from_wire(error, "")),
             (other, _) => {
                 let other = other.map_or_else(|message| message, Message::from);
@@ -72,7 +81,11 @@ impl ClusterCore {
             if let Some(o) = &owner {
                 self.worker_addrs.lock().insert(id.owner, o.clone());
             }
-            let kept = self.fetched.lock().get(id);
+            // An actor's key has no bytes to fetch.
+            let kept = match super::actors::actor_of_key(id) {
+                Some(_) => Some(ObjectBuffer::copy_from_slice(&[])),
+                None => self.fetched.lock().get(id),
+            };
             if let Some(buf) = kept {
                 rt.complete_object(
                     id,
@@ -97,16 +110,16 @@ impl ClusterCore {
                     Ok(addr) => me.fetch_or(addr, id, false, owner_died).await,
                     Err(e) => Err(e),
                 };
-                if let Ok(buf) = &out {
-                    me.fetched.lock().record(id, buf.clone());
-                }
-                rt.complete_object(
-                    id,
-                    out.map(|buf| Encoded {
-                        buf,
-                        nested: Vec::new(),
-                    }),
-                );
+                let out = out.map(|(buf, refs)| {
+                    // A copy with refs in it is not kept for later
+                    // borrowers: each fetch gets its refs lent anew.
+                    if refs.is_empty() {
+                        me.fetched.lock().record(id, buf.clone());
+                    }
+                    let nested = me.receive_refs(&rt, refs, true);
+                    Encoded { buf, nested }
+                });
+                rt.complete_object(id, out);
             });
         }
         handle
@@ -146,10 +159,15 @@ impl ClusterCore {
         let mut out = Vec::with_capacity(args.len());
         for a in args {
             out.push(match &a.0 {
-                ArgKind::Value(buf, nested) => {
-                    self.pin(nested);
+                ArgKind::Value(buf, nested) if nested.is_empty() => {
                     WireArg::Value(buf.as_bytes().to_vec())
                 }
+                // The task's owner holds `nested` (with the task's
+                // arguments) until the result is back.
+                ArgKind::Value(buf, nested) => WireArg::Nested {
+                    bytes: buf.as_bytes().to_vec(),
+                    refs: self.wire_refs_now(nested)?,
+                },
                 ArgKind::Ref(h) => WireArg::Ref {
                     id: h.id,
                     owner: self.owner_addr_now(h.id.owner, rt.worker)?,
@@ -165,17 +183,16 @@ impl ClusterCore {
             return Ok(a);
         }
         for a in args {
-            if let ArgKind::Ref(h) = &a.0 {
-                self.worker_addr(h.id.owner).await?;
+            match &a.0 {
+                ArgKind::Ref(h) => {
+                    self.worker_addr(h.id.owner).await?;
+                }
+                ArgKind::Value(_, nested) => {
+                    self.wire_refs(nested).await?;
+                }
             }
         }
         self.wire_args_now(args).ok_or(Error::ShutDown)
-    }
-
-    pub(super) fn pin(&self, refs: &[Arc<RefHandle>]) {
-        if !refs.is_empty() {
-            self.pinned.lock().extend(refs.iter().cloned());
-        }
     }
 
     // ---------------------------------------------------------------

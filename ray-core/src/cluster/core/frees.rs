@@ -27,10 +27,18 @@ impl ClusterCore {
         }
     }
 
-    /// This process freed `id`: the processes that fetched it drop the
-    /// copies they kept. Notices go from the I/O runtime, one per process
+    /// `id` left this process's table. Owned here: the processes that
+    /// fetched it drop the copies they kept. Borrowed with registrations:
+    /// its owner is told. Notices go from the I/O runtime, one per process
     /// for all the frees queued by the time it sends.
-    pub(crate) fn object_freed(self: &Arc<Self>, id: ObjectId) {
+    pub(crate) fn object_freed(self: &Arc<Self>, id: ObjectId, registrations: u32) {
+        if registrations > 0 {
+            self.borrow_released(id, registrations);
+        }
+        if let Some(actor) = super::actors::actor_of_key(id) {
+            self.actor_key_freed(actor);
+            return;
+        }
         if self.serving.load(Ordering::Relaxed) == 0 {
             return;
         }

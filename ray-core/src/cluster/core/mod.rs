@@ -23,15 +23,21 @@
 //! from the owner.
 //!
 //! **Objects crossing processes.** An owner keeps a task's argument refs
-//! until the task's result is back. Refs nested inside values that cross
-//! a process boundary are pinned until the job ends (no distributed
-//! borrower counting yet).
+//! (top-level and nested in values) until the task's result is back. Refs
+//! nested in values that leave a process as results or fetched objects
+//! are lent: their owners count the receiver as a borrower first, and the
+//! receiver tells them when its entry goes (the borrower protocol of
+//! [`ref_counts`](crate::cluster::ref_counts), shell in `lending.rs`). A
+//! worker still holding an argument when its task ends registers itself
+//! the same way before it answers. Memory comes back when the last
+//! borrower drops, not at job end.
 
 mod actors;
 mod borrow;
 mod feasible;
 mod fetch_cache;
 mod frees;
+mod lending;
 mod owner;
 mod push;
 mod remote;
@@ -59,6 +65,7 @@ use ray_sched::SchedulingStrategy;
 use ray_store::ObjectBuffer;
 use tokio::sync::{mpsc, oneshot};
 
+use super::ref_counts::RefCounts;
 use super::{resources_from_wire, resources_to_wire, GcsClient};
 use crate::actor::ActorCell;
 use crate::error::{Error, UserError};
@@ -107,8 +114,9 @@ pub(crate) struct ClusterCore {
     node_addrs: Mutex<HashMap<NodeId, SocketAddr>>,
     /// Large results waiting for their owner to take them (worker side).
     held: Mutex<HashMap<ObjectId, ObjectBuffer>>,
-    /// Refs that crossed a process boundary inside values.
-    pinned: Mutex<Vec<Arc<RefHandle>>>,
+    /// The borrower protocol: objects this process lent and who borrows
+    /// them, lends waiting for owners, removals to tell.
+    refs: Mutex<RefCounts<Arc<RefHandle>>>,
     /// Objects fetched from their owners, kept for the next borrower.
     fetched: Mutex<FetchCache>,
     /// Objects this process owns that others fetched (at least
@@ -162,7 +170,8 @@ impl ClusterCore {
             worker_addrs: Mutex::new(HashMap::new()),
             node_addrs: Mutex::new(HashMap::new()),
             held: Mutex::new(HashMap::new()),
-            pinned: Mutex::new(Vec::new()),
+            // Made again for this process's worker id in `attach`.
+            refs: Mutex::new(RefCounts::new(WorkerId(0))),
             fetched: Mutex::new(FetchCache::default()),
             served: Mutex::new(HashMap::new()),
             serving: AtomicUsize::new(0),
@@ -221,6 +230,7 @@ impl ClusterCore {
     /// Ties the core to its runtime and starts serving peers.
     pub(crate) fn attach(self: &Arc<Self>, rt: &Arc<Runtime>) {
         let _ = self.rt.set(Arc::downgrade(rt));
+        *self.refs.lock() = RefCounts::new(rt.worker);
         let me = self.clone();
         self.tokio.spawn(async move { me.accept_loop().await });
         let me = self.clone();

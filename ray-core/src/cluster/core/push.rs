@@ -244,6 +244,9 @@ impl ClusterCore {
         pid: u32,
         status: String,
     ) {
+        // Whatever it borrowed from this process goes with it.
+        let counts = self.refs.lock().borrower_died(worker);
+        drop(counts);
         let lost: Vec<Arc<Link>> = self
             .links
             .lock()
@@ -270,29 +273,35 @@ impl ClusterCore {
         {
             let mut st = self.owner.lock();
             let now = Instant::now();
-            for r in results {
+            for mut r in results {
+                // Refs in the value were lent to this process: taken in
+                // even by a late answer, whose drop then gives them back.
+                let nested = match r.refs.is_empty() {
+                    true => Vec::new(),
+                    false => self.receive_refs(&rt, std::mem::take(&mut r.refs), true),
+                };
                 if matches!(r.outcome, WireOutcome::Stored { .. }) {
                     // A task's value waits at its worker: the task core
                     // keeps the task (its lineage) until the value is here.
                     if st.tasks.result_kept(r.task, &worker, now) {
-                        self.take_result(&rt, link, r.task);
+                        self.take_result(&rt, link, r.task, nested);
                         continue;
                     }
                 }
                 if let Some(q) = st.tasks.result(r.task, &worker, now) {
-                    done.push((r, Done::Task(q)));
+                    done.push((r, Done::Task(q), nested));
                 } else if let Some(f) = st.inflight.remove(&r.task) {
-                    done.push((r, Done::Actor(f)));
+                    done.push((r, Done::Actor(f), nested));
                 }
                 // Else a late answer of a task already retried or ended.
             }
             self.drive(st);
         }
-        for (r, d) in done {
+        for (r, d, nested) in done {
             match r.outcome {
                 WireOutcome::Value(bytes) => {
                     let buf = ObjectBuffer::from_aligned(aligned(&bytes));
-                    self.end(&rt, r.task, d, Ok(buf));
+                    self.end(&rt, r.task, d, Ok(buf), nested);
                 }
                 WireOutcome::Failed(e) => {
                     // A dead actor's worker may not know its class; its owner does.
@@ -305,14 +314,14 @@ impl ClusterCore {
                         (Done::Task(q), _) => q.function.name,
                     };
                     let err = error_from_wire(e, name);
-                    self.end(&rt, r.task, d, Err(err));
+                    self.end(&rt, r.task, d, Err(err), nested);
                 }
                 WireOutcome::Stored { .. } => {
                     let me = self.clone();
                     let rt = rt.clone();
                     self.tokio.spawn(async move {
                         let out = me.fetch(addr, r.task.return_object(), true).await;
-                        me.end(&rt, r.task, d, out);
+                        me.end(&rt, r.task, d, out, nested);
                     });
                 }
             }
@@ -323,7 +332,13 @@ impl ClusterCore {
     /// this process. If the worker dies with it first, the task core runs
     /// the task again within its retry budget: the value is made again the
     /// way it was made.
-    fn take_result(self: &Arc<Self>, rt: &Arc<Runtime>, link: &Arc<Link>, task: TaskId) {
+    fn take_result(
+        self: &Arc<Self>,
+        rt: &Arc<Runtime>,
+        link: &Arc<Link>,
+        task: TaskId,
+        nested: Vec<Arc<RefHandle>>,
+    ) {
         let me = self.clone();
         let rt = rt.clone();
         let link = link.clone();
@@ -347,7 +362,7 @@ impl ClusterCore {
                     let q = st.tasks.taken(task);
                     me.drive(st);
                     if let Some(q) = q {
-                        me.end(&rt, task, Done::Task(q), Ok(buf));
+                        me.end(&rt, task, Done::Task(q), Ok(buf), nested);
                     }
                 }
                 Err(e) => {
@@ -359,15 +374,19 @@ impl ClusterCore {
     }
 
     /// Completes what a result answered: a task's return object, or an
-    /// actor call or creation.
-    fn end(&self, rt: &Arc<Runtime>, task: TaskId, done: Done, out: Result<ObjectBuffer, Error>) {
+    /// actor call or creation. `nested`: the refs inside the value.
+    fn end(
+        &self,
+        rt: &Arc<Runtime>,
+        task: TaskId,
+        done: Done,
+        out: Result<ObjectBuffer, Error>,
+        nested: Vec<Arc<RefHandle>>,
+    ) {
         match done {
-            Done::Actor(f) => self.finish(rt, task, f, out),
+            Done::Actor(f) => self.finish(rt, task, f, out, nested),
             Done::Task(q) => {
-                let out = out.map(|buf| Encoded {
-                    buf,
-                    nested: Vec::new(),
-                });
+                let out = out.map(|buf| Encoded { buf, nested });
                 rt.complete_object(task.return_object(), out);
                 // Its argument refs go after the result is visible.
                 drop(q);
@@ -381,16 +400,14 @@ impl ClusterCore {
         task: TaskId,
         f: Inflight,
         out: Result<ObjectBuffer, Error>,
+        nested: Vec<Arc<RefHandle>>,
     ) {
         match f.kind {
             InflightKind::ActorCreate(done) => {
                 let _ = done.send(out.map(|_| ()));
             }
             _ => {
-                let out = out.map(|buf| Encoded {
-                    buf,
-                    nested: Vec::new(),
-                });
+                let out = out.map(|buf| Encoded { buf, nested });
                 rt.complete_object(task.return_object(), out);
             }
         }
@@ -462,7 +479,7 @@ impl ClusterCore {
         };
         match actor {
             Some(actor) => actor.call_lost(rt, task, f, err),
-            None => self.finish(rt, task, f, Err(err)),
+            None => self.finish(rt, task, f, Err(err), Vec::new()),
         }
     }
 

@@ -65,8 +65,8 @@ impl Remote for ClusterRemote {
         self.0.borrow(rt, id, None)
     }
 
-    fn object_freed(&self, id: ObjectId) {
-        self.0.object_freed(id);
+    fn object_freed(&self, id: ObjectId, registrations: u32) {
+        self.0.object_freed(id, registrations);
     }
 
     fn task_blocked(&self, task: TaskId, blocked: bool) {
@@ -91,6 +91,10 @@ impl Remote for ClusterRemote {
 
     fn fetch_counts(&self) -> (u64, u64, u64) {
         self.0.fetch_counts()
+    }
+
+    fn lent_objects(&self) -> usize {
+        self.0.lent_objects()
     }
 
     fn create_placement_group(
@@ -134,8 +138,9 @@ impl RemoteActorRef for HeldActor {
         HeldActor::kill(self);
     }
 
-    fn escape(&self) {
+    fn escape(&self) -> Option<Arc<RefHandle>> {
         self.actor.escape();
+        self.key.clone()
     }
 }
 

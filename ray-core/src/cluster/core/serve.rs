@@ -2,6 +2,8 @@
 //! run through this process's runtime as a local task or actor call, and
 //! its outcome forwarded back ([`Forward`]); objects served to borrowers.
 
+use ray_proto::wire::{AddBorrowers, BorrowersAdded, RefsRemoved, WireRef};
+
 use super::*;
 
 /// An actor hosted by this worker process.
@@ -18,6 +20,9 @@ pub(super) struct ForwardState {
     /// The owner's id of the task.
     pub(super) task: TaskId,
     pub(super) results: mpsc::UnboundedSender<WorkResult>,
+    /// The task's arguments borrowed from other processes (see
+    /// [`ClusterCore::keep_borrowed`]).
+    pub(super) borrowed: Vec<ObjectId>,
 }
 
 /// Forwards a pushed task's outcome from the thread that completes its
@@ -104,8 +109,18 @@ impl ClusterCore {
             }
         };
         match request {
-            WorkerRequest::GetObject(GetObject { id, take }) => {
-                self.serve_object(w, id, take, peer).await
+            WorkerRequest::GetObject(GetObject { id, from, take }) => {
+                self.serve_object(w, id, from, take, peer).await
+            }
+            WorkerRequest::AddBorrowers(AddBorrowers { borrower, ids }) => {
+                let gone = self.borrowers_added(borrower, &ids);
+                let _ = w.send(&Envelope::new(BorrowersAdded { gone }.into())).await;
+                w.finish();
+            }
+            WorkerRequest::RefsRemoved(RefsRemoved { borrower, refs }) => {
+                self.refs_removed(borrower, &refs);
+                let _ = w.send(&Envelope::new(Message::Ok)).await;
+                w.finish();
             }
             WorkerRequest::ObjectsFreed(ObjectsFreed { ids }) => {
                 let forgotten = self.fetched.lock().forget(&ids);
@@ -161,6 +176,7 @@ impl ClusterCore {
         self: Arc<Self>,
         mut w: FrameWriter,
         id: ObjectId,
+        from: WorkerId,
         take: bool,
         peer: SocketAddr,
     ) {
@@ -170,10 +186,18 @@ impl ClusterCore {
         } else {
             self.held.lock().get(&id).cloned()
         };
+        // A kept result's refs went with its result; an object's own are
+        // lent to the asking process before its bytes go.
         let out = match held {
-            Some(buf) => Ok(buf),
+            Some(buf) => Ok((buf, Vec::new())),
             None => match self.rt().and_then(|rt| rt.objects.handle(id)) {
-                Some(h) => ObjectRef::<()>::from_handle(h).buffer().await,
+                Some(h) => {
+                    let nested = h.cell.contained();
+                    match ObjectRef::<()>::from_handle(h).buffer().await {
+                        Ok(buf) => self.lend_wire(from, nested).await.map(|refs| (buf, refs)),
+                        Err(e) => Err(e),
+                    }
+                }
                 None => Err(Error::ObjectLost {
                     object: id,
                     cause: "no reference to it remains at its owner".into(),
@@ -181,13 +205,14 @@ impl ClusterCore {
             },
         };
         match out {
-            Ok(buf) => {
+            Ok((buf, refs)) => {
                 // Noted before sending: the peer's copy exists from now on.
                 if !take && buf.len() >= FREE_NOTICE_MIN {
                     self.note_served(id, peer);
                 }
                 let head = ObjectFollows {
                     len: buf.len() as u64,
+                    refs,
                 };
                 if w.send(&Envelope::new(head.into())).await.is_ok() {
                     let _ = w.send_shared(buf).await;
@@ -214,6 +239,7 @@ impl ClusterCore {
             let _ = results.send(WorkResult {
                 task,
                 outcome: WireOutcome::Failed(error_to_wire(&e)),
+                refs: Vec::new(),
             });
         };
         match item {
@@ -232,7 +258,7 @@ impl ClusterCore {
                 let Some(f) = registry().function(function) else {
                     return fail(task, missing(function.0, "remote function"));
                 };
-                let args = self.args_from_wire(&rt, args);
+                let (args, borrowed) = self.args_from_wire(&rt, args);
                 let local = rt.new_task_id();
                 let handle = match rt.pending_return(local) {
                     Ok(h) => h,
@@ -255,7 +281,7 @@ impl ClusterCore {
                     trace: Some(task),
                     ret: Some(handle.cell.clone()),
                 });
-                self.forward(handle, task, results.clone());
+                self.forward(handle, task, results.clone(), borrowed);
             }
             WorkItem::CreateActor {
                 actor,
@@ -279,7 +305,7 @@ impl ClusterCore {
                 let Some(cls) = registry().actor_class(class) else {
                     return fail(creation, missing(class.0, "actor class"));
                 };
-                let args = self.args_from_wire(&rt, args);
+                let (args, borrowed) = self.args_from_wire(&rt, args);
                 let opts = ActorOptions {
                     resources: ResourceRequest::from_set(resources_from_wire(&resources)),
                     max_concurrency: max_concurrency.max(1) as usize,
@@ -291,7 +317,11 @@ impl ClusterCore {
                         let results = results.clone();
                         let me = self.clone();
                         self.tokio.spawn(async move {
-                            let outcome = match created.await {
+                            let created = created.await;
+                            // Arguments the actor kept in its state are
+                            // registered before its owner lets them go.
+                            me.keep_borrowed(&borrowed).await;
+                            let outcome = match created {
                                 Ok(Ok(())) => WireOutcome::Value(Vec::new()),
                                 // `Error::ActorDied` of this actor and class.
                                 Ok(Err(died)) => {
@@ -303,6 +333,7 @@ impl ClusterCore {
                             let _ = results.send(WorkResult {
                                 task: creation,
                                 outcome,
+                                refs: Vec::new(),
                             });
                         });
                     }
@@ -330,9 +361,9 @@ impl ClusterCore {
                         },
                     );
                 };
-                let args = self.args_from_wire(&rt, args);
+                let (args, borrowed) = self.args_from_wire(&rt, args);
                 match cell.call_pushed(m, args, task, parent) {
-                    Ok(handle) => self.forward(handle, task, results.clone()),
+                    Ok(handle) => self.forward(handle, task, results.clone(), borrowed),
                     Err(e) => fail(task, e),
                 }
             }
@@ -361,66 +392,141 @@ impl ClusterCore {
         handle: Arc<RefHandle>,
         task: TaskId,
         results: mpsc::UnboundedSender<WorkResult>,
+        borrowed: Vec<ObjectId>,
     ) {
         Forward::start(ForwardState {
             core: self.clone(),
             handle,
             task,
             results,
+            borrowed,
         });
     }
 
     /// The outcome of a pushed task whose local return object `handle`
-    /// completed with `out`, sent to its owner.
-    pub(super) fn finish_forward(&self, f: ForwardState, out: Result<ObjectBuffer, Error>) {
-        let ForwardState {
-            handle,
-            task,
-            results,
-            ..
-        } = f;
+    /// completed with `out`, sent to its owner. Refs in the value are lent
+    /// to the owner first, and arguments this process kept are registered
+    /// with their owners: at once when this process owns them all (the
+    /// common case), else from the I/O runtime, the result waiting.
+    pub(super) fn finish_forward(
+        self: &Arc<Self>,
+        f: ForwardState,
+        out: Result<ObjectBuffer, Error>,
+    ) {
         let Some(rt) = self.rt() else { return };
-        let local = handle.id;
+        let local = f.handle.id;
         self.lease_of
             .lock()
             .remove(&TaskId::new(local.owner, local.seq));
-        self.pin(&rt.objects.take_contained(local));
+        let nested = match &out {
+            Ok(_) => rt.objects.take_contained(local),
+            Err(_) => Vec::new(),
+        };
+        let keeps = !f.borrowed.is_empty() && self.keeps_any(&rt, &f.borrowed);
+        if !keeps && nested.is_empty() {
+            self.send_result(&rt, f, out, Vec::new());
+            return;
+        }
+        if !keeps && self.lends_at_once(&nested) {
+            if let Some(refs) = self.wire_refs_now(&nested) {
+                self.lend_now(f.task.owner, &nested);
+                self.send_result(&rt, f, out, refs);
+                return;
+            }
+        }
+        let me = self.clone();
+        self.tokio.spawn(async move {
+            me.keep_borrowed(&f.borrowed).await;
+            let refs = match me.lend_wire(f.task.owner, nested).await {
+                Ok(refs) => refs,
+                Err(e) => return me.send_result(&rt, f, Err(e), Vec::new()),
+            };
+            me.send_result(&rt, f, out, refs);
+        });
+    }
+
+    /// Lends `refs` to `to` and gives them in wire form, less those found
+    /// gone (they travel as plain ids).
+    pub(super) async fn lend_wire(
+        self: &Arc<Self>,
+        to: WorkerId,
+        refs: Vec<Arc<RefHandle>>,
+    ) -> Result<Vec<WireRef>, Error> {
+        if refs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut wire = self.wire_refs(&refs).await?;
+        let gone = self.lend(to, &refs).await;
+        if !gone.is_empty() {
+            wire.retain(|r| !gone.contains(&r.id));
+        }
+        Ok(wire)
+    }
+
+    fn send_result(
+        &self,
+        rt: &Runtime,
+        f: ForwardState,
+        out: Result<ObjectBuffer, Error>,
+        refs: Vec<WireRef>,
+    ) {
         let outcome = match out {
             Ok(buf) if buf.len() <= rt.settings.max_inline_bytes => {
                 WireOutcome::Value(buf.as_bytes().to_vec())
             }
             Ok(buf) => {
                 let len = buf.len() as u64;
-                self.held.lock().insert(task.return_object(), buf);
+                self.held.lock().insert(f.task.return_object(), buf);
                 WireOutcome::Stored { len }
             }
             Err(e) => WireOutcome::Failed(error_to_wire(&e)),
         };
-        let _ = results.send(WorkResult { task, outcome });
+        let task = f.task;
+        let _ = f.results.send(WorkResult {
+            task,
+            outcome,
+            refs,
+        });
     }
 
+    /// `args` as this process's task arguments, and the ids of those
+    /// borrowed from other processes (top-level refs and refs nested in
+    /// values).
     pub(super) fn args_from_wire(
         self: &Arc<Self>,
         rt: &Arc<Runtime>,
         args: Vec<WireArg>,
-    ) -> Vec<TaskArg> {
-        args.into_iter()
+    ) -> (Vec<TaskArg>, Vec<ObjectId>) {
+        let mut borrowed = Vec::new();
+        let args = args
+            .into_iter()
             .map(|a| match a {
                 WireArg::Value(bytes) => TaskArg(ArgKind::Value(
                     ObjectBuffer::from_aligned(aligned(&bytes)),
                     Vec::new(),
                 )),
+                WireArg::Nested { bytes, refs } => {
+                    let nested = self.receive_refs(rt, refs, false);
+                    let foreign = nested.iter().filter(|h| h.id.owner != rt.worker);
+                    borrowed.extend(foreign.map(|h| h.id));
+                    TaskArg(ArgKind::Value(
+                        ObjectBuffer::from_aligned(aligned(&bytes)),
+                        nested,
+                    ))
+                }
                 WireArg::Ref { id, owner } => {
                     let h = if id.owner == rt.worker {
                         rt.objects
                             .handle(id)
                             .unwrap_or_else(|| self.borrow(rt, id, Some(owner)))
                     } else {
+                        borrowed.push(id);
                         self.borrow(rt, id, Some(owner))
                     };
                     TaskArg(ArgKind::Ref(h))
                 }
             })
-            .collect()
+            .collect();
+        (args, borrowed)
     }
 }

@@ -25,6 +25,8 @@ pub(super) fn objects(core: &ClusterCore) -> Objects {
         .objects
         .snapshot()
         .into_iter()
+        // Actors' keys are no objects of the program's.
+        .filter(|(object, _)| super::actors::actor_of_key(*object).is_none())
         .map(|(object, value)| {
             let (state, bytes) = match value {
                 None => ("PENDING", None),

@@ -35,7 +35,7 @@ struct SimEntry {
 #[derive(Debug, Clone)]
 enum Msg {
     /// A value with nested refs: lent before it left.
-    Value { from: usize, refs: Vec<ObjectId> },
+    Value { refs: Vec<ObjectId> },
     /// A task with top-level ref arguments, held by its owner `from`.
     Task {
         from: usize,
@@ -289,7 +289,7 @@ impl World {
                 let q = self.other(p);
                 let holds: Vec<_> = refs.iter().map(|&id| (id, self.hold(p, id))).collect();
                 let (drop_now, wait) = self.procs[p].rc.lend(worker(q), holds);
-                let msg = Msg::Value { from: p, refs };
+                let msg = Msg::Value { refs };
                 match wait {
                     Some(lend) => {
                         self.procs[p].waiting.insert(lend, (q, msg, Vec::new()));
