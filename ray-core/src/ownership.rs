@@ -17,6 +17,7 @@
 //! dropping handles (a drop can recurse into this table).
 
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Poll, Waker};
 
@@ -65,12 +66,31 @@ impl RefHandle {
 
     /// The value if ready; otherwise registers `waker` and returns `Pending`.
     pub(crate) fn poll(&self, waker: Option<&Waker>) -> Poll<Value> {
-        self.cell.poll(self.id, waker)
+        let out = self.cell.poll(self.id, waker);
+        if out.is_pending() {
+            self.fetch_if_lazy();
+        }
+        out
     }
 
     /// Whether the object has a value (or failed).
     pub(crate) fn is_ready(&self) -> bool {
-        self.cell.0.lock().value.is_some()
+        let ready = self.cell.0.lock().value.is_some();
+        if !ready {
+            self.fetch_if_lazy();
+        }
+        ready
+    }
+
+    /// A borrowed object whose fetch waits for someone to want its value
+    /// (see [`ObjectCell::lazy`]): starts it, once.
+    pub(crate) fn fetch_if_lazy(&self) {
+        let lazy = &self.cell.1;
+        if lazy.load(Ordering::Relaxed) && lazy.swap(false, Ordering::AcqRel) {
+            if let Some(remote) = self.rt.remote.get() {
+                remote.fetch_borrowed(&self.rt, self.id);
+            }
+        }
     }
 
     /// The bytes of its value held in this process (inline or in this
@@ -115,24 +135,51 @@ struct Entry {
 /// One object's state. The table maps ids to cells; every handle of the
 /// object and the task producing it hold the same cell. Lock order: a
 /// table shard, then a cell.
-pub(crate) struct ObjectCell(Mutex<Entry>);
+///
+/// The flag marks a borrowed entry made without fetching its value (a ref
+/// that arrived nested in a value): the first poll or readiness check
+/// starts the fetch, so refs passed through a process, or never read,
+/// cost no transfer.
+pub(crate) struct ObjectCell(Mutex<Entry>, AtomicBool);
 
 impl ObjectCell {
     fn new(value: Option<Value>, handle: Weak<RefHandle>, contained: Vec<Arc<RefHandle>>) -> Self {
-        Self(Mutex::new(Entry {
-            value,
-            handle,
-            contained,
-            waiters: Vec::new(),
-            removed: false,
-            registrations: 0,
-        }))
+        Self(
+            Mutex::new(Entry {
+                value,
+                handle,
+                contained,
+                waiters: Vec::new(),
+                removed: false,
+                registrations: 0,
+            }),
+            AtomicBool::new(false),
+        )
+    }
+
+    /// Marks this pending borrowed entry's fetch as left for its first
+    /// reader (see the type's docs).
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
+    pub(crate) fn set_lazy(&self) {
+        self.1.store(true, Ordering::Release);
     }
 
     /// Adds `n` registrations with the owner to this borrowed entry.
     #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
     pub(crate) fn add_registrations(&self, n: u32) {
         self.0.lock().registrations += n;
+    }
+
+    /// Whether someone waits for the value.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
+    pub(crate) fn has_waiters(&self) -> bool {
+        !self.0.lock().waiters.is_empty()
+    }
+
+    /// This borrowed entry's registrations with the owner.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
+    pub(crate) fn registrations(&self) -> u32 {
+        self.0.lock().registrations
     }
 
     /// Handles on the refs nested in the value.

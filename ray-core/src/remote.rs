@@ -82,6 +82,10 @@ pub(crate) trait Remote: Send + Sync + 'static {
     /// fetching it from its owner.
     fn borrow(&self, rt: &Arc<Runtime>, id: ObjectId) -> Arc<RefHandle>;
 
+    /// Starts fetching borrowed object `id`, whose entry was made without
+    /// a fetch (someone now wants its value).
+    fn fetch_borrowed(&self, rt: &Arc<Runtime>, id: ObjectId);
+
     /// Object `id` left this process's table: if owned here, processes
     /// that fetched a copy are told; if borrowed, its owner is told of the
     /// `registrations` the entry held.

@@ -279,3 +279,27 @@ async fn an_actor_whose_handle_went_into_a_value_goes_after_the_last_holder() {
     .await;
     assert_eq!(ray.stats().lent_objects, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_made_before_the_last_handle_of_an_escaped_actor_went_still_runs() {
+    let cluster = Cluster::local(1).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let keeper = keeper(&ray).await;
+    let c = Counter::options().isolated(true).remote(&ray).unwrap();
+    let pid = c.pid().unwrap().get().await.unwrap();
+    // The handle escapes into a value, whose holder then lets it go.
+    assert_eq!(
+        keeper.keep_counter(c.clone()).unwrap().get().await.unwrap(),
+        1
+    );
+    keeper.forget().unwrap().get().await.unwrap();
+    // As embedded: calls made before the last handle goes still run.
+    let r = c.add(5).unwrap();
+    drop(c);
+    assert_eq!(r.get().await.unwrap(), 5);
+    eventually(
+        "the actor's process exits after its last handle",
+        || async { gone(pid) },
+    )
+    .await;
+}

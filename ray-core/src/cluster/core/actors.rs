@@ -54,6 +54,9 @@ pub(crate) struct RemoteActor {
     /// group's removal), for the forwarder, which may have no channel
     /// left.
     pub(super) kill_now: tokio::sync::Notify,
+    /// Its key was freed (no handle is left anywhere): the owner's
+    /// forwarder kills it once the calls already sent are answered.
+    pub(super) key_gone: tokio::sync::Notify,
 }
 
 /// How an actor restarts.
@@ -117,12 +120,16 @@ impl HeldActor {
         actor: RemoteActor,
         key: Option<Arc<RefHandle>>,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<ActorMsg>) {
+        Self::with_state(Arc::new(actor), key)
+    }
+
+    /// A new handle (and channel) on an actor state already shared.
+    pub(super) fn with_state(
+        actor: Arc<RemoteActor>,
+        key: Option<Arc<RefHandle>>,
+    ) -> (Arc<Self>, mpsc::UnboundedReceiver<ActorMsg>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        let held = Arc::new(Self {
-            actor: Arc::new(actor),
-            tx,
-            key,
-        });
+        let held = Arc::new(Self { actor, tx, key });
         (held, rx)
     }
 
@@ -172,6 +179,7 @@ impl RemoteActor {
             restarts: None,
             resend: Mutex::new(Vec::new()),
             kill_now: tokio::sync::Notify::new(),
+            key_gone: tokio::sync::Notify::new(),
         }
     }
 
@@ -239,7 +247,7 @@ impl RemoteActor {
     pub(super) fn key_freed(&self) {
         let escaped = self.escaped.load(std::sync::atomic::Ordering::Acquire);
         if escaped && !self.detached {
-            self.request_kill();
+            self.key_gone.notify_one();
         }
     }
 
@@ -580,15 +588,9 @@ impl ClusterCore {
             // Every handle is gone: the actor goes too, once the calls
             // already sent are answered (their results may still be
             // awaited; embedded, queued calls run too).
-            let lost = link.lost();
-            tokio::pin!(lost);
-            while self.calls_in_flight(actor.id) {
-                tokio::select! {
-                    _ = &mut lost => return None,
-                    () = tokio::time::sleep(Duration::from_millis(5)) => {}
-                }
+            if self.answered(actor.id, link).await {
+                let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
             }
-            let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
         }
         None
     }
@@ -610,7 +612,31 @@ impl ClusterCore {
                 let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
                 None
             }
+            () = actor.key_gone.notified() => {
+                // As for an actor whose handles never left: calls already
+                // sent are answered first.
+                if !self.answered(actor.id, link).await {
+                    return Some(link.lost().await);
+                }
+                actor.set_dead("every handle to it is gone".into());
+                let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
+                None
+            }
         }
+    }
+
+    /// Waits until no call of `actor` sent from here is unanswered;
+    /// `false` if `link` is lost first.
+    async fn answered(&self, actor: ActorId, link: &Link) -> bool {
+        let lost = link.lost();
+        tokio::pin!(lost);
+        while self.calls_in_flight(actor) {
+            tokio::select! {
+                _ = &mut lost => return false,
+                () = tokio::time::sleep(Duration::from_millis(5)) => {}
+            }
+        }
+        true
     }
 
     /// Sends one call to the actor's worker on `link` (or fails it: the
@@ -688,19 +714,35 @@ impl ClusterCore {
         id: ActorId,
         class: &'static ActorClass,
     ) -> Arc<HeldActor> {
-        let mut actors = self.actors.lock();
-        if let Some(a) = actors.get(&id).and_then(|k| k.handles.upgrade()) {
-            return a;
-        }
         // The key arrived with the value holding the handle.
         let key = self.rt().and_then(|rt| rt.objects.handle(actor_key(id)));
-        let (held, rx) = HeldActor::new(RemoteActor::new(id, class), key);
+        let live = self
+            .actors
+            .lock()
+            .get(&id)
+            .and_then(|k| k.handles.upgrade());
+        if let Some(a) = live {
+            // (Handles found by name carry no key: one that came with its
+            // key replaces them for later decodes.) `key` drops here,
+            // outside the map's lock: a drop can free it.
+            if a.key.is_some() || key.is_none() {
+                return a;
+            }
+        }
+        let mut actors = self.actors.lock();
+        // The owner's own actor, back in a value after its handles went:
+        // the same state, which its forwarder supervises.
+        let state = actors.get(&id).and_then(|k| k.state.upgrade());
+        let (held, rx) = match state {
+            Some(state) => HeldActor::with_state(state, key.clone()),
+            None => HeldActor::new(RemoteActor::new(id, class), key.clone()),
+        };
         remember_actor(&mut actors, &held);
         drop(actors);
         let me = self.clone();
         let shared = held.actor.clone();
         self.tokio
-            .spawn(async move { me.follow(shared, rx, None).await });
+            .spawn(async move { me.follow(shared, rx, None, key).await });
         held
     }
 
@@ -715,6 +757,7 @@ impl ClusterCore {
         actor: Arc<RemoteActor>,
         mut rx: mpsc::UnboundedReceiver<ActorMsg>,
         mut lost: Option<SocketAddr>,
+        key: Option<Arc<RefHandle>>,
     ) {
         loop {
             let link = match self.locate(actor.id, actor.class, lost).await {
@@ -725,7 +768,15 @@ impl ClusterCore {
                 }
             };
             match self.forward_calls(&actor, &mut rx, &link, false).await {
-                None => return,
+                None => {
+                    // The handles here are gone; the actor's key is held
+                    // until the calls they made are answered, so its owner
+                    // does not kill it under them.
+                    if key.is_some() {
+                        self.answered(actor.id, &link).await;
+                    }
+                    return;
+                }
                 Some(_) => lost = Some(link.addr),
             }
         }
@@ -868,7 +919,7 @@ impl ClusterCore {
                 .await
                 .is_some()
             {
-                me.follow(shared, rx, Some(link.addr)).await;
+                me.follow(shared, rx, Some(link.addr), None).await;
             }
         });
         Ok(held)

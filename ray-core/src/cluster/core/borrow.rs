@@ -74,55 +74,79 @@ impl ClusterCore {
         id: ObjectId,
         owner: Option<String>,
     ) -> Arc<RefHandle> {
+        self.borrow_as(rt, id, owner, false)
+    }
+
+    /// [`borrow`](Self::borrow); `lazy`: the fetch waits until someone
+    /// wants the value (a ref nested in a value that arrived).
+    pub(super) fn borrow_as(
+        self: &Arc<Self>,
+        rt: &Arc<Runtime>,
+        id: ObjectId,
+        owner: Option<String>,
+        lazy: bool,
+    ) -> Arc<RefHandle> {
         let (handle, created) = rt.objects.get_or_insert_pending(rt, id);
-        if created {
-            // Known even when the copy is kept here: a ref passed on to
-            // another process names its owner's address.
-            if let Some(o) = &owner {
-                self.worker_addrs.lock().insert(id.owner, o.clone());
+        if !created {
+            return handle;
+        }
+        // Known even when the copy is kept here: a ref passed on to another
+        // process names its owner's address.
+        if let Some(o) = &owner {
+            self.worker_addrs.lock().insert(id.owner, o.clone());
+        }
+        // An actor's key has no bytes to fetch.
+        let kept = match super::actors::actor_of_key(id) {
+            Some(_) => Some(ObjectBuffer::copy_from_slice(&[])),
+            None => self.fetched.lock().get(id),
+        };
+        if let Some(buf) = kept {
+            rt.complete_object(
+                id,
+                Ok(Encoded {
+                    buf,
+                    nested: Vec::new(),
+                }),
+            );
+        } else if lazy {
+            handle.cell.set_lazy();
+            // Someone who found the entry before it was marked waits on it.
+            if handle.cell.has_waiters() {
+                handle.fetch_if_lazy();
             }
-            // An actor's key has no bytes to fetch.
-            let kept = match super::actors::actor_of_key(id) {
-                Some(_) => Some(ObjectBuffer::copy_from_slice(&[])),
-                None => self.fetched.lock().get(id),
-            };
-            if let Some(buf) = kept {
-                rt.complete_object(
-                    id,
-                    Ok(Encoded {
-                        buf,
-                        nested: Vec::new(),
-                    }),
-                );
-                return handle;
-            }
-            let me = self.clone();
-            let rt = rt.clone();
-            self.tokio.spawn(async move {
-                // Borrowed values come from their owner: if it cannot be
-                // reached, it is gone, and its objects with it.
-                let owner_died = |cause: String| Error::OwnerDied {
-                    object: id,
-                    owner: id.owner,
-                    cause,
-                };
-                let out = match me.worker_addr(id.owner).await {
-                    Ok(addr) => me.fetch_or(addr, id, false, owner_died).await,
-                    Err(e) => Err(e),
-                };
-                let out = out.map(|(buf, refs)| {
-                    // A copy with refs in it is not kept for later
-                    // borrowers: each fetch gets its refs lent anew.
-                    if refs.is_empty() {
-                        me.fetched.lock().record(id, buf.clone());
-                    }
-                    let nested = me.receive_refs(&rt, refs, true);
-                    Encoded { buf, nested }
-                });
-                rt.complete_object(id, out);
-            });
+        } else {
+            self.start_fetch(rt, id);
         }
         handle
+    }
+
+    /// Fetches borrowed object `id` from its owner into its entry here.
+    pub(crate) fn start_fetch(self: &Arc<Self>, rt: &Arc<Runtime>, id: ObjectId) {
+        let me = self.clone();
+        let rt = rt.clone();
+        self.tokio.spawn(async move {
+            // Borrowed values come from their owner: if it cannot be
+            // reached, it is gone, and its objects with it.
+            let owner_died = |cause: String| Error::OwnerDied {
+                object: id,
+                owner: id.owner,
+                cause,
+            };
+            let out = match me.worker_addr(id.owner).await {
+                Ok(addr) => me.fetch_or(addr, id, false, owner_died).await,
+                Err(e) => Err(e),
+            };
+            let out = out.map(|(buf, refs)| {
+                // A copy with refs in it is not kept for later borrowers:
+                // each fetch gets its refs lent anew.
+                if refs.is_empty() {
+                    me.fetched.lock().record(id, buf.clone());
+                }
+                let nested = me.receive_refs(&rt, refs, true);
+                Encoded { buf, nested }
+            });
+            rt.complete_object(id, out);
+        });
     }
 
     pub(super) async fn worker_addr(&self, worker: WorkerId) -> Result<SocketAddr, Error> {

@@ -12,10 +12,14 @@ use ray_proto::wire::{AddBorrowers, BorrowersAdded, RefsRemoved, RemovedRef, Wir
 use super::*;
 use crate::cluster::ref_counts::RefAction;
 
-/// How long a borrower whose connection closed is given to be reached
-/// again before its counts go (a connection can close while its process
-/// lives on, e.g. after an idle timeout).
-const REACH_AGAIN: Duration = Duration::from_millis(200);
+/// Tries to reach a borrower whose connection closed before its counts go
+/// (a connection can close while its process lives on: an idle timeout, a
+/// GCS or network hiccup), waiting [`REACH_BACKOFF`] times the number of
+/// failures so far between tries. Its node daemon's `WorkerDied`, when
+/// this process holds its lease, clears it at once.
+const REACH_TRIES: u32 = 4;
+/// See [`REACH_TRIES`].
+const REACH_BACKOFF: Duration = Duration::from_millis(250);
 
 impl ClusterCore {
     /// `refs` in wire form if every owner's address is known now.
@@ -181,7 +185,8 @@ impl ClusterCore {
                 }
                 out.push(h);
             } else {
-                let h = self.borrow(rt, id, Some(owner));
+                // Fetched when someone wants its value.
+                let h = self.borrow_as(rt, id, Some(owner), true);
                 if lent {
                     h.cell.add_registrations(1);
                 }
@@ -197,8 +202,12 @@ impl ClusterCore {
     /// result arrives.
     pub(super) async fn keep_borrowed(self: &Arc<Self>, ids: &[ObjectId]) {
         let Some(rt) = self.rt() else { return };
-        let kept: Vec<Arc<RefHandle>> =
-            ids.iter().filter_map(|&id| rt.objects.handle(id)).collect();
+        // An entry registered already is counted for as long as it lives.
+        let kept: Vec<Arc<RefHandle>> = ids
+            .iter()
+            .filter_map(|&id| rt.objects.handle(id))
+            .filter(|h| h.cell.registrations() == 0)
+            .collect();
         if kept.is_empty() {
             return;
         }
@@ -210,9 +219,13 @@ impl ClusterCore {
         }
     }
 
-    /// Whether any of a task's borrowed arguments is still held here.
+    /// Whether any of a task's borrowed arguments is still held here and
+    /// not registered (another task's argument counts too: the check
+    /// cannot tell whose hold it is, so it may register once too often).
     pub(super) fn keeps_any(&self, rt: &Runtime, ids: &[ObjectId]) -> bool {
-        ids.iter().any(|&id| rt.objects.handle(id).is_some())
+        let unregistered = |h: Arc<RefHandle>| h.cell.registrations() == 0;
+        ids.iter()
+            .any(|&id| rt.objects.handle(id).is_some_and(unregistered))
     }
 
     /// A borrowed entry went with `registrations`: its owner is told (in
@@ -270,21 +283,31 @@ impl ClusterCore {
         }
     }
 
-    /// Waits until `borrower`'s process cannot be reached, then drops its
-    /// counts.
+    /// Waits until `borrower`'s process cannot be reached (after
+    /// [`REACH_TRIES`] tries), then drops its counts.
     async fn watch_borrower(self: Arc<Self>, borrower: WorkerId) {
+        let mut failures = 0;
         loop {
-            let Ok(addr) = self.worker_addr(borrower).await else {
-                break;
+            let conn = match self.worker_addr(borrower).await {
+                Ok(addr) => self.conns.get(addr).await.ok(),
+                Err(_) => None,
             };
-            let Ok(conn) = self.conns.get(addr).await else {
-                break;
-            };
-            let _ = conn.closed().await;
-            if self.rt().is_none() {
-                return;
+            match conn {
+                Some(conn) => {
+                    failures = 0;
+                    let _ = conn.closed().await;
+                    if self.rt().is_none() {
+                        return;
+                    }
+                }
+                None => {
+                    failures += 1;
+                    if failures >= REACH_TRIES {
+                        break;
+                    }
+                }
             }
-            tokio::time::sleep(REACH_AGAIN).await;
+            tokio::time::sleep(REACH_BACKOFF * failures.max(1)).await;
         }
         let drop_now = self.refs.lock().borrower_died(borrower);
         drop(drop_now);

@@ -270,16 +270,24 @@ impl ClusterCore {
         let addr = link.addr;
         let worker = LinkRef(link.clone());
         let mut done = Vec::with_capacity(results.len());
-        {
-            let mut st = self.owner.lock();
-            let now = Instant::now();
-            for mut r in results {
-                // Refs in the value were lent to this process: taken in
-                // even by a late answer, whose drop then gives them back.
+        // Refs in the values were lent to this process: taken in (outside
+        // the owner's lock) even for a late answer, whose drop then gives
+        // them back.
+        let received: Vec<(WorkResult, Vec<Arc<RefHandle>>)> = results
+            .into_iter()
+            .map(|mut r| {
                 let nested = match r.refs.is_empty() {
                     true => Vec::new(),
                     false => self.receive_refs(&rt, std::mem::take(&mut r.refs), true),
                 };
+                (r, nested)
+            })
+            .collect();
+        let mut late = Vec::new();
+        {
+            let mut st = self.owner.lock();
+            let now = Instant::now();
+            for (r, nested) in received {
                 if matches!(r.outcome, WireOutcome::Stored { .. }) {
                     // A task's value waits at its worker: the task core
                     // keeps the task (its lineage) until the value is here.
@@ -292,11 +300,14 @@ impl ClusterCore {
                     done.push((r, Done::Task(q), nested));
                 } else if let Some(f) = st.inflight.remove(&r.task) {
                     done.push((r, Done::Actor(f), nested));
+                } else {
+                    // A late answer of a task already retried or ended.
+                    late.push(nested);
                 }
-                // Else a late answer of a task already retried or ended.
             }
             self.drive(st);
         }
+        drop(late);
         for (r, d, nested) in done {
             match r.outcome {
                 WireOutcome::Value(bytes) => {

@@ -65,6 +65,10 @@ impl Remote for ClusterRemote {
         self.0.borrow(rt, id, None)
     }
 
+    fn fetch_borrowed(&self, rt: &Arc<Runtime>, id: ObjectId) {
+        self.0.start_fetch(rt, id);
+    }
+
     fn object_freed(&self, id: ObjectId, registrations: u32) {
         self.0.object_freed(id, registrations);
     }

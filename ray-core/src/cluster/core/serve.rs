@@ -192,9 +192,13 @@ impl ClusterCore {
             Some(buf) => Ok((buf, Vec::new())),
             None => match self.rt().and_then(|rt| rt.objects.handle(id)) {
                 Some(h) => {
-                    let nested = h.cell.contained();
+                    let cell = h.cell.clone();
                     match ObjectRef::<()>::from_handle(h).buffer().await {
-                        Ok(buf) => self.lend_wire(from, nested).await.map(|refs| (buf, refs)),
+                        // Its refs are known once it has its value.
+                        Ok(buf) => {
+                            let nested = cell.contained();
+                            self.lend_wire(from, nested).await.map(|refs| (buf, refs))
+                        }
                         Err(e) => Err(e),
                     }
                 }
@@ -489,9 +493,9 @@ impl ClusterCore {
         });
     }
 
-    /// `args` as this process's task arguments, and the ids of those
-    /// borrowed from other processes (top-level refs and refs nested in
-    /// values).
+    /// `args` as this process's task arguments, and the ids of the refs
+    /// nested in them that are borrowed from other processes (what the
+    /// task may keep).
     pub(super) fn args_from_wire(
         self: &Arc<Self>,
         rt: &Arc<Runtime>,
@@ -514,16 +518,16 @@ impl ClusterCore {
                         nested,
                     ))
                 }
+                // Resolved to its value before the task runs: the task
+                // never holds the ref itself, so it cannot keep it.
                 WireArg::Ref { id, owner } => {
-                    let h = if id.owner == rt.worker {
-                        rt.objects
-                            .handle(id)
-                            .unwrap_or_else(|| self.borrow(rt, id, Some(owner)))
-                    } else {
-                        borrowed.push(id);
-                        self.borrow(rt, id, Some(owner))
+                    let h = match id.owner == rt.worker {
+                        true => rt.objects.handle(id),
+                        false => None,
                     };
-                    TaskArg(ArgKind::Ref(h))
+                    TaskArg(ArgKind::Ref(
+                        h.unwrap_or_else(|| self.borrow(rt, id, Some(owner))),
+                    ))
                 }
             })
             .collect();

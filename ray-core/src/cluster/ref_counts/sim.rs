@@ -673,6 +673,9 @@ impl World {
                     proc.rc.describe()
                 ));
             }
+            if proc.rc.anomalies > 0 {
+                return Err(format!("process {p} saw removals of counts never made"));
+            }
             if !proc.rc.is_idle() || !proc.tasks.is_empty() || !proc.waiting.is_empty() {
                 return Err(format!("process {p}'s protocol is not idle at the end"));
             }
