@@ -17,7 +17,6 @@
 //! dropping handles (a drop can recurse into this table).
 
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Poll, Waker};
 
@@ -66,30 +65,42 @@ impl RefHandle {
 
     /// The value if ready; otherwise registers `waker` and returns `Pending`.
     pub(crate) fn poll(&self, waker: Option<&Waker>) -> Poll<Value> {
-        let out = self.cell.poll(self.id, waker);
-        if out.is_pending() {
-            self.fetch_if_lazy();
+        let mut lazy = false;
+        let out = self.cell.poll(self.id, waker, &mut lazy);
+        if lazy {
+            self.fetch();
         }
         out
     }
 
     /// Whether the object has a value (or failed).
     pub(crate) fn is_ready(&self) -> bool {
-        let ready = self.cell.0.lock().value.is_some();
-        if !ready {
-            self.fetch_if_lazy();
+        let mut entry = self.cell.0.lock();
+        if entry.value.is_some() {
+            return true;
         }
-        ready
+        let lazy = std::mem::take(&mut entry.lazy);
+        drop(entry);
+        if lazy {
+            self.fetch();
+        }
+        false
     }
 
-    /// A borrowed object whose fetch waits for someone to want its value
-    /// (see [`ObjectCell::lazy`]): starts it, once.
+    /// Starts the fetch of a borrowed object whose fetch waited for
+    /// someone to want its value (see [`ObjectCell::set_lazy`]).
+    fn fetch(&self) {
+        if let Some(remote) = self.rt.remote.get() {
+            remote.fetch_borrowed(&self.rt, self.id);
+        }
+    }
+
+    /// [`fetch`](Self::fetch) if the fetch still waits (once).
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
     pub(crate) fn fetch_if_lazy(&self) {
-        let lazy = &self.cell.1;
-        if lazy.load(Ordering::Relaxed) && lazy.swap(false, Ordering::AcqRel) {
-            if let Some(remote) = self.rt.remote.get() {
-                remote.fetch_borrowed(&self.rt, self.id);
-            }
+        let lazy = std::mem::take(&mut self.cell.0.lock().lazy);
+        if lazy {
+            self.fetch();
         }
     }
 
@@ -130,38 +141,35 @@ struct Entry {
     /// A borrowed object's registrations with its owner (see
     /// `cluster::ref_counts`), told to the owner when the entry goes.
     registrations: u32,
+    /// Its fetch waits for its first reader (see [`ObjectCell::set_lazy`]).
+    lazy: bool,
 }
 
 /// One object's state. The table maps ids to cells; every handle of the
 /// object and the task producing it hold the same cell. Lock order: a
 /// table shard, then a cell.
-///
-/// The flag marks a borrowed entry made without fetching its value (a ref
-/// that arrived nested in a value): the first poll or readiness check
-/// starts the fetch, so refs passed through a process, or never read,
-/// cost no transfer.
-pub(crate) struct ObjectCell(Mutex<Entry>, AtomicBool);
+pub(crate) struct ObjectCell(Mutex<Entry>);
 
 impl ObjectCell {
     fn new(value: Option<Value>, handle: Weak<RefHandle>, contained: Vec<Arc<RefHandle>>) -> Self {
-        Self(
-            Mutex::new(Entry {
-                value,
-                handle,
-                contained,
-                waiters: Vec::new(),
-                removed: false,
-                registrations: 0,
-            }),
-            AtomicBool::new(false),
-        )
+        Self(Mutex::new(Entry {
+            value,
+            handle,
+            contained,
+            waiters: Vec::new(),
+            removed: false,
+            registrations: 0,
+            lazy: false,
+        }))
     }
 
     /// Marks this pending borrowed entry's fetch as left for its first
-    /// reader (see the type's docs).
+    /// reader: a ref that arrived nested in a value is fetched when
+    /// someone polls it or asks whether it is ready, so refs passed
+    /// through a process, or never read, cost no transfer.
     #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
     pub(crate) fn set_lazy(&self) {
-        self.1.store(true, Ordering::Release);
+        self.0.lock().lazy = true;
     }
 
     /// Adds `n` registrations with the owner to this borrowed entry.
@@ -188,11 +196,14 @@ impl ObjectCell {
         self.0.lock().contained.clone()
     }
 
-    fn poll(&self, id: ObjectId, waker: Option<&Waker>) -> Poll<Value> {
+    /// The value if ready, else `Pending` with `waker` registered; `lazy`
+    /// is set when this poll is the one to start a waiting fetch.
+    fn poll(&self, id: ObjectId, waker: Option<&Waker>, lazy: &mut bool) -> Poll<Value> {
         let mut entry = self.0.lock();
         if let Some(v) = &entry.value {
             return Poll::Ready(v.clone());
         }
+        *lazy = std::mem::take(&mut entry.lazy);
         if entry.removed {
             return Poll::Ready(Value::Failed(Box::new(Error::ObjectLost {
                 object: id,

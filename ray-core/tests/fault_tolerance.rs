@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use ray_core::prelude::*;
 use ray_core::{Cluster, Error, NodeId};
+use ray_test_support::process::gone;
 
 /// A file no other test uses (the workers share this machine's disk).
 fn marker(name: &str) -> PathBuf {
@@ -226,6 +227,47 @@ async fn an_actor_on_a_killed_node_restarts_on_another() {
         killed.elapsed()
     );
     assert_eq!(a.node().unwrap().get().await.unwrap(), 1);
+    ray.shutdown();
+}
+
+/// An actor whose first constructor run writes the marker and hangs (its
+/// node is to be killed under it); a later run returns at once.
+#[remote]
+struct SlowStart {
+    runs: u32,
+}
+
+#[remote]
+impl SlowStart {
+    fn new(marker: String) -> Self {
+        if !Path::new(&marker).exists() {
+            std::fs::write(&marker, std::process::id().to_string()).unwrap();
+            std::thread::sleep(Duration::from_secs(600));
+        }
+        SlowStart { runs: 1 }
+    }
+    fn node(&self) -> u64 {
+        Ray::current().expect("in an actor").node_id().0
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actor_whose_node_dies_during_its_first_creation_is_created_elsewhere() {
+    let mut cluster = Cluster::local(2).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let m = marker("first-creation");
+    let a = SlowStart::options()
+        .node_affinity(NodeId(2), true)
+        .max_restarts(1)
+        .remote(&ray, m.display().to_string())
+        .unwrap();
+    // The constructor runs on node 2; its node dies before it returns.
+    wait_for(&m).await;
+    cluster.kill_node(1);
+    // The call waited for the actor to live: it reaches the next life,
+    // made on the node left.
+    assert_eq!(a.node().unwrap().get().await.unwrap(), 1);
+    let _ = std::fs::remove_file(&m);
     ray.shutdown();
 }
 
@@ -573,16 +615,6 @@ async fn bundles_on_a_dead_node_are_reserved_again_and_their_work_proceeds() {
     assert_ne!(moved, homes[1 - lost], "STRICT_SPREAD kept: {homes:?}");
     assert_eq!(in_bundle(1 - lost).get().await.unwrap(), homes[1 - lost]);
     ray.shutdown();
-}
-
-/// Whether process `pid` is gone (reaped, or a zombie).
-fn gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use ray_core::prelude::*;
 use ray_core::Cluster;
+use ray_test_support::process::gone;
 
 /// Big enough to live in the object store, not inline in the table.
 const LEN: usize = 1 << 20;
@@ -236,16 +237,6 @@ async fn a_borrower_that_dies_stops_counting() {
         ray.stats().store_used_bytes < before + LEN as u64 && ray.stats().lent_objects == 0
     })
     .await;
-}
-
-/// Whether process `pid` has exited (or is a zombie).
-fn gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,7 +4,7 @@
 //!
 //! Each module that needs a crate of the workspace sits behind a feature
 //! named after it, so a crate's tests build only what they use:
-//! [`counting_alloc`] needs nothing; `embedded` and `deadlock` need
+//! [`counting_alloc`] and [`process`] need nothing; `embedded` and `deadlock` need
 //! ray-core, `insight_job` ray-core and serde_json, `recording` and
 //! `workload` ray-insight, `http` ray-dashboard.
 
@@ -17,6 +17,7 @@ pub mod embedded;
 pub mod http;
 #[cfg(feature = "insight_job")]
 pub mod insight_job;
+pub mod process;
 #[cfg(feature = "recording")]
 pub mod recording;
 #[cfg(feature = "workload")]

@@ -28,6 +28,8 @@ mod node_service;
 mod pg;
 mod policy_sets;
 mod ref_counts;
+#[cfg(test)]
+mod sim_seeds;
 mod task_owner;
 pub mod testing;
 mod worker;

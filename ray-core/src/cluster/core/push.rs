@@ -273,21 +273,20 @@ impl ClusterCore {
         // Refs in the values were lent to this process: taken in (outside
         // the owner's lock) even for a late answer, whose drop then gives
         // them back.
-        let received: Vec<(WorkResult, Vec<Arc<RefHandle>>)> = results
-            .into_iter()
-            .map(|mut r| {
-                let nested = match r.refs.is_empty() {
-                    true => Vec::new(),
-                    false => self.receive_refs(&rt, std::mem::take(&mut r.refs), true),
-                };
-                (r, nested)
-            })
-            .collect();
+        let mut results = results;
+        let mut received: Vec<Vec<Arc<RefHandle>>> = Vec::new();
+        if results.iter().any(|r| !r.refs.is_empty()) {
+            received = results
+                .iter_mut()
+                .map(|r| self.receive_refs(&rt, std::mem::take(&mut r.refs), true))
+                .collect();
+        }
         let mut late = Vec::new();
         {
             let mut st = self.owner.lock();
             let now = Instant::now();
-            for (r, nested) in received {
+            for (i, r) in results.into_iter().enumerate() {
+                let nested = received.get_mut(i).map(std::mem::take).unwrap_or_default();
                 if matches!(r.outcome, WireOutcome::Stored { .. }) {
                     // A task's value waits at its worker: the task core
                     // keeps the task (its lineage) until the value is here.

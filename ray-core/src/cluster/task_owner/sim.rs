@@ -624,32 +624,15 @@ impl World {
     }
 }
 
-/// Seeds per run: `RAYRS_SIM_SEEDS` or 2,000 (CI sets 10,000).
-fn seeds() -> u64 {
-    std::env::var("RAYRS_SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2_000)
-}
-
 #[test]
 fn every_task_ends_once_within_its_budget_and_every_lease_goes_back() {
-    let n = seeds();
-    for seed in 0..n {
-        if let Err(e) = World::new(seed).run() {
-            panic!("seed {seed}: {e} (replay: RAYRS_SIM_SEED={seed})");
-        }
-    }
+    crate::cluster::sim_seeds::run_seeds(|seed| World::new(seed).run());
 }
 
 /// Replays one seed (`RAYRS_SIM_SEED`), for a failure found above.
 #[test]
 fn replay_one_seed() {
-    let Some(seed) = std::env::var("RAYRS_SIM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    else {
-        return;
-    };
-    World::new(seed).run().unwrap();
+    if let Some(seed) = crate::cluster::sim_seeds::replay_seed() {
+        World::new(seed).run().unwrap();
+    }
 }
