@@ -322,6 +322,8 @@ impl ActorCell {
             .set_actor_state(self.id, GcsActorState::Dead { cause });
         let pinned = self.rt.pinned_actors.lock().remove(&self.id);
         drop(pinned);
+        let escaped = self.rt.escaped_actors.lock().remove(&self.id);
+        drop(escaped);
     }
 
     fn give_back_resources(&self) {
@@ -630,10 +632,53 @@ impl<A: RemoteActor> rkyv::Archive for ActorHandle<A> {
     }
 }
 
+/// Set in the sequence number of an actor's key object.
+const ACTOR_KEY: u64 = 1 << 63;
+
+/// The object standing for actor `id` while handles to it are inside
+/// values: owned by the actor's owner, held by the values (and, on a
+/// cluster, by every handle). The actor goes once no handle and no key is
+/// left.
+pub(crate) fn actor_key(id: ActorId) -> ray_proto::ObjectId {
+    ray_proto::ObjectId::new(id.owner, id.seq | ACTOR_KEY)
+}
+
+/// The actor `id` stands for, if it is an actor's key.
+pub(crate) fn actor_of_key(id: ray_proto::ObjectId) -> Option<ActorId> {
+    (id.seq & ACTOR_KEY != 0).then(|| ActorId::new(id.owner, id.seq & !ACTOR_KEY))
+}
+
+/// The key of embedded actor `cell`, made at its first escape into a
+/// value: the runtime keeps the actor while the key lives
+/// ([`Runtime::escaped_actors`]).
+fn escape_embedded(cell: &Arc<ActorCell>) -> Arc<crate::ownership::RefHandle> {
+    let rt = &cell.rt;
+    let mut escaped = rt.escaped_actors.lock();
+    let live = escaped.get(&cell.id).and_then(|(key, _)| key.upgrade());
+    if let Some(key) = live {
+        return key;
+    }
+    let empty = ray_store::ObjectBuffer::copy_from_slice(&[]);
+    let value = Some(crate::ownership::Value::Inline(empty));
+    let key = rt.objects.insert(rt, actor_key(cell.id), value, Vec::new());
+    let old = escaped.insert(cell.id, (Arc::downgrade(&key), cell.clone()));
+    drop(escaped);
+    // (A dead key's entry, dropped outside the lock.)
+    drop(old);
+    key
+}
+
 impl<A: RemoteActor, S: rkyv::rancor::Fallible + ?Sized> rkyv::Serialize<S> for ActorHandle<A> {
     fn serialize(&self, serializer: &mut S) -> std::result::Result<Self::Resolver, S::Error> {
         // The value may outlive every handle here: keep the actor alive.
         match &self.raw.target {
+            // Embedded: the value holds the actor's key, which keeps the
+            // actor until every value holding it is gone too.
+            Target::Local(cell) if cell.rt.remote.get().is_none() => {
+                let key = escape_embedded(cell);
+                crate::object::note_nested(&key);
+            }
+            // A worker's own actor: its owner decides when it goes.
             Target::Local(cell) => {
                 cell.rt.pinned_actors.lock().insert(cell.id, cell.clone());
             }

@@ -86,6 +86,11 @@ pub(crate) struct Runtime {
     pub(crate) gcs: Mutex<Gcs>,
     /// Actors kept alive by the runtime itself (named or detached).
     pub(crate) pinned_actors: Mutex<HashMap<ActorId, Arc<ActorCell>>>,
+    /// Embedded actors whose handles went into values: each with its key
+    /// object (see `actor::actor_key`), kept until the key is freed.
+    #[allow(clippy::type_complexity)]
+    pub(crate) escaped_actors:
+        Mutex<HashMap<ActorId, (Weak<crate::ownership::RefHandle>, Arc<ActorCell>)>>,
     /// Every actor not yet dropped, so shutdown can stop them all.
     pub(crate) live_actors: Mutex<HashMap<ActorId, Weak<ActorCell>>>,
     /// Placement groups not yet removed.
@@ -135,6 +140,7 @@ impl Runtime {
             ),
             gcs: Mutex::new(gcs),
             pinned_actors: Mutex::new(HashMap::new()),
+            escaped_actors: Mutex::new(HashMap::new()),
             live_actors: Mutex::new(HashMap::new()),
             pgs: Mutex::new(HashMap::new()),
             tokio,
@@ -449,13 +455,32 @@ impl Runtime {
             self.store.delete(id);
         });
         if let Some(r) = &removed {
-            if let Some(remote) = self.remote.get() {
-                remote.object_freed(id, r.registrations);
+            match self.remote.get() {
+                Some(remote) => remote.object_freed(id, r.registrations),
+                None => self.actor_key_freed(id),
             }
         }
         // `removed` drops here, outside every lock: nested refs it held may
         // release further objects.
         drop(removed);
+    }
+
+    /// Embedded: if `id` is an actor's key, the values holding handles to
+    /// it are gone: the runtime lets the actor go (it lives on while
+    /// handles do).
+    fn actor_key_freed(&self, id: ObjectId) {
+        let Some(actor) = crate::actor::actor_of_key(id) else {
+            return;
+        };
+        let cell = {
+            let mut escaped = self.escaped_actors.lock();
+            // A newer key made meanwhile keeps it.
+            match escaped.get(&actor) {
+                Some((key, _)) if key.strong_count() == 0 => escaped.remove(&actor),
+                _ => None,
+            }
+        };
+        drop(cell);
     }
 
     /// Stops the runtime: queued work fails with `ShutDown`, actors die,
@@ -485,6 +510,8 @@ impl Runtime {
         drop(actors);
         let pinned: Vec<_> = self.pinned_actors.lock().drain().collect();
         drop(pinned);
+        let escaped: Vec<_> = self.escaped_actors.lock().drain().collect();
+        drop(escaped);
         self.objects.fail_pending(&Error::ShutDown);
         let closed = self.remote.get().map(|remote| remote.shutdown());
         let io = self.owned_tokio.lock().take();

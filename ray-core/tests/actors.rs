@@ -265,6 +265,33 @@ async fn actor_resources_are_held_for_life_and_infeasible_fails_fast() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actor_whose_handle_is_inside_a_value_lives_until_the_value_goes() {
+    let ray = embedded::runtime(2.0).await;
+    let c = Counter::options().num_cpus(1.0).remote(&ray, 0).unwrap();
+    c.incr(1).unwrap().get().await.unwrap();
+    let boxed = ray.put(vec![c.clone()]).await.unwrap();
+    drop(c);
+    // Only the value holds it now: it lives, found through the value.
+    let handles: Vec<ActorHandle<Counter>> = boxed.get().await.unwrap();
+    assert_eq!(handles[0].incr(1).unwrap().get().await.unwrap(), 2);
+    drop(handles);
+    assert_eq!(ray.stats().available.get("CPU").to_f64(), 1.0);
+    // The value gone too: the actor ends and its CPU comes back (as on a
+    // cluster, where such handles are counted across processes).
+    drop(boxed);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while ray.stats().available.get("CPU").to_f64() != 2.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the actor's CPU never came back: {:?}",
+            ray.stats().available
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    ray.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn actors_create_actors_and_block_on_them_without_deadlock() {
     let ray = embedded::runtime(1.0).await;
     let p = Parent::remote(&ray).unwrap();

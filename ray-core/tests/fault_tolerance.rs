@@ -234,7 +234,7 @@ async fn an_actor_on_a_killed_node_restarts_on_another() {
 /// node is to be killed under it); a later run returns at once.
 #[remote]
 struct SlowStart {
-    runs: u32,
+    pid: u32,
 }
 
 #[remote]
@@ -244,10 +244,13 @@ impl SlowStart {
             std::fs::write(&marker, std::process::id().to_string()).unwrap();
             std::thread::sleep(Duration::from_secs(600));
         }
-        SlowStart { runs: 1 }
+        SlowStart {
+            pid: std::process::id(),
+        }
     }
-    fn node(&self) -> u64 {
-        Ray::current().expect("in an actor").node_id().0
+    /// Its node and the process its constructor ran in.
+    fn home(&self) -> (u64, u32) {
+        (Ray::current().expect("in an actor").node_id().0, self.pid)
     }
 }
 
@@ -265,8 +268,11 @@ async fn an_actor_whose_node_dies_during_its_first_creation_is_created_elsewhere
     wait_for(&m).await;
     cluster.kill_node(1);
     // The call waited for the actor to live: it reaches the next life,
-    // made on the node left.
-    assert_eq!(a.node().unwrap().get().await.unwrap(), 1);
+    // made on the node left, in another process.
+    let first: u32 = std::fs::read_to_string(&m).unwrap().parse().unwrap();
+    let (node, pid) = a.home().unwrap().get().await.unwrap();
+    assert_eq!(node, 1);
+    assert_ne!(pid, first);
     let _ = std::fs::remove_file(&m);
     ray.shutdown();
 }

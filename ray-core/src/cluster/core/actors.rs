@@ -97,21 +97,7 @@ pub(crate) struct HeldActor {
     pub(super) key: Option<Arc<RefHandle>>,
 }
 
-/// Set in the sequence number of an actor's key object.
-const ACTOR_KEY: u64 = 1 << 63;
-
-/// The object standing for actor `id` in the borrower protocol: owned by
-/// the actor's owner, held by every handle to it, lent when a handle goes
-/// into a value. The owner kills an actor whose handle escaped once this
-/// object is freed (its own handles and every borrower's are gone).
-pub(crate) fn actor_key(id: ActorId) -> ObjectId {
-    ObjectId::new(id.owner, id.seq | ACTOR_KEY)
-}
-
-/// The actor `id` stands for, if it is an actor's key.
-pub(crate) fn actor_of_key(id: ObjectId) -> Option<ActorId> {
-    (id.seq & ACTOR_KEY != 0).then(|| ActorId::new(id.owner, id.seq & !ACTOR_KEY))
-}
+pub(crate) use crate::actor::{actor_key, actor_of_key};
 
 impl HeldActor {
     /// A handle to `actor` (holding `key`) and the forwarder's end of its
