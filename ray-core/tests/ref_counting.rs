@@ -109,6 +109,11 @@ impl Keeper {
         vec![ray.put_blocking(vec![byte; len as usize]).unwrap()]
     }
 
+    /// `len` bytes of `byte`, as the call's value.
+    fn bytes(&self, len: u64, byte: u8) -> Vec<u8> {
+        vec![byte; len as usize]
+    }
+
     /// Bytes in this process's object store.
     fn store_bytes(&self) -> u64 {
         Ray::current()
@@ -293,4 +298,19 @@ async fn a_call_made_before_the_last_handle_of_an_escaped_actor_went_still_runs(
         || async { gone(pid) },
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_value_of_a_call_made_before_the_last_handle_went_arrives_whole() {
+    let cluster = Cluster::local(1).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let k = keeper(&ray).await;
+    // Large enough to be taken from the actor's worker after the answer:
+    // the actor (and its process) must wait for that too.
+    let big = 32 << 20;
+    let r = k.bytes(big, 7).unwrap();
+    drop(k);
+    let v = r.get().await.unwrap();
+    assert_eq!(v.len(), big as usize);
+    assert!(v.iter().all(|&b| b == 7));
 }

@@ -57,6 +57,9 @@ pub(crate) struct RemoteActor {
     /// Its key was freed (no handle is left anywhere): the owner's
     /// forwarder kills it once the calls already sent are answered.
     pub(super) key_gone: tokio::sync::Notify,
+    /// Set with `key_gone`'s notice, which is taken once: a supervisor
+    /// that comes back after a restart still sees it.
+    pub(super) key_is_gone: std::sync::atomic::AtomicBool,
 }
 
 /// How an actor restarts.
@@ -166,6 +169,7 @@ impl RemoteActor {
             resend: Mutex::new(Vec::new()),
             kill_now: tokio::sync::Notify::new(),
             key_gone: tokio::sync::Notify::new(),
+            key_is_gone: false.into(),
         }
     }
 
@@ -233,6 +237,8 @@ impl RemoteActor {
     pub(super) fn key_freed(&self) {
         let escaped = self.escaped.load(std::sync::atomic::Ordering::Acquire);
         if escaped && !self.detached {
+            self.key_is_gone
+                .store(true, std::sync::atomic::Ordering::Release);
             self.key_gone.notify_one();
         }
     }
@@ -574,41 +580,49 @@ impl ClusterCore {
             // Every handle is gone: the actor goes too, once the calls
             // already sent are answered (their results may still be
             // awaited; embedded, queued calls run too).
-            if self.answered(actor.id, link).await {
-                let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
+            // (A worker lost meanwhile: the actor restarts within its
+            // budget so the lost calls are sent again, and comes back here.)
+            if !self.answered(actor.id, link).await {
+                return Some(link.lost().await);
             }
+            let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
         }
         None
     }
 
     /// Whether calls of `actor` are pushed and not answered.
     fn calls_in_flight(&self, actor: ActorId) -> bool {
-        self.owner.lock().inflight.values().any(|f| {
-            matches!(f.kind, super::owner::InflightKind::ActorCall { actor: a, .. } if a == actor)
-        })
+        let st = self.owner.lock();
+        st.taking.contains_key(&actor)
+            || st.inflight.values().any(|f| {
+                matches!(f.kind, super::owner::InflightKind::ActorCall { actor: a, .. } if a == actor)
+            })
     }
 
     /// Watches an actor no handle here uses any more but which must live
     /// on (detached, or a handle escaped into a value): returns its
     /// worker's loss (to restart it), or `None` when it is killed.
     async fn supervise(&self, actor: &RemoteActor, link: &Link) -> Option<Error> {
-        tokio::select! {
-            lost = link.lost() => Some(lost),
-            () = actor.kill_now.notified() => {
-                let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
-                None
-            }
-            () = actor.key_gone.notified() => {
-                // As for an actor whose handles never left: calls already
-                // sent are answered first.
-                if !self.answered(actor.id, link).await {
-                    return Some(link.lost().await);
+        if !actor.key_is_gone.load(std::sync::atomic::Ordering::Acquire) {
+            tokio::select! {
+                lost = link.lost() => return Some(lost),
+                () = actor.kill_now.notified() => {
+                    let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
+                    return None;
                 }
-                actor.set_dead("every handle to it is gone".into());
-                let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
-                None
+                () = actor.key_gone.notified() => {}
             }
         }
+        // No handle is left anywhere. As for an actor whose handles never
+        // left: calls already sent are answered first (a worker lost
+        // meanwhile restarts it, within its budget, for the calls to be
+        // sent again; this comes back here after).
+        if !self.answered(actor.id, link).await {
+            return Some(link.lost().await);
+        }
+        actor.set_dead("every handle to it is gone".into());
+        let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
+        None
     }
 
     /// Waits until no call of `actor` sent from here is unanswered;

@@ -119,6 +119,9 @@ pub(super) struct OwnerState {
     pub(super) tasks: TaskOwner<Tasks>,
     /// Actor calls and creations pushed and not answered.
     pub(super) inflight: HashMap<TaskId, Inflight>,
+    /// Actor calls answered whose large value is still being taken from
+    /// the actor's worker, per actor (the actor is not killed under them).
+    pub(super) taking: HashMap<ActorId, u32>,
 }
 
 impl OwnerState {

@@ -327,11 +327,32 @@ impl ClusterCore {
                     self.end(&rt, r.task, d, Err(err), nested);
                 }
                 WireOutcome::Stored { .. } => {
+                    // Until the value is here, the call counts as in
+                    // flight: its actor (and worker) must not go yet.
+                    let actor = match &d {
+                        Done::Actor(Inflight {
+                            kind: InflightKind::ActorCall { actor, .. },
+                            ..
+                        }) => Some(*actor),
+                        _ => None,
+                    };
+                    if let Some(a) = actor {
+                        *self.owner.lock().taking.entry(a).or_insert(0) += 1;
+                    }
                     let me = self.clone();
                     let rt = rt.clone();
                     self.tokio.spawn(async move {
                         let out = me.fetch(addr, r.task.return_object(), true).await;
                         me.end(&rt, r.task, d, out, nested);
+                        if let Some(a) = actor {
+                            let mut st = me.owner.lock();
+                            if let Some(n) = st.taking.get_mut(&a) {
+                                *n -= 1;
+                                if *n == 0 {
+                                    st.taking.remove(&a);
+                                }
+                            }
+                        }
                     });
                 }
             }
