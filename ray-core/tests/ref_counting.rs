@@ -140,6 +140,16 @@ where
     }
 }
 
+/// Waits until the driver has freed the object it put when its store held
+/// `before` bytes (the store is back below that plus the object) and lends
+/// nothing any more.
+async fn wait_freed_by_driver(ray: &Ray, before: u64, what: &str) {
+    eventually(what, || async {
+        ray.stats().store_used_bytes < before + LEN as u64 && ray.stats().lent_objects == 0
+    })
+    .await;
+}
+
 async fn keeper(ray: &Ray) -> ActorHandle<Keeper> {
     // A process of its own for each: three processes in all.
     let k = Keeper::options().isolated(true).remote(ray).unwrap();
@@ -173,11 +183,10 @@ async fn nested_refs_through_three_processes_are_freed_after_the_last_borrower()
 
     // The last one drops it: the owner frees it.
     b.forget().unwrap().get().await.unwrap();
-    eventually(
+    wait_freed_by_driver(
+        &ray,
+        before,
         "the owner frees the object after its last borrower",
-        || async {
-            ray.stats().store_used_bytes < before + LEN as u64 && ray.stats().lent_objects == 0
-        },
     )
     .await;
 }
@@ -195,10 +204,7 @@ async fn a_ref_argument_an_actor_keeps_stays_until_it_drops_it() {
     assert!(ray.stats().lent_objects >= 1, "the actor borrows it");
     assert_eq!(a.sum().unwrap().get().await.unwrap(), 2 * LEN as u64);
     a.forget().unwrap().get().await.unwrap();
-    eventually("the owner frees the object the actor dropped", || async {
-        ray.stats().store_used_bytes < before + LEN as u64 && ray.stats().lent_objects == 0
-    })
-    .await;
+    wait_freed_by_driver(&ray, before, "the owner frees the object the actor dropped").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,10 +244,7 @@ async fn a_borrower_that_dies_stops_counting() {
     drop(x);
     assert!(ray.stats().lent_objects >= 1);
     let _ = a.abort().unwrap().get().await;
-    eventually("the owner frees what a dead borrower held", || async {
-        ray.stats().store_used_bytes < before + LEN as u64 && ray.stats().lent_objects == 0
-    })
-    .await;
+    wait_freed_by_driver(&ray, before, "the owner frees what a dead borrower held").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

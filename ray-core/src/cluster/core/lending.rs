@@ -56,17 +56,24 @@ impl ClusterCore {
     ///
     /// [`lends_at_once`]: Self::lends_at_once
     pub(super) fn lend_now(self: &Arc<Self>, to: WorkerId, refs: &[Arc<RefHandle>]) {
+        let (wait, actions) = self.start_lend(to, refs);
+        debug_assert!(wait.is_none(), "lend_now with refs owned elsewhere");
+        self.run_ref_actions(actions);
+    }
+
+    /// Counts `to` on `refs` in the state machine: the lend to wait for
+    /// (refs owned elsewhere) and the actions it asks for.
+    fn start_lend(&self, to: WorkerId, refs: &[Arc<RefHandle>]) -> (Option<u64>, Vec<RefAction>) {
         if refs.is_empty() {
-            return;
+            return (None, Vec::new());
         }
-        let (drop_now, actions) = {
+        let (drop_now, wait, actions) = {
             let mut rc = self.refs.lock();
-            let (d, wait) = rc.lend(to, refs.iter().map(|h| (h.id, h.clone())).collect());
-            debug_assert!(wait.is_none(), "lend_now with refs owned elsewhere");
-            (d, drain(&mut rc))
+            let (d, w) = rc.lend(to, refs.iter().map(|h| (h.id, h.clone())).collect());
+            (d, w, drain(&mut rc))
         };
         drop(drop_now);
-        self.run_ref_actions(actions);
+        (wait, actions)
     }
 
     /// Lends `refs` to `to` before a value carrying them leaves: returns
@@ -77,15 +84,7 @@ impl ClusterCore {
         to: WorkerId,
         refs: &[Arc<RefHandle>],
     ) -> Vec<ObjectId> {
-        if refs.is_empty() {
-            return Vec::new();
-        }
-        let (drop_now, wait, actions) = {
-            let mut rc = self.refs.lock();
-            let (d, w) = rc.lend(to, refs.iter().map(|h| (h.id, h.clone())).collect());
-            (d, w, drain(&mut rc))
-        };
-        drop(drop_now);
+        let (wait, actions) = self.start_lend(to, refs);
         let mut registers = Vec::new();
         let mut others = Vec::new();
         for a in actions {
@@ -196,36 +195,29 @@ impl ClusterCore {
         out
     }
 
-    /// A task's borrowed arguments (`ids`) that this process still holds
-    /// now that the task is done (an actor kept them): registers itself
-    /// with their owners, since the task's owner lets its hold go when the
-    /// result arrives.
-    pub(super) async fn keep_borrowed(self: &Arc<Self>, ids: &[ObjectId]) {
-        let Some(rt) = self.rt() else { return };
-        // An entry registered already is counted for as long as it lives.
-        let kept: Vec<Arc<RefHandle>> = ids
-            .iter()
+    /// Which of a task's borrowed arguments (`ids`) this process still
+    /// holds, unregistered, now that the task is done (an actor kept
+    /// them). Another task's argument counts too: the check cannot tell
+    /// whose hold it is, so it may register once too often. An entry
+    /// registered already is counted for as long as it lives.
+    pub(super) fn kept_unregistered(&self, rt: &Runtime, ids: &[ObjectId]) -> Vec<Arc<RefHandle>> {
+        ids.iter()
             .filter_map(|&id| rt.objects.handle(id))
             .filter(|h| h.cell.registrations() == 0)
-            .collect();
-        if kept.is_empty() {
-            return;
-        }
+            .collect()
+    }
+
+    /// Registers this process with the owners of `kept` (see
+    /// [`kept_unregistered`](Self::kept_unregistered)), since the task's
+    /// owner lets its hold go when the result arrives.
+    pub(super) async fn keep_borrowed(self: &Arc<Self>, kept: Vec<Arc<RefHandle>>) {
+        let Some(rt) = self.rt() else { return };
         let gone = self.lend(rt.worker, &kept).await;
         for h in &kept {
             if !gone.contains(&h.id) {
                 h.cell.add_registrations(1);
             }
         }
-    }
-
-    /// Whether any of a task's borrowed arguments is still held here and
-    /// not registered (another task's argument counts too: the check
-    /// cannot tell whose hold it is, so it may register once too often).
-    pub(super) fn keeps_any(&self, rt: &Runtime, ids: &[ObjectId]) -> bool {
-        let unregistered = |h: Arc<RefHandle>| h.cell.registrations() == 0;
-        ids.iter()
-            .any(|&id| rt.objects.handle(id).is_some_and(unregistered))
     }
 
     /// A borrowed entry went with `registrations`: its owner is told (in

@@ -21,7 +21,7 @@ pub(super) struct ForwardState {
     pub(super) task: TaskId,
     pub(super) results: mpsc::UnboundedSender<WorkResult>,
     /// The task's arguments borrowed from other processes (see
-    /// [`ClusterCore::keep_borrowed`]).
+    /// [`ClusterCore::kept_unregistered`]).
     pub(super) borrowed: Vec<ObjectId>,
 }
 
@@ -324,7 +324,10 @@ impl ClusterCore {
                             let created = created.await;
                             // Arguments the actor kept in its state are
                             // registered before its owner lets them go.
-                            me.keep_borrowed(&borrowed).await;
+                            if let Some(rt) = me.rt() {
+                                let kept = me.kept_unregistered(&rt, &borrowed);
+                                me.keep_borrowed(kept).await;
+                            }
                             let outcome = match created {
                                 Ok(Ok(())) => WireOutcome::Value(Vec::new()),
                                 // `Error::ActorDied` of this actor and class.
@@ -426,12 +429,15 @@ impl ClusterCore {
             Ok(_) => rt.objects.take_contained(local),
             Err(_) => Vec::new(),
         };
-        let keeps = !f.borrowed.is_empty() && self.keeps_any(&rt, &f.borrowed);
-        if !keeps && nested.is_empty() {
+        let kept = match f.borrowed.is_empty() {
+            true => Vec::new(),
+            false => self.kept_unregistered(&rt, &f.borrowed),
+        };
+        if kept.is_empty() && nested.is_empty() {
             self.send_result(&rt, f, out, Vec::new());
             return;
         }
-        if !keeps && self.lends_at_once(&nested) {
+        if kept.is_empty() && self.lends_at_once(&nested) {
             if let Some(refs) = self.wire_refs_now(&nested) {
                 self.lend_now(f.task.owner, &nested);
                 self.send_result(&rt, f, out, refs);
@@ -440,7 +446,7 @@ impl ClusterCore {
         }
         let me = self.clone();
         self.tokio.spawn(async move {
-            me.keep_borrowed(&f.borrowed).await;
+            me.keep_borrowed(kept).await;
             let refs = match me.lend_wire(f.task.owner, nested).await {
                 Ok(refs) => refs,
                 Err(e) => return me.send_result(&rt, f, Err(e), Vec::new()),
