@@ -16,6 +16,7 @@
 //! On top of it, the owner and worker sides of task execution
 //! (`core.rs`) and placement groups (`pg.rs`).
 
+mod actor_owner;
 mod core;
 mod gcs_client;
 mod gcs_server;

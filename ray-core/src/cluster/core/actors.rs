@@ -1,10 +1,19 @@
-//! Actors on a cluster, owner side: creating an actor on a leased worker,
-//! the [`RemoteActor`] handle that forwards calls, adopting a handle that
-//! arrived inside a value, and finding named actors through the GCS.
+//! Actors on a cluster, the shell of the sans-IO
+//! [`ActorOwner`](crate::cluster::actor_owner): creating an actor on a
+//! leased worker (or finding one through the GCS), the [`RemoteActor`]
+//! handle state whose driver task carries out what the machine decides,
+//! adopting a handle that arrived inside a value, and finding named actors.
+//!
+//! The machine decides when to create, push, restart, fail and kill; this
+//! file only moves bytes: one driver task per actor and process feeds it
+//! the calls its handles make and the losses of its links, and acts on
+//! what it asks for. Answers and lost calls reach it from the push
+//! machinery (`push.rs`) through [`RemoteActor::answered`] and
+//! [`RemoteActor::call_lost`].
 
 use super::*;
+use crate::cluster::actor_owner::{Action, ActorOwner, CallError, Role};
 
-/// Messages to a remote actor's task.
 /// What creating an actor on some worker needs, besides the actor.
 pub(super) struct ActorLaunch {
     pub(super) args: Vec<TaskArg>,
@@ -21,76 +30,52 @@ pub(super) struct ActorLaunch {
     pub(super) isolated: bool,
 }
 
-pub(crate) enum ActorMsg {
-    Call {
-        task: TaskId,
-        method: &'static ActorMethod,
-        args: Vec<TaskArg>,
-        /// The calling task (`None`: the driver), for insight.
-        parent: Option<TaskId>,
-    },
-    Kill,
+/// How the driver gets each life of its actor.
+pub(super) enum Lives {
+    /// The owner creates them (and registers them with the GCS).
+    Create(Box<(ActorLaunch, ActorEntry)>),
+    /// A borrower finds them through the GCS; `first`: the link to the
+    /// first life, already found.
+    Find { first: Option<Arc<Link>> },
 }
 
-/// The owner's handle on an actor living in another process.
+/// A call made through a handle, on its way to the driver.
+pub(crate) struct ActorMsg {
+    task: TaskId,
+    call: Call,
+}
+
+/// What the machine carries for one call: what pushing it (again) needs.
+pub(super) struct Call {
+    pub(super) method: &'static ActorMethod,
+    pub(super) args: Vec<TaskArg>,
+    /// The calling task (`None`: the driver), for insight.
+    pub(super) parent: Option<TaskId>,
+}
+
+/// The machine and what comes back to it with a handle.
+pub(super) struct ActorState {
+    pub(super) machine: ActorOwner<Call>,
+    /// Calls of handles made after the others went (a handle came back in
+    /// a value), for the driver to take over.
+    rx_back: Option<mpsc::UnboundedReceiver<ActorMsg>>,
+}
+
+/// One actor as this process sees it: its machine, and the notice that
+/// wakes its driver.
 pub(crate) struct RemoteActor {
     pub(crate) id: ActorId,
     pub(crate) class: &'static ActorClass,
-    pub(super) dead: Mutex<Option<String>>,
-    /// A handle was serialized into a value that may reach another
-    /// process: the actor then lives until its key (see [`actor_key`]) is
-    /// freed, i.e. until this process's handles and every borrower's are
-    /// gone, not only this process's.
-    pub(super) escaped: std::sync::atomic::AtomicBool,
-    /// It outlives its job: never killed for its handles going.
-    pub(super) detached: bool,
-    /// The owner's handle of an actor that restarts: its restart budget
-    /// and how often a lost call is sent again. `None` for a borrowed
-    /// handle (found by name or decoded) and for actors that never restart.
-    pub(super) restarts: Option<Restarts>,
-    /// Calls lost with a life of the actor, to send to the next one.
-    pub(super) resend: Mutex<Vec<Resend>>,
-    /// A kill asked for by something holding no handle (its placement
-    /// group's removal), for the forwarder, which may have no channel
-    /// left.
-    pub(super) kill_now: tokio::sync::Notify,
-    /// Its key was freed (no handle is left anywhere): the owner's
-    /// forwarder kills it once the calls already sent are answered.
-    pub(super) key_gone: tokio::sync::Notify,
-    /// Set with `key_gone`'s notice, which is taken once: a supervisor
-    /// that comes back after a restart still sees it.
-    pub(super) key_is_gone: std::sync::atomic::AtomicBool,
-}
-
-/// How an actor restarts.
-pub(super) struct Restarts {
-    pub(super) max_task_retries: u32,
-    /// Lives used up, from 0 (the GCS keeps the count; this mirrors it).
-    pub(super) used: std::sync::atomic::AtomicU32,
-    pub(super) max_restarts: u32,
-}
-
-impl Restarts {
-    fn left(&self) -> bool {
-        self.max_restarts == crate::options::RETRY_FOREVER
-            || self.used.load(std::sync::atomic::Ordering::Acquire) < self.max_restarts
-    }
-}
-
-/// A call lost with a life of its actor, to send again.
-pub(super) struct Resend {
-    task: TaskId,
-    method: &'static ActorMethod,
-    args: Vec<TaskArg>,
-    parent: Option<TaskId>,
-    attempt: u32,
+    pub(super) state: Mutex<ActorState>,
+    /// The machine has actions from an event the driver did not feed it
+    /// (an answer, a lost call, a kill, the key's free, a handle back).
+    pub(super) wake: tokio::sync::Notify,
 }
 
 /// What this process's handles to an actor hold: its state, and the
-/// sender to the task forwarding its calls. The forwarder holds the state
-/// but no sender, so when the last handle goes its channel closes and the
-/// owner's forwarder kills the actor (unless a handle escaped into a
-/// value), as Ray does when an actor's handles go out of scope.
+/// sender to the driver. The driver holds the state but no sender, so
+/// when the last handle goes its channel closes and the machine hears
+/// that every handle here is gone.
 pub(crate) struct HeldActor {
     pub(crate) actor: Arc<RemoteActor>,
     tx: mpsc::UnboundedSender<ActorMsg>,
@@ -103,7 +88,7 @@ pub(crate) struct HeldActor {
 pub(crate) use crate::actor::{actor_key, actor_of_key};
 
 impl HeldActor {
-    /// A handle to `actor` (holding `key`) and the forwarder's end of its
+    /// A handle to `actor` (holding `key`) and the driver's end of its
     /// channel.
     pub(super) fn new(
         actor: RemoteActor,
@@ -131,116 +116,85 @@ impl HeldActor {
         args: Vec<TaskArg>,
         parent: Option<TaskId>,
     ) {
-        let actor = &self.actor;
-        let dead = actor.dead.lock().clone();
-        if let Some(cause) = dead {
-            rt.complete_object(task.return_object(), Err(actor.died(&cause)));
-            return;
-        }
-        if let Err(mpsc::error::SendError(ActorMsg::Call { task, .. })) =
-            self.tx.send(ActorMsg::Call {
-                task,
+        let msg = ActorMsg {
+            task,
+            call: Call {
                 method,
                 args,
                 parent,
-            })
-        {
-            rt.complete_object(task.return_object(), Err(actor.died("its owner stopped")));
+            },
+        };
+        if let Err(mpsc::error::SendError(msg)) = self.tx.send(msg) {
+            // The driver ended (its runtime is shutting down).
+            let cause = self.actor.state.lock().machine.dead().map(str::to_string);
+            let cause = cause.unwrap_or_else(|| "its owner stopped".into());
+            rt.complete_object(msg.task.return_object(), Err(self.actor.died(&cause)));
         }
     }
 
     /// Kills the actor: calls made from now on fail with `ActorDied`
     /// ("killed by its owner"), as embedded.
     pub(crate) fn kill(&self) {
-        self.actor.set_dead("killed by its owner".into());
-        let _ = self.tx.send(ActorMsg::Kill);
+        self.actor.request_kill();
     }
 }
 
 impl RemoteActor {
-    pub(super) fn new(id: ActorId, class: &'static ActorClass) -> Self {
+    pub(super) fn new(id: ActorId, class: &'static ActorClass, role: Role) -> Self {
         Self {
             id,
             class,
-            dead: Mutex::new(None),
-            escaped: false.into(),
-            detached: false,
-            restarts: None,
-            resend: Mutex::new(Vec::new()),
-            kill_now: tokio::sync::Notify::new(),
-            key_gone: tokio::sync::Notify::new(),
-            key_is_gone: false.into(),
+            state: Mutex::new(ActorState {
+                machine: ActorOwner::new(role),
+                rx_back: None,
+            }),
+            wake: tokio::sync::Notify::new(),
         }
     }
 
-    /// A call pushed to this actor was lost with its worker (`err`): it
-    /// is sent to the actor's next life if it restarts and the call has
-    /// `max_task_retries` left; it fails with `ActorUnavailable` if the
-    /// actor restarts without it; else with `err`.
-    pub(super) fn call_lost(&self, rt: &Arc<Runtime>, task: TaskId, f: Inflight, err: Error) {
-        let restarts = self.restarts.as_ref().filter(|r| r.left());
-        let dead = self.dead.lock().is_some();
-        let (
-            Some(r),
-            false,
-            InflightKind::ActorCall {
-                method,
-                parent,
-                attempt,
-                ..
-            },
-        ) = (restarts, dead, &f.kind)
-        else {
-            // Dead for good: `ActorDied`, with what was seen as its cause
-            // (its process exited, its node died), or why it was killed.
-            let cause = self
-                .dead
-                .lock()
-                .clone()
-                .unwrap_or_else(|| match &self.restarts {
-                    Some(r) => format!(
-                        "its restarts are used up ({}); last: {err}",
-                        r.used.load(std::sync::atomic::Ordering::Acquire)
-                    ),
-                    None => err.to_string(),
-                });
-            rt.complete_object(task.return_object(), Err(self.died(&cause)));
-            return;
-        };
-        if r.max_task_retries == crate::options::RETRY_FOREVER || *attempt < r.max_task_retries {
-            self.resend.lock().push(Resend {
-                task,
-                method,
-                args: f.args,
-                parent: *parent,
-                attempt: attempt + 1,
-            });
-            return;
+    /// Feeds the machine an event from outside the driver, and wakes the
+    /// driver if it has something to do.
+    fn event(&self, f: impl FnOnce(&mut ActorOwner<Call>)) {
+        let mut st = self.state.lock();
+        f(&mut st.machine);
+        let wake = st.machine.has_actions();
+        drop(st);
+        if wake {
+            self.wake.notify_one();
         }
-        let e = Error::ActorUnavailable {
-            actor: self.id,
-            class: self.class.name,
-            cause: err.to_string(),
-        };
-        rt.complete_object(task.return_object(), Err(e));
     }
 
-    /// Marks the actor as reachable from elsewhere (see `escaped`).
+    /// Call `task`, pushed to this actor, was answered (its value is
+    /// here, or it failed where it ran).
+    pub(super) fn answered(&self, task: TaskId) {
+        self.event(|m| m.answered(task));
+    }
+
+    /// A call pushed to this actor was lost with its worker (`err`): the
+    /// machine sends it to the actor's next life, or fails it.
+    pub(super) fn call_lost(&self, task: TaskId, f: Inflight, err: &Error) {
+        let InflightKind::ActorCall { method, parent, .. } = f.kind else {
+            return;
+        };
+        let call = Call {
+            method,
+            args: f.args,
+            parent,
+        };
+        self.event(|m| m.call_lost(task, call, err.to_string()));
+    }
+
+    /// Marks the actor as reachable from elsewhere: it then lives until
+    /// its key (see [`actor_key`]) is freed, i.e. until every handle
+    /// anywhere is gone, not only this process's.
     pub(crate) fn escape(&self) {
-        self.escaped
-            .store(true, std::sync::atomic::Ordering::Release);
+        self.state.lock().machine.escape();
     }
 
     /// Its key object was freed here, its owner: no handle is left
-    /// anywhere, so an actor whose handle escaped goes now (one that did
-    /// not went with its owner's last handle).
+    /// anywhere.
     pub(super) fn key_freed(&self) {
-        let escaped = self.escaped.load(std::sync::atomic::Ordering::Acquire);
-        if escaped && !self.detached {
-            self.key_is_gone
-                .store(true, std::sync::atomic::Ordering::Release);
-            self.key_gone.notify_one();
-        }
+        self.event(ActorOwner::key_freed);
     }
 
     pub(super) fn died(&self, cause: &str) -> Error {
@@ -251,15 +205,28 @@ impl RemoteActor {
         }
     }
 
-    /// Kills the actor from outside its handles (see `kill_now`).
-    pub(crate) fn request_kill(&self) {
-        self.set_dead("killed by its owner".into());
-        self.kill_now.notify_one();
+    fn call_error(&self, e: CallError) -> Error {
+        match e {
+            CallError::Died(cause) => self.died(&cause),
+            CallError::Unavailable(cause) => Error::ActorUnavailable {
+                actor: self.id,
+                class: self.class.name,
+                cause,
+            },
+        }
     }
 
-    pub(super) fn set_dead(&self, cause: String) {
-        self.dead.lock().get_or_insert(cause);
+    /// Kills the actor (through a handle, or with its placement group).
+    pub(crate) fn request_kill(&self) {
+        self.event(ActorOwner::kill);
     }
+}
+
+type LostFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Error> + Send>>;
+
+/// A loss that never comes: no life's link to watch.
+fn never_lost() -> LostFuture {
+    Box::pin(std::future::pending())
 }
 
 /// Why an actor is dead, from the error that ended it: an `ActorDied`'s
@@ -287,8 +254,8 @@ pub(super) fn remember_actor(actors: &mut HashMap<ActorId, KnownActor>, held: &A
 
 /// An actor this process has handles to, in the by-id map: the handles
 /// (a decoded handle joins them while they live) and the state, which its
-/// forwarder keeps while it supervises the actor (calls lost with a life
-/// are sent to the next one even after the handles are gone).
+/// driver keeps while the machine runs (calls lost with a life are sent
+/// to the next one even after the handles are gone).
 pub(crate) struct KnownActor {
     pub(super) handles: Weak<HeldActor>,
     pub(super) state: Weak<RemoteActor>,
@@ -339,15 +306,12 @@ impl ClusterCore {
         let resources = resources_to_wire(request);
         let strategy = strategy_to_wire(&opts.resources.strategy);
         let id = ActorId::new(rt.worker, rt.next_seq());
-        let mut actor = RemoteActor::new(id, class);
-        actor.detached = opts.detached;
-        if opts.max_restarts > 0 {
-            actor.restarts = Some(Restarts {
-                max_task_retries: opts.max_task_retries,
-                used: 0.into(),
-                max_restarts: opts.max_restarts,
-            });
-        }
+        let role = Role::Owner {
+            max_restarts: opts.max_restarts,
+            max_task_retries: opts.max_task_retries,
+            detached: opts.detached,
+        };
+        let actor = RemoteActor::new(id, class, role);
         let empty = ObjectBuffer::copy_from_slice(&[]);
         let key = rt.objects.insert(
             rt,
@@ -393,308 +357,255 @@ impl ClusterCore {
         };
         crate::context::before_child_submit();
         let me = self.clone();
+        let lives = Lives::Create(Box::new((launch, entry)));
         self.tokio
-            .spawn(async move { me.run_actor(actor, rx, launch, entry).await });
+            .spawn(async move { me.drive_actor(actor, rx, lives, None).await });
         Ok(held)
     }
 
-    pub(super) async fn run_actor(
+    /// Drives `actor`'s machine until it ends: feeds it the calls its
+    /// handles make (on `rx`) and the loss of the current life's link, and
+    /// carries out what it asks for. `key`: a borrower's hold on the
+    /// actor's key, let go only when the machine ends (its calls
+    /// answered), so the owner does not kill the actor under them.
+    pub(super) async fn drive_actor(
         self: Arc<Self>,
         actor: Arc<RemoteActor>,
         mut rx: mpsc::UnboundedReceiver<ActorMsg>,
-        mut launch: ActorLaunch,
-        entry: ActorEntry,
+        mut lives: Lives,
+        key: Option<Arc<RefHandle>>,
     ) {
-        let detached = launch.detached;
-        // Whether the GCS has the actor's row (from its first registration
-        // on): until then it cannot count a restart.
-        let mut known = false;
+        let mut link: Option<Arc<Link>> = None;
+        let mut life = 0;
+        let mut rx_open = true;
+        let mut actions = VecDeque::new();
+        let mut lost = never_lost();
+        // One waiter on the wake-up notice for the whole drive, renewed
+        // when it fires (registering one takes the `Notify`'s lock).
+        let wake = actor.wake.notified();
+        tokio::pin!(wake);
         loop {
-            let mut created = self.create_actor(&actor, &launch).await;
-            if let Ok(link) = &created {
-                // The GCS's actor table: `rayrs list actors`, and names. A
-                // restarted actor registers its new home under its old row.
-                let entry = ActorEntry {
-                    status: ActorStatus::Alive { node: link.node },
-                    ..entry.clone()
-                };
-                let registered = self
-                    .gcs
-                    .register_actor(
-                        entry,
-                        link.worker,
-                        link.addr.to_string(),
-                        launch.max_restarts,
-                    )
-                    .await;
-                if registered.is_ok() {
-                    known = true;
+            loop {
+                {
+                    let mut st = actor.state.lock();
+                    if !rx_open {
+                        if let Some(back) = st.rx_back.take() {
+                            rx = back;
+                            rx_open = true;
+                        }
+                    }
+                    st.machine.take_actions(&mut actions);
                 }
-                if let Err(e) = registered {
-                    let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
-                    created = Err(Error::ActorDied {
-                        actor: actor.id,
-                        class: actor.class.name,
-                        cause: format!("the GCS refused to register it: {e}"),
-                    });
+                if actions.is_empty() {
+                    break;
                 }
-            }
-            if actor.restarts.is_none() {
-                // Never re-created: its arguments need not be kept.
-                launch.args.clear();
-            }
-            let lost = match created {
-                Ok(link) => {
-                    // A detached actor is not killed when this process's
-                    // handles go.
-                    match self.forward_calls(&actor, &mut rx, &link, !detached).await {
-                        Some(lost) => lost,
-                        None => {
-                            let escaped = actor.escaped.load(std::sync::atomic::Ordering::Acquire);
-                            let dead = actor.dead.lock().is_some();
-                            if !(detached || escaped) || dead {
-                                return;
+                while let Some(action) = actions.pop_front() {
+                    match action {
+                        Action::Create { life: l } => {
+                            life = l;
+                            let avoid = link.take().map(|k| k.addr);
+                            lost = never_lost();
+                            if l > 0 {
+                                tracing::warn!(target: "ray::cluster", actor = %actor.id, class = actor.class.name, life = l, "actor.restarting");
                             }
-                            // Handles elsewhere (or none, detached) may
-                            // still use it: keep supervising it.
-                            match self.supervise(&actor, &link).await {
-                                Some(lost) => lost,
-                                None => return,
+                            let out = self.life_of(&actor, &mut lives, avoid).await;
+                            let mut st = actor.state.lock();
+                            match out {
+                                Ok(k) => {
+                                    let watched = k.clone();
+                                    lost = Box::pin(async move { watched.lost().await });
+                                    link = Some(k);
+                                    st.machine.created(l);
+                                }
+                                Err((system, cause)) => st.machine.create_failed(l, system, cause),
                             }
+                        }
+                        Action::Push {
+                            task,
+                            attempt,
+                            payload,
+                        } => match &link {
+                            Some(k) => {
+                                if attempt > 0 {
+                                    tracing::debug!(target: "ray::cluster", actor = %actor.id, %task, attempt, "actor.call.resent");
+                                }
+                                self.send_call(&actor, k, task, payload).await
+                            }
+                            // (The machine pushes only to a life it was
+                            // told is created.)
+                            None => actor.state.lock().machine.call_lost(
+                                task,
+                                payload,
+                                "no worker hosts it".into(),
+                            ),
+                        },
+                        Action::Kill => {
+                            if let Some(k) = &link {
+                                let _ = k.tx.send(WorkItem::KillActor { actor: actor.id });
+                            }
+                        }
+                        Action::AskRestart { used, cause } => {
+                            let answer = self.gcs.actor_failed(actor.id, used, cause.clone()).await;
+                            let restart = match answer {
+                                Ok(ActorStatus::Restarting { attempt }) => Some(attempt),
+                                _ => None,
+                            };
+                            actor.state.lock().machine.restart_answer(restart, cause);
+                        }
+                        Action::Fail {
+                            task,
+                            error,
+                            payload,
+                        } => {
+                            if let Some(rt) = self.rt() {
+                                let e = actor.call_error(error);
+                                rt.complete_object(task.return_object(), Err(e));
+                            }
+                            // Its argument refs go after the error is visible.
+                            drop(payload);
+                        }
+                        Action::Ended => {
+                            drop(key);
+                            return;
                         }
                     }
                 }
-                // Its worker or node died while it was being created.
-                Err(e @ (Error::WorkerDied { .. } | Error::NodeDied { .. })) => e,
-                Err(e) => {
-                    self.fail_calls(&actor, rx, death_cause(e)).await;
-                    return;
-                }
-            };
-            let killed = actor.dead.lock().is_some();
-            let restart = match &actor.restarts {
-                // Its first creation failed with its worker or node: the
-                // GCS has no row to count on yet, so the count is kept here
-                // (the registration that follows carries the actor).
-                Some(r) if !killed && r.left() && !known => {
-                    r.used.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-                    true
-                }
-                Some(r) if !killed && r.left() => {
-                    let life = r.used.load(std::sync::atomic::Ordering::Acquire);
-                    match self
-                        .gcs
-                        .actor_failed(actor.id, life, lost.to_string())
-                        .await
-                    {
-                        Ok(ActorStatus::Restarting { attempt }) => {
-                            // Never below a count kept here before the GCS knew it.
-                            r.used
-                                .fetch_max(attempt, std::sync::atomic::Ordering::AcqRel);
-                            true
-                        }
-                        _ => false,
-                    }
-                }
-                _ => false,
-            };
-            if !restart {
-                let cause = match (&actor.restarts, killed) {
-                    (_, true) => actor.dead.lock().clone().unwrap_or_default(),
-                    (Some(r), false) => format!(
-                        "its restarts are used up ({}); last: {lost}",
-                        r.used.load(std::sync::atomic::Ordering::Acquire)
-                    ),
-                    (None, false) => lost.to_string(),
-                };
-                if let Some(rt) = self.rt() {
-                    for c in std::mem::take(&mut *actor.resend.lock()) {
-                        rt.complete_object(c.task.return_object(), Err(actor.died(&cause)));
-                    }
-                }
-                self.fail_calls(&actor, rx, cause).await;
-                return;
             }
-            tracing::warn!(target: "ray::cluster", actor = %actor.id, class = actor.class.name, cause = %lost, "actor.restarting");
+            tokio::select! {
+                biased;
+                err = &mut lost => {
+                    lost = never_lost();
+                    actor.state.lock().machine.lost(life, err.to_string());
+                }
+                () = &mut wake => wake.set(actor.wake.notified()),
+                msg = rx.recv(), if rx_open => {
+                    let mut st = actor.state.lock();
+                    match msg {
+                        Some(m) => {
+                            st.machine.call(m.task, m.call);
+                            // The calls queued meanwhile, under one lock.
+                            while let Ok(m) = rx.try_recv() {
+                                st.machine.call(m.task, m.call);
+                            }
+                        }
+                        None => match st.rx_back.take() {
+                            Some(back) => rx = back,
+                            None => {
+                                rx_open = false;
+                                st.machine.handles_gone();
+                            }
+                        },
+                    }
+                }
+            }
         }
     }
 
-    /// Forwards `actor`'s calls, in order, to its worker on `link`: first
-    /// the calls lost with an earlier life, then new ones. Returns `None`
-    /// once every handle is gone (an `owned` actor is then killed; a
-    /// handle found by name is not the owner's and leaves it alive), or
-    /// why the link was lost.
-    pub(super) async fn forward_calls(
+    /// The next life of `actor`: created (and registered with the GCS) by
+    /// its owner, or found through the GCS by a borrower (`avoid`: the
+    /// worker the last life was lost on). On failure, whether it was a
+    /// system failure (the worker or node died) and the cause.
+    async fn life_of(
         self: &Arc<Self>,
         actor: &Arc<RemoteActor>,
-        rx: &mut mpsc::UnboundedReceiver<ActorMsg>,
+        lives: &mut Lives,
+        avoid: Option<SocketAddr>,
+    ) -> Result<Arc<Link>, (bool, String)> {
+        let (launch, entry) = match lives {
+            Lives::Find { first } => {
+                if let Some(link) = first.take() {
+                    return Ok(link);
+                }
+                return self
+                    .locate(actor.id, actor.class, avoid)
+                    .await
+                    .map_err(|e| (false, death_cause(e)));
+            }
+            Lives::Create(launch) => {
+                let (launch, entry) = &mut **launch;
+                (launch, entry)
+            }
+        };
+        let created = self.create_actor(actor, launch).await;
+        if launch.max_restarts == 0 {
+            // Never created again: its arguments need not be kept.
+            launch.args.clear();
+        }
+        let link = match created {
+            Ok(link) => link,
+            // Its worker or node died while it was being created.
+            Err(e @ (Error::WorkerDied { .. } | Error::NodeDied { .. })) => {
+                return Err((true, e.to_string()))
+            }
+            Err(e) => return Err((false, death_cause(e))),
+        };
+        // The GCS's actor table: `rayrs list actors`, and names. A
+        // restarted actor registers its new home under its old row.
+        let entry = ActorEntry {
+            status: ActorStatus::Alive { node: link.node },
+            ..entry.clone()
+        };
+        let registered = self
+            .gcs
+            .register_actor(
+                entry,
+                link.worker,
+                link.addr.to_string(),
+                launch.max_restarts,
+            )
+            .await;
+        match registered {
+            Ok(_) => Ok(link),
+            Err(e) => {
+                let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
+                Err((false, format!("the GCS refused to register it: {e}")))
+            }
+        }
+    }
+
+    /// Sends call `task` to the actor's worker on `link` (or fails it: its
+    /// arguments cannot be had).
+    async fn send_call(
+        self: &Arc<Self>,
+        actor: &Arc<RemoteActor>,
         link: &Arc<Link>,
-        owned: bool,
-    ) -> Option<Error> {
-        let mut resend = std::mem::take(&mut *actor.resend.lock());
-        resend.sort_by_key(|c| c.task);
-        for c in resend {
-            self.send_call(actor, link, c).await;
-        }
-        // One waiter on the link's loss for the whole forwarding, not one
-        // per call (registering a waiter takes the `Notify`'s lock).
-        let lost = link.lost();
-        tokio::pin!(lost);
-        // Likewise one waiter for a kill from outside the handles.
-        let kill = actor.kill_now.notified();
-        tokio::pin!(kill);
-        loop {
-            let msg = tokio::select! {
-                biased;
-                lost = &mut lost => return Some(lost),
-                () = &mut kill => {
-                    kill.set(actor.kill_now.notified());
-                    Some(ActorMsg::Kill)
-                }
-                msg = rx.recv() => msg,
-            };
-            let Some(msg) = msg else { break };
-            match msg {
-                ActorMsg::Call {
-                    task,
-                    method,
-                    args,
-                    parent,
-                } => {
-                    let call = Resend {
-                        task,
-                        method,
-                        args,
-                        parent,
-                        attempt: 0,
-                    };
-                    self.send_call(actor, link, call).await;
-                }
-                ActorMsg::Kill => {
-                    let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
-                    actor.set_dead("killed by its owner".into());
-                }
-            }
-        }
-        if owned && !actor.escaped.load(std::sync::atomic::Ordering::Acquire) {
-            // Every handle is gone: the actor goes too, once the calls
-            // already sent are answered (their results may still be
-            // awaited; embedded, queued calls run too).
-            // (A worker lost meanwhile: the actor restarts within its
-            // budget so the lost calls are sent again, and comes back here.)
-            if !self.answered(actor.id, link).await {
-                return Some(link.lost().await);
-            }
-            let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
-        }
-        None
-    }
-
-    /// Whether calls of `actor` are pushed and not answered.
-    fn calls_in_flight(&self, actor: ActorId) -> bool {
-        let st = self.owner.lock();
-        st.taking.contains_key(&actor)
-            || st.inflight.values().any(|f| {
-                matches!(f.kind, super::owner::InflightKind::ActorCall { actor: a, .. } if a == actor)
-            })
-    }
-
-    /// Watches an actor no handle here uses any more but which must live
-    /// on (detached, or a handle escaped into a value): returns its
-    /// worker's loss (to restart it), or `None` when it is killed.
-    async fn supervise(&self, actor: &RemoteActor, link: &Link) -> Option<Error> {
-        if !actor.key_is_gone.load(std::sync::atomic::Ordering::Acquire) {
-            tokio::select! {
-                lost = link.lost() => return Some(lost),
-                () = actor.kill_now.notified() => {
-                    let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
-                    return None;
-                }
-                () = actor.key_gone.notified() => {}
-            }
-        }
-        // No handle is left anywhere. As for an actor whose handles never
-        // left: calls already sent are answered first (a worker lost
-        // meanwhile restarts it, within its budget, for the calls to be
-        // sent again; this comes back here after).
-        if !self.answered(actor.id, link).await {
-            return Some(link.lost().await);
-        }
-        actor.set_dead("every handle to it is gone".into());
-        let _ = link.tx.send(WorkItem::KillActor { actor: actor.id });
-        None
-    }
-
-    /// Waits until no call of `actor` sent from here is unanswered;
-    /// `false` if `link` is lost first.
-    async fn answered(&self, actor: ActorId, link: &Link) -> bool {
-        let lost = link.lost();
-        tokio::pin!(lost);
-        while self.calls_in_flight(actor) {
-            tokio::select! {
-                _ = &mut lost => return false,
-                () = tokio::time::sleep(Duration::from_millis(5)) => {}
-            }
-        }
-        true
-    }
-
-    /// Sends one call to the actor's worker on `link` (or fails it: the
-    /// actor is dead, its arguments cannot be had).
-    async fn send_call(self: &Arc<Self>, actor: &Arc<RemoteActor>, link: &Arc<Link>, call: Resend) {
-        let Resend {
-            task,
-            method,
-            args,
-            parent,
-            attempt,
-        } = call;
-        let dead = actor.dead.lock().clone();
-        if let Some(cause) = dead {
-            if let Some(rt) = self.rt() {
-                rt.complete_object(task.return_object(), Err(actor.died(&cause)));
-            }
-            return;
-        }
-        let wire = match self.wire_args(&args).await {
+        task: TaskId,
+        call: Call,
+    ) {
+        let wire = match self.wire_args(&call.args).await {
             Ok(w) => w,
             Err(e) => {
                 if let Some(rt) = self.rt() {
                     rt.complete_object(task.return_object(), Err(e));
                 }
+                actor.answered(task);
                 return;
             }
         };
         let f = Inflight {
             kind: InflightKind::ActorCall {
                 class: actor.class.name,
-                actor: actor.id,
-                method,
-                parent,
-                attempt,
+                actor: actor.clone(),
+                method: call.method,
+                parent: call.parent,
             },
-            name: method.name,
+            name: call.method.name,
             link: link.addr,
             node: link.node,
-            args,
+            args: call.args,
         };
         let item = WorkItem::ActorCall {
             task,
             actor: actor.id,
-            method: method.id,
+            method: call.method.id,
             args: wire,
-            parent,
+            parent: call.parent,
         };
-        if !self.push(link, task, f, item) && actor.restarts.is_none() {
-            actor.set_dead(format!(
-                "its node {} (worker at {}) is gone",
-                link.node, link.addr
-            ));
-        }
+        self.push(link, task, f, item);
     }
 
     /// The key of actor `id` left this process's table. Its owner kills
-    /// it if a handle escaped (see [`RemoteActor::key_freed`]).
+    /// it if a handle escaped and no handle is left here either.
     pub(super) fn actor_key_freed(&self, id: ActorId) {
         if self.rt().is_none_or(|rt| rt.worker != id.owner) {
             return;
@@ -706,8 +617,10 @@ impl ClusterCore {
     }
 
     /// A handle to actor `id` of `class` (decoded from a value): this
-    /// process's own handle if it has one, else one that finds the actor
-    /// in the GCS (retrying while it is being created) and then forwards
+    /// process's own handle if it has one; else a new handle on the
+    /// actor's machine here if it still runs (the handles went, the
+    /// machine did not); else a borrowed handle that finds the actor
+    /// through the GCS (retrying while it is being created) and forwards
     /// calls; calls made meanwhile wait in order.
     pub(crate) fn adopt_actor(
         self: &Arc<Self>,
@@ -721,65 +634,40 @@ impl ClusterCore {
             .lock()
             .get(&id)
             .and_then(|k| k.handles.upgrade());
-        if let Some(a) = live {
+        if let Some(a) = &live {
             // (Handles found by name carry no key: one that came with its
             // key replaces them for later decodes.) `key` drops here,
             // outside the map's lock: a drop can free it.
             if a.key.is_some() || key.is_none() {
-                return a;
+                return a.clone();
             }
         }
         let mut actors = self.actors.lock();
-        // The owner's own actor, back in a value after its handles went:
-        // the same state, which its forwarder supervises.
         let state = actors.get(&id).and_then(|k| k.state.upgrade());
-        let (held, rx) = match state {
-            Some(state) => HeldActor::with_state(state, key.clone()),
-            None => HeldActor::new(RemoteActor::new(id, class), key.clone()),
-        };
+        if let (None, Some(state)) = (&live, state) {
+            // The actor's machine here still runs (its owner supervises
+            // it, or its calls are being answered): its driver takes the
+            // new handle's calls.
+            let mut st = state.state.lock();
+            if !st.machine.is_ended() && st.rx_back.is_none() {
+                let (held, rx) = HeldActor::with_state(state.clone(), key.clone());
+                st.rx_back = Some(rx);
+                st.machine.handles_back();
+                drop(st);
+                state.wake.notify_one();
+                remember_actor(&mut actors, &held);
+                return held;
+            }
+        }
+        let (held, rx) = HeldActor::new(RemoteActor::new(id, class, Role::Borrower), key.clone());
         remember_actor(&mut actors, &held);
         drop(actors);
         let me = self.clone();
         let shared = held.actor.clone();
+        let lives = Lives::Find { first: None };
         self.tokio
-            .spawn(async move { me.follow(shared, rx, None, key).await });
+            .spawn(async move { me.drive_actor(shared, rx, lives, key).await });
         held
-    }
-
-    /// Forwards a borrowed handle's calls to wherever the actor lives,
-    /// finding it through the GCS (`lost`: a link it was lost on, which
-    /// the GCS may still name until the owner reports the death). When
-    /// the link is lost it finds the actor again, so calls made after a
-    /// restart reach the next life; calls in flight at the loss fail.
-    /// Ends when every handle is gone or the actor is dead for good.
-    pub(super) async fn follow(
-        self: Arc<Self>,
-        actor: Arc<RemoteActor>,
-        mut rx: mpsc::UnboundedReceiver<ActorMsg>,
-        mut lost: Option<SocketAddr>,
-        key: Option<Arc<RefHandle>>,
-    ) {
-        loop {
-            let link = match self.locate(actor.id, actor.class, lost).await {
-                Ok(link) => link,
-                Err(e) => {
-                    self.fail_calls(&actor, rx, death_cause(e)).await;
-                    return;
-                }
-            };
-            match self.forward_calls(&actor, &mut rx, &link, false).await {
-                None => {
-                    // The handles here are gone; the actor's key is held
-                    // until the calls they made are answered, so its owner
-                    // does not kill it under them.
-                    if key.is_some() {
-                        self.answered(actor.id, &link).await;
-                    }
-                    return;
-                }
-                Some(_) => lost = Some(link.addr),
-            }
-        }
     }
 
     /// The link to the worker hosting actor `id`, found through the GCS;
@@ -857,22 +745,6 @@ impl ClusterCore {
             })
     }
 
-    /// Fails every call to `actor` until all its handles are gone.
-    pub(super) async fn fail_calls(
-        &self,
-        actor: &RemoteActor,
-        mut rx: mpsc::UnboundedReceiver<ActorMsg>,
-        cause: String,
-    ) {
-        actor.set_dead(cause.clone());
-        let rt = self.rt();
-        while let Some(msg) = rx.recv().await {
-            if let (ActorMsg::Call { task, .. }, Some(rt)) = (msg, &rt) {
-                rt.complete_object(task.return_object(), Err(actor.died(&cause)));
-            }
-        }
-    }
-
     /// A handle to the live actor named `name` in `namespace`, found in
     /// the GCS; calls go straight to the worker hosting it.
     pub(crate) async fn find_actor(
@@ -909,19 +781,13 @@ impl ClusterCore {
                 cause: format!("its worker {} is no longer alive", loc.worker),
             })?;
         let link = self.link(addr, node, loc.worker).await?;
-        let (held, rx) = HeldActor::new(RemoteActor::new(loc.id, class), None);
+        let actor = RemoteActor::new(loc.id, class, Role::Borrower);
+        let (held, rx) = HeldActor::new(actor, None);
         let me = self.clone();
         let shared = held.actor.clone();
-        self.tokio.spawn(async move {
-            let mut rx = rx;
-            if me
-                .forward_calls(&shared, &mut rx, &link, false)
-                .await
-                .is_some()
-            {
-                me.follow(shared, rx, Some(link.addr), None).await;
-            }
-        });
+        let lives = Lives::Find { first: Some(link) };
+        self.tokio
+            .spawn(async move { me.drive_actor(shared, rx, lives, None).await });
         Ok(held)
     }
 

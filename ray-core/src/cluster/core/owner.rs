@@ -93,11 +93,11 @@ pub(super) enum InflightKind {
     /// A call of an actor of this class.
     ActorCall {
         class: &'static str,
-        actor: ActorId,
+        /// The actor's state, whose machine hears of the call's answer or
+        /// loss.
+        actor: Arc<RemoteActor>,
         method: &'static ActorMethod,
         parent: Option<TaskId>,
-        /// How often it was sent before (to earlier lives of the actor).
-        attempt: u32,
     },
     ActorCreate(oneshot::Sender<Result<(), Error>>),
 }
@@ -119,9 +119,6 @@ pub(super) struct OwnerState {
     pub(super) tasks: TaskOwner<Tasks>,
     /// Actor calls and creations pushed and not answered.
     pub(super) inflight: HashMap<TaskId, Inflight>,
-    /// Actor calls answered whose large value is still being taken from
-    /// the actor's worker, per actor (the actor is not killed under them).
-    pub(super) taking: HashMap<ActorId, u32>,
 }
 
 impl OwnerState {

@@ -328,31 +328,13 @@ impl ClusterCore {
                 }
                 WireOutcome::Stored { .. } => {
                     // Until the value is here, the call counts as in
-                    // flight: its actor (and worker) must not go yet.
-                    let actor = match &d {
-                        Done::Actor(Inflight {
-                            kind: InflightKind::ActorCall { actor, .. },
-                            ..
-                        }) => Some(*actor),
-                        _ => None,
-                    };
-                    if let Some(a) = actor {
-                        *self.owner.lock().taking.entry(a).or_insert(0) += 1;
-                    }
+                    // flight (its machine hears of the answer in
+                    // `finish`): its actor (and worker) must not go yet.
                     let me = self.clone();
                     let rt = rt.clone();
                     self.tokio.spawn(async move {
                         let out = me.fetch(addr, r.task.return_object(), true).await;
                         me.end(&rt, r.task, d, out, nested);
-                        if let Some(a) = actor {
-                            let mut st = me.owner.lock();
-                            if let Some(n) = st.taking.get_mut(&a) {
-                                *n -= 1;
-                                if *n == 0 {
-                                    st.taking.remove(&a);
-                                }
-                            }
-                        }
                     });
                 }
             }
@@ -437,9 +419,10 @@ impl ClusterCore {
             InflightKind::ActorCreate(done) => {
                 let _ = done.send(out.map(|_| ()));
             }
-            _ => {
+            InflightKind::ActorCall { actor, .. } => {
                 let out = out.map(|buf| Encoded { buf, nested });
                 rt.complete_object(task.return_object(), out);
+                actor.answered(task);
             }
         }
     }
@@ -500,17 +483,9 @@ impl ClusterCore {
     /// Actor work `f` was lost with its worker: a call of an actor that
     /// restarts may go to its next life; anything else fails with `err`.
     fn lost(&self, rt: &Arc<Runtime>, task: TaskId, f: Inflight, err: Error) {
-        let actor = match &f.kind {
-            InflightKind::ActorCall { actor, .. } => self
-                .actors
-                .lock()
-                .get(actor)
-                .and_then(|k| k.state.upgrade()),
-            InflightKind::ActorCreate(_) => None,
-        };
-        match actor {
-            Some(actor) => actor.call_lost(rt, task, f, err),
-            None => self.finish(rt, task, f, Err(err), Vec::new()),
+        match &f.kind {
+            InflightKind::ActorCall { actor, .. } => actor.clone().call_lost(task, f, &err),
+            InflightKind::ActorCreate(_) => self.finish(rt, task, f, Err(err), Vec::new()),
         }
     }
 
