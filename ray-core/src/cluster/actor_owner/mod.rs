@@ -131,6 +131,18 @@ enum Phase {
     Dead(String),
 }
 
+/// A call that failed, for the shell to complete at once: failures are
+/// taken apart from the other actions ([`ActorOwner::take_failed`]), so
+/// they need not wait behind a creation or a GCS round trip.
+pub(crate) struct Failed<P> {
+    /// The call.
+    pub(crate) task: TaskId,
+    /// Why.
+    pub(crate) error: CallError,
+    /// Its payload.
+    pub(crate) payload: P,
+}
+
 /// A call waiting for a life.
 struct Waiting<P> {
     attempt: u32,
@@ -169,6 +181,8 @@ pub(crate) struct ActorOwner<P> {
     outstanding: bool,
     ended: bool,
     actions: VecDeque<Action<P>>,
+    /// Calls failed, not taken yet (they come out before `actions`).
+    failed: Vec<Failed<P>>,
 }
 
 /// The cause of death of an actor killed through a handle (or with its
@@ -197,6 +211,7 @@ impl<P> ActorOwner<P> {
             outstanding: false,
             ended: false,
             actions: VecDeque::new(),
+            failed: Vec::new(),
         };
         me.begin_life();
         me
@@ -206,17 +221,36 @@ impl<P> ActorOwner<P> {
     /// [`Self::take_actions`]).
     #[cfg(test)]
     pub(crate) fn poll(&mut self) -> Option<Action<P>> {
+        if let Some(f) = self.failed.pop() {
+            return Some(Action::Fail {
+                task: f.task,
+                error: f.error,
+                payload: f.payload,
+            });
+        }
         self.actions.pop_front()
     }
 
     /// Whether actions wait for [`Self::poll`].
     pub(crate) fn has_actions(&self) -> bool {
-        !self.actions.is_empty()
+        !self.actions.is_empty() || !self.failed.is_empty()
     }
 
-    /// Moves every action waiting onto the end of `out`, in order.
+    /// Moves every action waiting onto the end of `out`, in order (failed
+    /// calls first).
     pub(crate) fn take_actions(&mut self, out: &mut VecDeque<Action<P>>) {
+        out.extend(self.failed.drain(..).map(|f| Action::Fail {
+            task: f.task,
+            error: f.error,
+            payload: f.payload,
+        }));
         out.append(&mut self.actions);
+    }
+
+    /// Moves the failed calls waiting onto `out`, leaving the other
+    /// actions: the shell completes them where the event happened.
+    pub(crate) fn take_failed(&mut self, out: &mut Vec<Failed<P>>) {
+        out.append(&mut self.failed);
     }
 
     /// Why the actor is dead, if it is.
@@ -237,7 +271,7 @@ impl<P> ActorOwner<P> {
         match &self.phase {
             Phase::Dead(cause) => {
                 let error = CallError::Died(cause.clone());
-                self.actions.push_back(Action::Fail {
+                self.failed.push(Failed {
                     task,
                     error,
                     payload,
@@ -318,7 +352,10 @@ impl<P> ActorOwner<P> {
     /// Call `task`, pushed to a life whose worker was lost (`cause`), is
     /// handed back with its payload: it waits for the next life within its
     /// `max_task_retries`, or fails.
-    pub(crate) fn call_lost(&mut self, task: TaskId, payload: P, cause: String) {
+    /// Returns the payload of a call it does not know (for the shell to
+    /// drop outside its locks).
+    #[must_use]
+    pub(crate) fn call_lost(&mut self, task: TaskId, payload: P, cause: String) -> Option<P> {
         if self.phase == Phase::Alive && self.pushed.contains_key(&task) {
             // Calls are lost only with their worker: the current life is
             // lost, though the shell has not said so yet.
@@ -329,7 +366,7 @@ impl<P> ActorOwner<P> {
             .remove(&task)
             .or_else(|| self.pushed.remove(&task))
         else {
-            return;
+            return Some(payload);
         };
         let error = match (&self.phase, self.role) {
             (Phase::Dead(dead), _) => Some(CallError::Died(dead.clone())),
@@ -350,7 +387,7 @@ impl<P> ActorOwner<P> {
             }
         };
         match error {
-            Some(error) => self.actions.push_back(Action::Fail {
+            Some(error) => self.failed.push(Failed {
                 task,
                 error,
                 payload,
@@ -369,6 +406,7 @@ impl<P> ActorOwner<P> {
             self.flush();
         }
         self.settle();
+        None
     }
 
     /// Call `task` was answered (its value is here, or it failed where it
@@ -390,15 +428,25 @@ impl<P> ActorOwner<P> {
     /// The GCS's word on a restart: `Some(attempt)`, the restart it counts
     /// (a new life is created); `None`, no restart.
     pub(crate) fn restart_answer(&mut self, restart: Option<u32>, cause: String) {
-        if !self.outstanding || self.phase != Phase::AskingRestart {
-            if self.outstanding {
-                // Killed while the GCS was asked.
-                self.outstanding = false;
+        if !self.outstanding {
+            return;
+        }
+        self.outstanding = false;
+        if let Phase::Dead(_) = self.phase {
+            // Killed while the GCS was asked. A restart it granted is
+            // created and then killed, so the GCS's row does not stay
+            // "restarting" for borrowers to wait on.
+            if let Some(attempt) = restart {
+                self.used = self.used.max(attempt);
+                self.outstanding = true;
+                let life = self.life;
+                self.life += 1;
+                self.actions.push_back(Action::Create { life });
+            } else {
                 self.settle();
             }
             return;
         }
-        self.outstanding = false;
         match restart {
             Some(attempt) => {
                 self.used = self.used.max(attempt);
@@ -479,6 +527,13 @@ impl<P> ActorOwner<P> {
     /// The current life (or its creation) was lost with `cause`: another
     /// life, or death.
     fn life_lost(&mut self, cause: String) {
+        let idle = self.queue.is_empty() && self.pushed.is_empty() && self.limbo.is_empty();
+        if idle && (self.unwanted() || (self.handles_gone && matches!(self.role, Role::Borrower))) {
+            // No handle is left to use another life, and no call waits
+            // for one.
+            self.die(HANDLES_GONE.to_string());
+            return;
+        }
         match self.role {
             // A borrower finds the actor again: the GCS says where its
             // next life is, or that it is dead.
@@ -510,7 +565,7 @@ impl<P> ActorOwner<P> {
             return;
         }
         for (task, w) in std::mem::take(&mut self.queue) {
-            self.actions.push_back(Action::Fail {
+            self.failed.push(Failed {
                 task,
                 error: CallError::Died(cause.clone()),
                 payload: w.payload,

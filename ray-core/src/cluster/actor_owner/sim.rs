@@ -350,8 +350,10 @@ impl World {
             Ev::LinkLost { life } => self.core.lost(life, format!("life {life} lost")),
             Ev::HandBack { task } => {
                 if let Some((life, payload)) = self.inflight.remove(&task) {
-                    self.core
-                        .call_lost(task, payload, format!("life {life} lost"));
+                    let cause = format!("life {life} lost");
+                    if self.core.call_lost(task, payload, cause).is_some() {
+                        return Err(format!("{task} handed back, unknown to the machine"));
+                    }
                 }
             }
         }
@@ -436,8 +438,10 @@ impl World {
                     if !l.alive {
                         // The link is already lost: the push machinery
                         // hands it back at once.
-                        self.core
-                            .call_lost(task, payload, format!("life {life} lost"));
+                        let cause = format!("life {life} lost");
+                        if self.core.call_lost(task, payload, cause).is_some() {
+                            return Err(format!("{task} handed back, unknown to the machine"));
+                        }
                         continue;
                     }
                     if l.last.is_some_and(|last| last > task) {

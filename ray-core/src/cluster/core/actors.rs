@@ -12,7 +12,7 @@
 //! [`RemoteActor::call_lost`].
 
 use super::*;
-use crate::cluster::actor_owner::{Action, ActorOwner, CallError, Role};
+use crate::cluster::actor_owner::{Action, ActorOwner, CallError, Failed, Role};
 
 /// What creating an actor on some worker needs, besides the actor.
 pub(super) struct ActorLaunch {
@@ -56,9 +56,9 @@ pub(super) struct Call {
 /// The machine and what comes back to it with a handle.
 pub(super) struct ActorState {
     pub(super) machine: ActorOwner<Call>,
-    /// Calls of handles made after the others went (a handle came back in
-    /// a value), for the driver to take over.
-    rx_back: Option<mpsc::UnboundedReceiver<ActorMsg>>,
+    /// Channels of handles made after the others went (a handle came back
+    /// in a value), for the driver to take over, in order.
+    rx_back: VecDeque<mpsc::UnboundedReceiver<ActorMsg>>,
 }
 
 /// One actor as this process sees it: its machine, and the notice that
@@ -67,6 +67,8 @@ pub(crate) struct RemoteActor {
     pub(crate) id: ActorId,
     pub(crate) class: &'static ActorClass,
     pub(super) state: Mutex<ActorState>,
+    /// The runtime its calls' return objects live in.
+    rt: Weak<Runtime>,
     /// The machine has actions from an event the driver did not feed it
     /// (an answer, a lost call, a kill, the key's free, a handle back).
     pub(super) wake: tokio::sync::Notify,
@@ -116,6 +118,11 @@ impl HeldActor {
         args: Vec<TaskArg>,
         parent: Option<TaskId>,
     ) {
+        let dead = self.actor.state.lock().machine.dead().map(str::to_string);
+        if let Some(cause) = dead {
+            rt.complete_object(task.return_object(), Err(self.actor.died(&cause)));
+            return;
+        }
         let msg = ActorMsg {
             task,
             call: Call {
@@ -140,27 +147,53 @@ impl HeldActor {
 }
 
 impl RemoteActor {
-    pub(super) fn new(id: ActorId, class: &'static ActorClass, role: Role) -> Self {
+    pub(super) fn new(
+        id: ActorId,
+        class: &'static ActorClass,
+        role: Role,
+        rt: Weak<Runtime>,
+    ) -> Self {
         Self {
             id,
             class,
+            rt,
             state: Mutex::new(ActorState {
                 machine: ActorOwner::new(role),
-                rx_back: None,
+                rx_back: VecDeque::new(),
             }),
             wake: tokio::sync::Notify::new(),
         }
     }
 
-    /// Feeds the machine an event from outside the driver, and wakes the
-    /// driver if it has something to do.
-    fn event(&self, f: impl FnOnce(&mut ActorOwner<Call>)) {
+    /// Feeds the machine an event from outside the driver: calls it fails
+    /// are completed here and now (not behind a creation the driver may be
+    /// waiting on); the driver is woken for anything else.
+    fn event<R>(&self, f: impl FnOnce(&mut ActorOwner<Call>) -> R) -> R {
+        let mut failed = Vec::new();
         let mut st = self.state.lock();
-        f(&mut st.machine);
+        let out = f(&mut st.machine);
+        st.machine.take_failed(&mut failed);
         let wake = st.machine.has_actions();
         drop(st);
         if wake {
             self.wake.notify_one();
+        }
+        self.complete_failed(failed);
+        out
+    }
+
+    /// Completes calls the machine failed (their argument refs go after
+    /// the error is visible, outside every lock).
+    fn complete_failed(&self, failed: Vec<Failed<Call>>) {
+        if failed.is_empty() {
+            return;
+        }
+        let rt = self.rt.upgrade();
+        for f in failed {
+            if let Some(rt) = &rt {
+                rt.complete_object(f.task.return_object(), Err(self.call_error(f.error)));
+            }
+            drop(f.payload);
         }
     }
 
@@ -181,7 +214,8 @@ impl RemoteActor {
             args: f.args,
             parent,
         };
-        self.event(|m| m.call_lost(task, call, err.to_string()));
+        let unknown = self.event(|m| m.call_lost(task, call, err.to_string()));
+        drop(unknown);
     }
 
     /// Marks the actor as reachable from elsewhere: it then lives until
@@ -311,7 +345,7 @@ impl ClusterCore {
             max_task_retries: opts.max_task_retries,
             detached: opts.detached,
         };
-        let actor = RemoteActor::new(id, class, role);
+        let actor = RemoteActor::new(id, class, role, Arc::downgrade(rt));
         let empty = ObjectBuffer::copy_from_slice(&[]);
         let key = rt.objects.insert(
             rt,
@@ -389,7 +423,7 @@ impl ClusterCore {
                 {
                     let mut st = actor.state.lock();
                     if !rx_open {
-                        if let Some(back) = st.rx_back.take() {
+                        if let Some(back) = st.rx_back.pop_front() {
                             rx = back;
                             rx_open = true;
                         }
@@ -433,11 +467,11 @@ impl ClusterCore {
                             }
                             // (The machine pushes only to a life it was
                             // told is created.)
-                            None => actor.state.lock().machine.call_lost(
-                                task,
-                                payload,
-                                "no worker hosts it".into(),
-                            ),
+                            None => {
+                                let cause = "no worker hosts it".to_string();
+                                let unknown = actor.event(|m| m.call_lost(task, payload, cause));
+                                drop(unknown);
+                            }
                         },
                         Action::Kill => {
                             if let Some(k) = &link {
@@ -488,7 +522,7 @@ impl ClusterCore {
                                 st.machine.call(m.task, m.call);
                             }
                         }
-                        None => match st.rx_back.take() {
+                        None => match st.rx_back.pop_front() {
                             Some(back) => rx = back,
                             None => {
                                 rx_open = false;
@@ -649,9 +683,9 @@ impl ClusterCore {
             // it, or its calls are being answered): its driver takes the
             // new handle's calls.
             let mut st = state.state.lock();
-            if !st.machine.is_ended() && st.rx_back.is_none() {
+            if !st.machine.is_ended() {
                 let (held, rx) = HeldActor::with_state(state.clone(), key.clone());
-                st.rx_back = Some(rx);
+                st.rx_back.push_back(rx);
                 st.machine.handles_back();
                 drop(st);
                 state.wake.notify_one();
@@ -659,7 +693,9 @@ impl ClusterCore {
                 return held;
             }
         }
-        let (held, rx) = HeldActor::new(RemoteActor::new(id, class, Role::Borrower), key.clone());
+        let rt = self.rt.get().cloned().unwrap_or_default();
+        let actor = RemoteActor::new(id, class, Role::Borrower, rt);
+        let (held, rx) = HeldActor::new(actor, key.clone());
         remember_actor(&mut actors, &held);
         drop(actors);
         let me = self.clone();
@@ -781,7 +817,8 @@ impl ClusterCore {
                 cause: format!("its worker {} is no longer alive", loc.worker),
             })?;
         let link = self.link(addr, node, loc.worker).await?;
-        let actor = RemoteActor::new(loc.id, class, Role::Borrower);
+        let rt = self.rt.get().cloned().unwrap_or_default();
+        let actor = RemoteActor::new(loc.id, class, Role::Borrower, rt);
         let (held, rx) = HeldActor::new(actor, None);
         let me = self.clone();
         let shared = held.actor.clone();
