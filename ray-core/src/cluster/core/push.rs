@@ -307,11 +307,28 @@ impl ClusterCore {
             self.drive(st);
         }
         drop(late);
+        // Actors whose calls were answered, told once per run of answers.
+        let mut answered: Vec<TaskId> = Vec::new();
+        let mut answered_by: Option<Arc<RemoteActor>> = None;
+        let mut tell = |actor: Option<Arc<RemoteActor>>, task: TaskId| {
+            let Some(actor) = actor else { return };
+            if answered_by
+                .as_ref()
+                .is_some_and(|a| !Arc::ptr_eq(a, &actor))
+            {
+                if let Some(a) = answered_by.take() {
+                    a.answered_all(&answered);
+                }
+                answered.clear();
+            }
+            answered.push(task);
+            answered_by = Some(actor);
+        };
         for (r, d, nested) in done {
             match r.outcome {
                 WireOutcome::Value(bytes) => {
                     let buf = ObjectBuffer::from_aligned(aligned(&bytes));
-                    self.end(&rt, r.task, d, Ok(buf), nested);
+                    tell(self.end(&rt, r.task, d, Ok(buf), nested), r.task);
                 }
                 WireOutcome::Failed(e) => {
                     // A dead actor's worker may not know its class; its owner does.
@@ -324,20 +341,25 @@ impl ClusterCore {
                         (Done::Task(q), _) => q.function.name,
                     };
                     let err = error_from_wire(e, name);
-                    self.end(&rt, r.task, d, Err(err), nested);
+                    tell(self.end(&rt, r.task, d, Err(err), nested), r.task);
                 }
                 WireOutcome::Stored { .. } => {
                     // Until the value is here, the call counts as in
-                    // flight (its machine hears of the answer in
-                    // `finish`): its actor (and worker) must not go yet.
+                    // flight (its machine hears of the answer after the
+                    // take): its actor (and worker) must not go yet.
                     let me = self.clone();
                     let rt = rt.clone();
                     self.tokio.spawn(async move {
                         let out = me.fetch(addr, r.task.return_object(), true).await;
-                        me.end(&rt, r.task, d, out, nested);
+                        if let Some(actor) = me.end(&rt, r.task, d, out, nested) {
+                            actor.answered(r.task);
+                        }
                     });
                 }
             }
+        }
+        if let Some(a) = answered_by {
+            a.answered_all(&answered);
         }
     }
 
@@ -375,7 +397,7 @@ impl ClusterCore {
                     let q = st.tasks.taken(task);
                     me.drive(st);
                     if let Some(q) = q {
-                        me.end(&rt, task, Done::Task(q), Ok(buf), nested);
+                        let _ = me.end(&rt, task, Done::Task(q), Ok(buf), nested);
                     }
                 }
                 Err(e) => {
@@ -388,6 +410,7 @@ impl ClusterCore {
 
     /// Completes what a result answered: a task's return object, or an
     /// actor call or creation. `nested`: the refs inside the value.
+    #[must_use]
     fn end(
         &self,
         rt: &Arc<Runtime>,
@@ -395,7 +418,7 @@ impl ClusterCore {
         done: Done,
         out: Result<ObjectBuffer, Error>,
         nested: Vec<Arc<RefHandle>>,
-    ) {
+    ) -> Option<Arc<RemoteActor>> {
         match done {
             Done::Actor(f) => self.finish(rt, task, f, out, nested),
             Done::Task(q) => {
@@ -403,10 +426,15 @@ impl ClusterCore {
                 rt.complete_object(task.return_object(), out);
                 // Its argument refs go after the result is visible.
                 drop(q);
+                None
             }
         }
     }
 
+    /// Completes actor work `f` with `out`; for a call, returns the actor
+    /// whose machine must hear of the answer (told by the caller, once per
+    /// batch of results).
+    #[must_use]
     pub(super) fn finish(
         &self,
         rt: &Arc<Runtime>,
@@ -414,7 +442,7 @@ impl ClusterCore {
         f: Inflight,
         out: Result<ObjectBuffer, Error>,
         nested: Vec<Arc<RefHandle>>,
-    ) {
+    ) -> Option<Arc<RemoteActor>> {
         match f.kind {
             InflightKind::ActorCreate(done) => {
                 let _ = done.send(out.map(|_| ()));
@@ -422,9 +450,10 @@ impl ClusterCore {
             InflightKind::ActorCall { actor, .. } => {
                 let out = out.map(|buf| Encoded { buf, nested });
                 rt.complete_object(task.return_object(), out);
-                actor.answered(task);
+                return Some(actor);
             }
         }
+        None
     }
 
     /// The link's worker is gone (its stream ended or broke): its tasks go
@@ -485,7 +514,9 @@ impl ClusterCore {
     fn lost(&self, rt: &Arc<Runtime>, task: TaskId, f: Inflight, err: Error) {
         match &f.kind {
             InflightKind::ActorCall { actor, .. } => actor.clone().call_lost(task, f, &err),
-            InflightKind::ActorCreate(_) => self.finish(rt, task, f, Err(err), Vec::new()),
+            InflightKind::ActorCreate(_) => {
+                let _ = self.finish(rt, task, f, Err(err), Vec::new());
+            }
         }
     }
 
