@@ -783,3 +783,64 @@ async fn a_detached_actor_restarts_after_its_owners_handles_are_gone() {
     assert_eq!(found.add(1).unwrap().get().await.unwrap(), 11);
     ray.shutdown();
 }
+
+/// An actor whose constructor writes its pid to `started`, then waits for
+/// the test to write `gate`.
+#[remote]
+struct Gated;
+
+#[remote]
+impl Gated {
+    fn new(started: String, gate: String) -> Self {
+        std::fs::write(&started, std::process::id().to_string()).unwrap();
+        while !Path::new(&gate).exists() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Gated
+    }
+    fn pid(&self) -> u32 {
+        std::process::id()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actor_killed_while_its_constructor_runs_fails_calls_at_once_and_is_killed_once_made() {
+    let cluster = Cluster::local(1).await.expect("cluster starts");
+    let ray = cluster.connect().await.expect("driver joins");
+    let (started, gate) = (marker("gated-started"), marker("gated-gate"));
+    let a = Gated::options()
+        .isolated(true)
+        .remote(
+            &ray,
+            started.display().to_string(),
+            gate.display().to_string(),
+        )
+        .unwrap();
+    wait_for(&started).await;
+    let pid: u32 = std::fs::read_to_string(&started).unwrap().parse().unwrap();
+    a.kill();
+    // The constructor still waits for the gate: the call fails without
+    // waiting for the creation to end (it would hang here if it did).
+    let r = a.pid().unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(60), r.get())
+        .await
+        .expect("a call after the kill fails while the constructor still runs");
+    match out {
+        Err(Error::ActorDied { cause, .. }) => assert!(cause.contains("killed"), "{cause}"),
+        other => panic!("expected ActorDied, got {other:?}"),
+    }
+    assert!(!gone(pid), "the constructor still runs");
+    // The life made after the kill is killed too: its process exits.
+    std::fs::write(&gate, "").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !gone(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "the actor made after its kill lives on"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = std::fs::remove_file(&started);
+    let _ = std::fs::remove_file(&gate);
+    ray.shutdown();
+}
