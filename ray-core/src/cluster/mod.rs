@@ -34,6 +34,7 @@ mod sim_seeds;
 mod task_owner;
 pub mod testing;
 mod worker;
+mod worker_leases;
 
 use std::net::SocketAddr;
 use std::time::Duration;

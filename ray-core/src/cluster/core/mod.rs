@@ -66,6 +66,7 @@ use ray_store::ObjectBuffer;
 use tokio::sync::{mpsc, oneshot};
 
 use super::ref_counts::RefCounts;
+use super::worker_leases::{LeaseAction, WorkerLeases};
 use super::{resources_from_wire, resources_to_wire, GcsClient};
 use crate::actor::ActorCell;
 use crate::error::{Error, UserError};
@@ -127,14 +128,13 @@ pub(crate) struct ClusterCore {
     /// Freed objects not yet told to the processes that fetched them,
     /// per process: one notice carries all of a burst of frees.
     unsent_frees: Mutex<HashMap<SocketAddr, Vec<ObjectId>>>,
-    hosted: Mutex<HashMap<ActorId, Hosted>>,
+    /// What runs here under which lease: the sans-IO
+    /// [`WorkerLeases`](crate::cluster::worker_leases), whose notices go
+    /// to the local node.
+    leases: Mutex<WorkerLeases<Arc<ActorCell>>>,
     /// Handles to remote actors this process holds, by id (a decoded
     /// handle reuses a live one).
     actors: Mutex<HashMap<ActorId, actors::KnownActor>>,
-    /// Pushed tasks running here: local task id -> the lease they run under.
-    lease_of: Mutex<HashMap<TaskId, TaskId>>,
-    /// Tasks of each lease blocked in a `get` or `wait` right now.
-    blocked: Mutex<HashMap<TaskId, u32>>,
     /// Block and unblock notices for the node, sent in order.
     notices: mpsc::UnboundedSender<(TaskId, bool)>,
     notices_rx: Mutex<Option<mpsc::UnboundedReceiver<(TaskId, bool)>>>,
@@ -176,10 +176,8 @@ impl ClusterCore {
             served: Mutex::new(HashMap::new()),
             serving: AtomicUsize::new(0),
             unsent_frees: Mutex::new(HashMap::new()),
-            hosted: Mutex::new(HashMap::new()),
+            leases: Mutex::new(WorkerLeases::default()),
             actors: Mutex::new(HashMap::new()),
-            lease_of: Mutex::new(HashMap::new()),
-            blocked: Mutex::new(HashMap::new()),
             notices,
             notices_rx: Mutex::new(Some(notices_rx)),
             node_totals: Mutex::new(feasible::NodeTotals::default()),
@@ -192,27 +190,34 @@ impl ClusterCore {
     /// to its node (so work it waits for can be leased there), the last
     /// one to resume takes them again: nested tasks cannot deadlock a
     /// node whose every CPU is leased to waiting parents.
-    pub(crate) fn task_blocked(&self, task: TaskId, blocked: bool) {
-        let Some(lease) = self.lease_of.lock().get(&task).copied() else {
-            return;
-        };
-        let notify = {
-            let mut b = self.blocked.lock();
-            let n = b.entry(lease).or_insert(0);
-            if blocked {
-                *n += 1;
-                *n == 1
-            } else {
-                *n = n.saturating_sub(1);
-                let last = *n == 0;
-                if last {
-                    b.remove(&lease);
+    pub(crate) fn task_blocked(self: &Arc<Self>, task: TaskId, blocked: bool) {
+        let mut st = self.leases.lock();
+        st.task_blocked(task, blocked);
+        self.lease_actions(st);
+    }
+
+    /// Sends what the lease machine asks for: block notices in order (on
+    /// the notice loop's channel, under the machine's lock), returned
+    /// leases from the I/O runtime.
+    pub(super) fn lease_actions(
+        self: &Arc<Self>,
+        mut st: parking_lot::MutexGuard<'_, WorkerLeases<Arc<ActorCell>>>,
+    ) {
+        let mut returns = Vec::new();
+        while let Some(a) = st.poll() {
+            match a {
+                LeaseAction::Blocked { lease, blocked } => {
+                    let _ = self.notices.send((lease, blocked));
                 }
-                last
+                LeaseAction::Return { lease } => returns.push(lease),
             }
-        };
-        if notify {
-            let _ = self.notices.send((lease, blocked));
+        }
+        drop(st);
+        for lease in returns {
+            let me = self.clone();
+            self.tokio.spawn(async move {
+                let _ = me.ask(me.local_node, ReturnLease { lease }).await;
+            });
         }
     }
 
@@ -300,6 +305,5 @@ use self::fetch_cache::*;
 use self::owner::*;
 use self::push::*;
 pub(crate) use self::remote::ClusterRemote;
-use self::serve::*;
 use self::wire::*;
 pub(crate) use self::wire::{error_from_wire, error_to_wire, strategy_from_wire, strategy_to_wire};

@@ -6,12 +6,6 @@ use ray_proto::wire::{AddBorrowers, BorrowersAdded, RefsRemoved, WireRef};
 
 use super::*;
 
-/// An actor hosted by this worker process.
-pub(super) struct Hosted {
-    pub(super) cell: Arc<ActorCell>,
-    pub(super) lease: TaskId,
-}
-
 /// What forwarding one pushed task's outcome needs.
 pub(super) struct ForwardState {
     pub(super) core: Arc<ClusterCore>,
@@ -268,7 +262,7 @@ impl ClusterCore {
                     Ok(h) => h,
                     Err(e) => return fail(task, e),
                 };
-                self.lease_of.lock().insert(local, lease);
+                self.leases.lock().task_started(local, lease);
                 rt.enqueue_task(TaskSpec {
                     task: local,
                     function: f,
@@ -317,7 +311,9 @@ impl ClusterCore {
                 };
                 match crate::actor::spawn_actor_as(&rt, actor, cls, args, opts, creator) {
                     Ok((cell, created)) => {
-                        self.hosted.lock().insert(actor, Hosted { cell, lease });
+                        let mut st = self.leases.lock();
+                        st.actor_hosted(actor, lease, cell);
+                        self.lease_actions(st);
                         let results = results.clone();
                         let me = self.clone();
                         self.tokio.spawn(async move {
@@ -357,7 +353,7 @@ impl ClusterCore {
                 let Some(m) = registry().actor_method(method) else {
                     return fail(task, missing(method.0, "actor method"));
                 };
-                let cell = self.hosted.lock().get(&actor).map(|h| h.cell.clone());
+                let cell = self.leases.lock().actor(actor).cloned();
                 let Some(cell) = cell else {
                     return fail(
                         task,
@@ -384,13 +380,10 @@ impl ClusterCore {
 
     /// Forgets a hosted actor and gives its lease back to the node.
     pub(super) fn drop_hosted(self: &Arc<Self>, actor: ActorId) -> Option<Arc<ActorCell>> {
-        let h = self.hosted.lock().remove(&actor)?;
-        let me = self.clone();
-        let lease = h.lease;
-        self.tokio.spawn(async move {
-            let _ = me.ask(me.local_node, ReturnLease { lease }).await;
-        });
-        Some(h.cell)
+        let mut st = self.leases.lock();
+        let cell = st.actor_gone(actor);
+        self.lease_actions(st);
+        cell
     }
 
     /// Sends the local result of pushed work back to its owner as `task`.
@@ -422,9 +415,9 @@ impl ClusterCore {
     ) {
         let Some(rt) = self.rt() else { return };
         let local = f.handle.id;
-        self.lease_of
-            .lock()
-            .remove(&TaskId::new(local.owner, local.seq));
+        let mut st = self.leases.lock();
+        st.task_ended(TaskId::new(local.owner, local.seq));
+        self.lease_actions(st);
         let nested = match &out {
             Ok(_) => rt.objects.take_contained(local),
             Err(_) => Vec::new(),
