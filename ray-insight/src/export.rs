@@ -381,7 +381,7 @@ mod tests {
                     ExportFormat::Folded => {
                         assert_eq!(
                             text,
-                            "driver;shapes::train 2000\ndriver;shapes::train;shapes::step 1000\n"
+                            "driver;shapes::train 3000\ndriver;shapes::train;shapes::step 1000\n"
                         )
                     }
                     ExportFormat::Svg => {

@@ -1,13 +1,17 @@
 //! The flame graph: time aggregated by distributed call path.
 //!
 //! A task's path is its parent task's path plus its own frame (the function
-//! name, or `Class.method` for actor calls), rooted at `driver`, e.g.
-//! `driver;worker_tree::Worker.process;worker_tree::Worker.process`. Each
-//! finished task adds its span duration (total) and the time it spent inside
-//! `wait` spans (waiting) to its path; running = total − waiting. Self time is
-//! total minus the totals of the direct child paths, clamped at 0 (children
-//! that outlive their caller, or run in parallel beyond its span, make the
-//! children's sum exceed the caller's total).
+//! name, or `Class[actor].method` for actor calls, naming the instance),
+//! rooted at `driver`, e.g.
+//! `driver;worker_tree::Worker[actor-1.1].process;worker_tree::Worker[actor-1.7].process`.
+//! [`FlameView::by_class`] folds instances into their class
+//! (`worker_tree::Worker.process`). Each finished task adds its span
+//! duration (total) and the time it spent inside `wait` spans (waiting) to
+//! its path; running = total − waiting. Self time is the time the call did
+//! not spend waiting on its children: its running time (a caller whose
+//! children run in parallel beyond its span, or outlive it, still shows the
+//! time it worked itself). Every figure is built with saturating
+//! arithmetic: a hostile log cannot overflow it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -52,7 +56,7 @@ impl FlameAgg {
             None if full => return false,
             None => self.entries.entry((path, labels)).or_default(),
         };
-        stats.count += 1;
+        stats.count = stats.count.saturating_add(1);
         stats.total_nanos = stats.total_nanos.saturating_add(total_nanos);
         stats.waiting_nanos = stats
             .waiting_nanos
@@ -72,7 +76,7 @@ impl FlameAgg {
         for ((path, labels), stats) in &self.entries {
             if keep(*labels) {
                 let m = merged.entry(*path).or_default();
-                m.count += stats.count;
+                m.count = m.count.saturating_add(stats.count);
                 m.total_nanos = m.total_nanos.saturating_add(stats.total_nanos);
                 m.waiting_nanos = m.waiting_nanos.saturating_add(stats.waiting_nanos);
             }
@@ -114,21 +118,25 @@ impl FlameAgg {
             }
             let total = stats.total_nanos;
             if let Some(parent) = paths.parent(path) {
-                *children.entry(parent).or_default() += total;
+                let sum = children.entry(parent).or_default();
+                *sum = sum.saturating_add(total);
             }
         }
         let mut frames: Vec<FlameFrame> = merged
             .into_iter()
             .map(|(path, s)| {
                 let children_nanos = children.get(&path).copied().unwrap_or(0);
+                let running_nanos = s.total_nanos - s.waiting_nanos.min(s.total_nanos);
                 FlameFrame {
                     path: paths.render(path),
                     count: s.count,
                     total_nanos: s.total_nanos,
-                    self_nanos: s.total_nanos.saturating_sub(children_nanos),
+                    // An ancestor with no finished span of its own (the
+                    // driver, a caller still running) did nothing here.
+                    self_nanos: if s.count == 0 { 0 } else { running_nanos },
                     children_nanos,
                     waiting_nanos: s.waiting_nanos,
-                    running_nanos: s.total_nanos - s.waiting_nanos.min(s.total_nanos),
+                    running_nanos,
                 }
             })
             .collect();
@@ -137,11 +145,27 @@ impl FlameAgg {
     }
 }
 
+/// `path` with every instance (`[...]` inside a frame) left out.
+fn fold_instances(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    let mut depth = 0usize;
+    for c in path.chars() {
+        match c {
+            '[' => depth += 1,
+            ']' if depth > 0 => depth -= 1,
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
 /// Which time a folded-stacks export counts per line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlameMetric {
-    /// Self wall time (total − children), so nested frames add up to the
-    /// caller's total: the usual flame graph.
+    /// Self time: what the call did not spend waiting on its children
+    /// (its running time); a frame's width is its self time plus its
+    /// children's.
     SelfTime,
     /// Each frame's own running time (total − waiting), not nested.
     Running,
@@ -158,7 +182,9 @@ pub struct FlameFrame {
     pub count: u64,
     /// Sum of their durations, in nanoseconds.
     pub total_nanos: u64,
-    /// `total_nanos` − `children_nanos`, clamped at 0.
+    /// The time the call did not spend waiting (on its children or
+    /// anything else): `running_nanos`; 0 for an ancestor with no finished
+    /// span of its own.
     pub self_nanos: u64,
     /// Sum of the direct child paths' totals.
     pub children_nanos: u64,
@@ -176,6 +202,34 @@ pub struct FlameView {
 }
 
 impl FlameView {
+    /// The same graph with each actor instance folded into its class:
+    /// `Class[actor].method` frames become `Class.method`, and paths that
+    /// then read the same are added up.
+    pub fn by_class(&self) -> FlameView {
+        let mut merged: BTreeMap<String, FlameFrame> = BTreeMap::new();
+        for f in &self.frames {
+            let path = fold_instances(&f.path);
+            let m = merged.entry(path.clone()).or_insert_with(|| FlameFrame {
+                path,
+                count: 0,
+                total_nanos: 0,
+                self_nanos: 0,
+                children_nanos: 0,
+                waiting_nanos: 0,
+                running_nanos: 0,
+            });
+            m.count = m.count.saturating_add(f.count);
+            m.total_nanos = m.total_nanos.saturating_add(f.total_nanos);
+            m.self_nanos = m.self_nanos.saturating_add(f.self_nanos);
+            m.children_nanos = m.children_nanos.saturating_add(f.children_nanos);
+            m.waiting_nanos = m.waiting_nanos.saturating_add(f.waiting_nanos);
+            m.running_nanos = m.running_nanos.saturating_add(f.running_nanos);
+        }
+        FlameView {
+            frames: merged.into_values().collect(),
+        }
+    }
+
     /// The frame at `path`, if any.
     pub fn frame(&self, path: &str) -> Option<&FlameFrame> {
         self.frames

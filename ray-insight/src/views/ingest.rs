@@ -332,7 +332,7 @@ impl Views {
         }
         task.started_at = Some(record.at_nanos);
         task.thread = record.thread;
-        let frame = frame_name(&task.display_name());
+        let frame = frame_name(&task.instance_name());
         task.path = task.caller_path.and_then(|p| self.paths.child(p, &frame));
         if task.path.is_none() {
             self.stats.dropped += 1;

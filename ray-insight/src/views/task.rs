@@ -154,6 +154,27 @@ impl LiveTask {
         }
     }
 
+    /// The frame of this call in the flame graph and stacks: the function,
+    /// or for an actor call `Class[actor].method`, naming the instance
+    /// (`Class.method` while the actor is not known).
+    pub(crate) fn instance_name(&self) -> Id {
+        let Some(actor) = &self.actor_id else {
+            return self.display_name();
+        };
+        let class_name = self.display_name();
+        match self.kind {
+            CallKind::Task => class_name,
+            CallKind::ActorCall | CallKind::ActorCreate => {
+                // `Class.method` becomes `Class[actor].method` (the class may
+                // hold dots of its own path only before its last `.`).
+                match class_name.rsplit_once('.') {
+                    Some((class, method)) => Arc::from(format!("{class}[{actor}].{method}")),
+                    None => Arc::from(format!("{class_name}[{actor}]")),
+                }
+            }
+        }
+    }
+
     /// The name on the call edge: the function, or the method (`new` for creations).
     pub(crate) fn edge_name(&self) -> Id {
         match self.kind {

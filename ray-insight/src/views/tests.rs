@@ -211,8 +211,17 @@ fn worker_tree_logical_edges_count_every_call_and_transfer() {
 }
 
 #[test]
-fn worker_tree_flame_totals_are_span_sums_and_self_plus_children_is_total() {
-    let flame = worker_tree().views().snapshot().flame();
+fn worker_tree_flame_totals_are_span_sums_and_self_is_running_time() {
+    let by_instance = worker_tree().views().snapshot().flame();
+    // By instance: the parent a0 calls a1 and a2, ten calls each.
+    let a0 = "driver;worker_tree::Worker[a0].process";
+    for child in ["a1", "a2"] {
+        let path = format!("{a0};worker_tree::Worker[{child}].process");
+        let f = by_instance.frame(&path).expect("an instance frame");
+        assert_eq!((f.count, f.total_nanos), (10, 400_000), "{path}");
+    }
+    assert_eq!(by_instance.frame(a0).map(|f| f.self_nanos), Some(200_000));
+    let flame = by_instance.by_class();
     let parent_path = format!("driver;{PROCESS}");
     let child_path = format!("driver;{PROCESS};{PROCESS}");
     let parent = flame.frame(&parent_path).expect("parent frame");
@@ -220,16 +229,17 @@ fn worker_tree_flame_totals_are_span_sums_and_self_plus_children_is_total() {
     assert_eq!((parent.count, parent.total_nanos), (1, 1_000_000));
     assert_eq!((child.count, child.total_nanos), (20, 800_000));
     assert_eq!(parent.children_nanos, 800_000);
+    // It waited 800 µs on its children and worked 200 µs itself.
     assert_eq!(parent.self_nanos, 200_000);
     assert_eq!(parent.waiting_nanos, 800_000);
     assert_eq!(parent.running_nanos, 200_000);
-    for frame in &flame.frames {
-        assert_eq!(
-            frame.self_nanos + frame.children_nanos,
-            frame.total_nanos,
-            "{}",
-            frame.path
-        );
+    for frame in by_instance.frames.iter().chain(&flame.frames) {
+        let own = if frame.count == 0 {
+            0
+        } else {
+            frame.running_nanos
+        };
+        assert_eq!(frame.self_nanos, own, "{}", frame.path);
     }
     let creates = flame
         .frame(&format!("driver;{WORKER}.new"))
