@@ -428,7 +428,6 @@ impl Views {
         let start = task.started_at.unwrap_or(at);
         let nanos = at.saturating_sub(start);
         let node = task.logical_node();
-        let name = task.display_name();
         if !self.logical.on_call(
             task.caller.clone(),
             node.clone(),
@@ -453,7 +452,8 @@ impl Views {
             }
         }
         let recent = RecentTask {
-            name,
+            // The stack view names instances (`Class[actor].method`).
+            name: task.instance_name(),
             parent: task.parent,
             node,
             path: task.path,

@@ -93,7 +93,7 @@ pub struct StackView {
 
 fn task_ref(id: &Id, tasks: &HashMap<Id, LiveTask>, recent: &FifoMap<Id, RecentTask>) -> TaskRef {
     let name = match (tasks.get(id), recent.get(id)) {
-        (Some(t), _) => t.display_name().to_string(),
+        (Some(t), _) => t.instance_name().to_string(),
         (None, Some(r)) => r.name.to_string(),
         (None, None) => "?".to_owned(),
     };

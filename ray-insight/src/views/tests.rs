@@ -406,11 +406,11 @@ fn mutual_waits_are_reported_as_one_deadlock_naming_both_tasks() {
         .iter()
         .map(|t| (t.task_id.as_str(), t.name.as_str()))
         .collect();
-    assert_eq!(cycle, vec![("ta", "A.f"), ("tb", "B.g")]);
+    assert_eq!(cycle, vec![("ta", "A[A1].f"), ("tb", "B[B1].g")]);
     let text = stacks.to_text();
-    assert!(text.contains("DEADLOCK (2 tasks): ta (A.f) -> tb (B.g) -> ta (A.f)"));
+    assert!(text.contains("DEADLOCK (2 tasks): ta (A[A1].f) -> tb (B[B1].g) -> ta (A[A1].f)"));
     let json = stacks.to_json();
-    assert_eq!(json["deadlocks"][0]["cycle"][1]["name"], "B.g");
+    assert_eq!(json["deadlocks"][0]["cycle"][1]["name"], "B[B1].g");
 }
 
 #[test]
@@ -529,13 +529,13 @@ fn a_call_queued_behind_its_blocked_caller_on_the_same_actor_is_a_deadlock() {
     assert_eq!(
         cycle,
         vec![
-            ("techo", "A.echo"),
-            ("tping", "A.ping"),
-            ("tpong", "B.pong")
+            ("techo", "A[A1].echo"),
+            ("tping", "A[A1].ping"),
+            ("tpong", "B[B1].pong")
         ]
     );
     assert!(stacks.to_text().contains(
-        "DEADLOCK (3 tasks): techo (A.echo) -> tping (A.ping) -> tpong (B.pong) -> techo (A.echo)"
+        "DEADLOCK (3 tasks): techo (A[A1].echo) -> tping (A[A1].ping) -> tpong (B[B1].pong) -> techo (A[A1].echo)"
     ));
     // The blocked ping's chain goes through the queued echo back to itself.
     let ping = stacks
