@@ -1,5 +1,6 @@
 //! A deadlock ring of three instances of one class: the distributed stack
-//! names each frame's instance, so the report shows three distinct actors
+//! names each frame's instance, so the report shows three distinct actors,
+//! and the logical view shows the hung and queued calls while they hang
 //! (one test per file: it installs the process's global subscriber).
 
 use ray_test_support::{embedded, recording};
@@ -49,7 +50,7 @@ async fn a_ring_of_three_instances_of_one_class_names_three_instances() {
         collector.drain_into(&mut views);
         let stacks = views.snapshot().stacks();
         if let Some(d) = stacks.deadlocks.first() {
-            break Some((d.clone(), stacks.to_text()));
+            break Some((d.clone(), stacks.to_text(), views.snapshot().logical()));
         }
         if Instant::now() >= deadline {
             break None;
@@ -57,7 +58,22 @@ async fn a_ring_of_three_instances_of_one_class_names_three_instances() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     ray.shutdown();
-    let (deadlock, report) = found.expect("no deadlock reported within 20 s");
+    let (deadlock, report, logical) = found.expect("no deadlock reported within 20 s");
+    // The logical view shows the hung calls while they hang: three hops
+    // started (blocked) and the fourth queued; none finished.
+    let hops = logical
+        .call_edges
+        .iter()
+        .filter(|e| e.name.ends_with("hop"));
+    let (running, queued, finished) = hops.fold((0, 0, 0), |(r, q, f), e| {
+        (r + e.running, q + e.queued, f + e.count)
+    });
+    assert_eq!(
+        (running, queued, finished),
+        (3, 1, 0),
+        "{:?}",
+        logical.call_edges
+    );
     // Four calls: three hops, and the fourth queued behind the first.
     assert_eq!(deadlock.cycle.len(), 4, "{report}");
     let mut named: Vec<String> = ring

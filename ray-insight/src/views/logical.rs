@@ -64,6 +64,21 @@ struct CallStats {
     count: u64,
     total_nanos: u64,
     max_nanos: u64,
+    queued: u64,
+    running: u64,
+}
+
+/// A call submitted and not finished (from the engine's live tasks),
+/// counted on its edge when the view is built: hung and queued calls show
+/// while they hang.
+pub(crate) struct LiveCall {
+    pub(crate) from: LogicalNode,
+    pub(crate) to: LogicalNode,
+    pub(crate) name: Id,
+    pub(crate) kind: CallKind,
+    pub(crate) labels: LabelSetId,
+    /// Started (running or blocked), or still queued.
+    pub(crate) started: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -209,8 +224,10 @@ impl LogicalAgg {
         &self,
         keep: &dyn Fn(LabelSetId) -> bool,
         actors: impl Iterator<Item = LogicalNode>,
+        live: impl Iterator<Item = LiveCall>,
         label_sets: &LabelSets,
     ) -> LogicalView {
+        let live: Vec<LiveCall> = live.filter(|c| keep(c.labels)).collect();
         // An actor can be named before its class is known (a caller's records
         // may reach the collector before the callee's `actor.create`), so
         // one instance can sit under class `?` in some aggregates and under
@@ -238,6 +255,10 @@ impl LogicalAgg {
         }
         for node in &actors {
             learn(&mut known, node);
+        }
+        for c in &live {
+            learn(&mut known, &c.from);
+            learn(&mut known, &c.to);
         }
         let resolve = |node: &LogicalNode| match node {
             LogicalNode::Actor { class, actor_id } if &**class == UNKNOWN_CLASS => {
@@ -275,6 +296,10 @@ impl LogicalAgg {
             .map(|(k, s)| (intern(resolve(&k.from)), intern(resolve(&k.to)), s))
             .collect();
         let actors_in: Vec<u32> = actors.iter().map(|a| intern(resolve(a))).collect();
+        let live_in: Vec<(u32, u32, &LiveCall)> = live
+            .iter()
+            .map(|c| (intern(resolve(&c.from)), intern(resolve(&c.to)), c))
+            .collect();
         let puts_in: Vec<(u32, LabelSetId, &PutStats)> = self
             .puts
             .iter()
@@ -302,9 +327,23 @@ impl LogicalAgg {
                 ran_under[to as usize].insert(key.labels);
             }
             let merged = calls.entry((from, to, &key.name, key.kind)).or_default();
-            merged.count += stats.count;
+            merged.count = merged.count.saturating_add(stats.count);
             merged.total_nanos = merged.total_nanos.saturating_add(stats.total_nanos);
             merged.max_nanos = merged.max_nanos.max(stats.max_nanos);
+        }
+        for (from, to, c) in live_in {
+            let (from, to) = (rank[from as usize], rank[to as usize]);
+            touched[from as usize] = true;
+            touched[to as usize] = true;
+            if c.labels != 0 {
+                ran_under[to as usize].insert(c.labels);
+            }
+            let merged = calls.entry((from, to, &c.name, c.kind)).or_default();
+            if c.started {
+                merged.running = merged.running.saturating_add(1);
+            } else {
+                merged.queued = merged.queued.saturating_add(1);
+            }
         }
         let mut data: hashbrown::HashMap<(u32, u32), DataStats> = hashbrown::HashMap::new();
         for (from, to, stats) in data_in {
@@ -365,6 +404,8 @@ impl LogicalAgg {
                     count: s.count,
                     total_nanos: s.total_nanos,
                     max_nanos: s.max_nanos,
+                    running: s.running,
+                    queued: s.queued,
                 })
                 .collect(),
             data_edges: data
@@ -420,6 +461,11 @@ pub struct CallEdge {
     pub count: u64,
     /// Sum of their span durations, in nanoseconds.
     pub total_nanos: u64,
+    /// Calls started and not finished (running or blocked) when the view
+    /// was built.
+    pub running: u64,
+    /// Calls submitted and not started (queued) when the view was built.
+    pub queued: u64,
     /// The longest one, in nanoseconds.
     pub max_nanos: u64,
 }
@@ -537,6 +583,8 @@ impl LogicalView {
                 "name": e.name,
                 "kind": e.kind.as_str(),
                 "count": e.count,
+                "running": e.running,
+                "queued": e.queued,
                 "total_nanos": e.total_nanos,
                 "mean_nanos": e.mean_nanos(),
                 "max_nanos": e.max_nanos,
@@ -592,12 +640,18 @@ impl LogicalView {
             out.push_str("  }\n");
         }
         for e in &self.call_edges {
-            let label = format!(
+            let mut label = format!(
                 "{} x{} mean {:.3}ms",
                 e.name,
                 e.count,
                 e.mean_nanos() as f64 / 1e6
             );
+            if e.running > 0 {
+                let _ = write!(label, ", {} running", e.running);
+            }
+            if e.queued > 0 {
+                let _ = write!(label, ", {} queued", e.queued);
+            }
             let _ = writeln!(
                 out,
                 "  {} -> {} [label={}];",

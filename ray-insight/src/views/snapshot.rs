@@ -54,7 +54,15 @@ impl Snapshot<'_> {
                     .unwrap_or_else(|| Arc::from(super::logical::UNKNOWN_CLASS)),
                 actor_id: id.clone(),
             });
-        v.logical.build(&|l| self.keeps(l), actors, &v.labels)
+        let live = v.tasks.values().map(|t| super::logical::LiveCall {
+            from: t.caller.clone(),
+            to: t.logical_node(),
+            name: t.edge_name(),
+            kind: t.kind,
+            labels: t.labels,
+            started: t.started_at.is_some(),
+        });
+        v.logical.build(&|l| self.keeps(l), actors, live, &v.labels)
     }
 
     /// The flame graph by call path.

@@ -1619,3 +1619,33 @@ fn a_placement_arriving_after_its_task_finished_still_shows() {
     assert!(spans.contains(&(SliceState::Scheduled, 3, 2)), "{spans:?}");
     assert!(spans.contains(&(SliceState::Running, 5, 3)), "{spans:?}");
 }
+
+#[test]
+fn hung_and_queued_calls_are_edges_of_the_logical_view_while_they_hang() {
+    let logical = actor_ping_pong(false).views().snapshot().logical();
+    let edge = |to: &str, name: &str| {
+        logical
+            .call_edges
+            .iter()
+            .find(|e| {
+                e.name == name
+                    && matches!(&e.to, LogicalNode::Actor { actor_id, .. } if &**actor_id == to)
+            })
+            .map(|e| (e.count, e.running, e.queued))
+    };
+    // ping and pong started and block; echo, the call that closes the
+    // cycle, is queued. None has finished.
+    assert_eq!(
+        edge("A1", "ping"),
+        Some((0, 1, 0)),
+        "{:?}",
+        logical.call_edges
+    );
+    assert_eq!(edge("B1", "pong"), Some((0, 1, 0)));
+    assert_eq!(edge("A1", "echo"), Some((0, 0, 1)));
+    let dot = logical.to_dot();
+    assert!(dot.contains("echo x0 mean 0.000ms, 1 queued"), "{dot}");
+    assert!(logical.to_json()["call_edges"][0]["running"]
+        .as_u64()
+        .is_some());
+}
