@@ -192,6 +192,7 @@ impl Views {
             caller_path: caller.path,
             caller_lane: caller.lane,
             labels: caller.labels,
+            inherited: caller.labels,
             submitted_at: None,
             started_at: None,
             scheduled_at: None,
@@ -269,8 +270,22 @@ impl Views {
         let Some(id) = str_field(record, "task_id") else {
             return false;
         };
-        if let Some(task) = self.tasks.get_mut(&id) {
-            task.submitted_at.get_or_insert(record.at_nanos);
+        if self.tasks.contains_key(&id) {
+            // It started before its submit record arrived (another
+            // thread's or process's records came first): the labels it
+            // inherits are its caller's now, at submit, not when it
+            // started. Kept if it already labelled itself.
+            let parent = self.tasks.get(&id).and_then(|t| t.parent.clone());
+            let at_submit = self.caller_info(parent.as_ref()).labels;
+            let actor_labels = self.actor_labels_of(&id);
+            let labels = self.with_actor_labels(at_submit, actor_labels);
+            if let Some(task) = self.tasks.get_mut(&id) {
+                task.submitted_at.get_or_insert(record.at_nanos);
+                if task.labels == task.inherited {
+                    task.labels = labels;
+                    task.inherited = labels;
+                }
+            }
             return true;
         }
         if self.recent.get(&id).is_some() {
@@ -329,6 +344,16 @@ impl Views {
         Self::update_task_fields(&mut task, record);
         if let (Some(actor), CallKind::ActorCall | CallKind::ActorCreate) = (&task.actor_id, kind) {
             self.note_actor(actor.clone(), &mut task);
+        }
+        if kind == CallKind::ActorCall {
+            // Labels its constructor set stick to the instance: every call
+            // carries them.
+            let actor = task.actor_id.as_ref().and_then(|a| self.actors.get(a));
+            let actor_labels = actor.map_or(0, |a| a.labels);
+            if task.labels == task.inherited {
+                task.labels = self.with_actor_labels(task.labels, actor_labels);
+                task.inherited = task.labels;
+            }
         }
         task.started_at = Some(record.at_nanos);
         task.thread = record.thread;
@@ -680,10 +705,43 @@ impl Views {
             return self.drop_record();
         };
         match task.and_then(|id| self.tasks.get_mut(&id)) {
-            Some(t) => t.labels = merged,
+            Some(t) => {
+                t.labels = merged;
+                // In a constructor: the labels are the instance's, for its
+                // later calls (and the physical view).
+                if let (CallKind::ActorCreate, Some(actor)) = (t.kind, t.actor_id.clone()) {
+                    if let Some(info) = self.actors.get_mut(&actor) {
+                        info.labels = merged;
+                    }
+                }
+            }
             None => self.driver_labels = merged,
         }
         true
+    }
+
+    /// The labels the constructor of the actor that call `id` goes to set
+    /// (0 for none, or for a task).
+    fn actor_labels_of(&self, id: &Id) -> LabelSetId {
+        let Some(t) = self.tasks.get(id) else {
+            return 0;
+        };
+        if t.kind != CallKind::ActorCall {
+            return 0;
+        }
+        t.actor_id
+            .as_ref()
+            .and_then(|a| self.actors.get(a))
+            .map_or(0, |a| a.labels)
+    }
+
+    /// `base` with an actor instance's labels merged over it.
+    fn with_actor_labels(&mut self, base: LabelSetId, actor: LabelSetId) -> LabelSetId {
+        if actor == 0 || actor == base {
+            return base;
+        }
+        let add: Vec<(Id, Id)> = self.labels.get(actor).to_vec();
+        self.labels.merge(base, &add).unwrap_or(base)
     }
 
     /// A `resource.sample`: per-process values into the process's ring,

@@ -56,6 +56,10 @@ pub(crate) struct LiveTask {
     /// The caller's Gantt lane, for the flow arrow.
     pub(crate) caller_lane: Option<LaneId>,
     pub(crate) labels: LabelSetId,
+    /// The labels it inherited when it became known (before any context
+    /// of its own): replaced by its caller's labels at submit when its
+    /// submit record arrives after its start.
+    pub(crate) inherited: LabelSetId,
     pub(crate) submitted_at: Option<u64>,
     pub(crate) started_at: Option<u64>,
     /// When it was placed (`task.scheduled`): resources granted or pushed
