@@ -368,6 +368,27 @@ impl Views {
         true
     }
 
+    /// Sets `task`'s caller, path and inherited labels from its parent, if
+    /// the parent is known by now.
+    fn resolve_caller(&mut self, task: &mut LiveTask) {
+        let caller = self.caller_info(task.parent.as_ref());
+        if caller.node == LogicalNode::Unknown {
+            return;
+        }
+        self.stats.late_callers += 1;
+        task.caller = caller.node;
+        task.caller_path = caller.path;
+        task.caller_lane = caller.lane;
+        if task.labels == task.inherited {
+            task.labels = caller.labels;
+            task.inherited = caller.labels;
+        }
+        if task.started_at.is_some() {
+            let frame = frame_name(&task.instance_name());
+            task.path = task.caller_path.and_then(|p| self.paths.child(p, &frame));
+        }
+    }
+
     /// Records where an actor lives (and fills in what the call did not say).
     fn note_actor(&mut self, actor: Id, task: &mut LiveTask) {
         if let Some(info) = self.actors.get_mut(&actor) {
@@ -446,6 +467,12 @@ impl Views {
         let Some(mut task) = self.tasks.remove(id) else {
             return;
         };
+        if task.caller == LogicalNode::Unknown && task.parent.is_some() {
+            // Its caller was not known when it started (the caller's
+            // records, from another process, came later): look again now
+            // that more have arrived.
+            self.resolve_caller(&mut task);
+        }
         for wait in std::mem::take(&mut task.waits) {
             self.spans.remove(&wait.span);
             self.record_wait_end(id, &mut task, wait, at);

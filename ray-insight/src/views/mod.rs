@@ -251,6 +251,9 @@ pub struct Stats {
     /// Records naming a task the engine does not track (a wait or context on
     /// a task never seen, or already evicted).
     pub unmatched: u64,
+    /// Calls whose caller was unknown when they started (its records came
+    /// later, from another process) and was found when they finished.
+    pub late_callers: u64,
     /// Recently finished tasks evicted.
     pub evicted_recent: u64,
     /// Objects evicted (later gets of them have an unknown producer).

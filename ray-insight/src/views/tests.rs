@@ -1649,3 +1649,60 @@ fn hung_and_queued_calls_are_edges_of_the_logical_view_while_they_hang() {
         .as_u64()
         .is_some());
 }
+
+#[test]
+fn a_call_whose_caller_records_arrive_after_its_start_is_attributed_to_the_caller() {
+    // Node 2's records (the call) reach the head before node 1's (its caller).
+    let mut s = Script::default();
+    let call = s.open(
+        "actor.call",
+        20,
+        &[
+            ("task_id", "tc"),
+            ("actor_id", "B1"),
+            ("class", "B"),
+            ("method", "work"),
+            ("parent_task", "tp"),
+        ],
+    );
+    let parent = s.open(
+        "actor.call",
+        10,
+        &[
+            ("task_id", "tp"),
+            ("actor_id", "A1"),
+            ("class", "A"),
+            ("method", "run"),
+        ],
+    );
+    s.close(call, 30);
+    s.close(parent, 40);
+    let views = s.views();
+    let snap = views.snapshot();
+    let logical = snap.logical();
+    assert!(
+        logical
+            .call_edges
+            .iter()
+            .all(|e| e.from != LogicalNode::Unknown),
+        "{:?}",
+        logical.call_edges
+    );
+    let from_a = logical
+        .call_edges
+        .iter()
+        .find(|e| e.name == "work")
+        .map(|e| e.from.clone());
+    assert!(
+        matches!(&from_a, Some(LogicalNode::Actor { actor_id, .. }) if &**actor_id == "A1"),
+        "{from_a:?}"
+    );
+    let flame = snap.flame();
+    assert_eq!(
+        flame.frame("driver;A[A1].run;B[B1].work").map(|f| f.count),
+        Some(1),
+        "{:?}",
+        flame.frames
+    );
+    assert_eq!(views.stats().late_callers, 1);
+}
