@@ -71,6 +71,7 @@ use ray_insight::{Sink, Views};
 use serde_json::Value;
 
 pub use events::EVENT_EVERY;
+pub use query::parse_filter;
 pub use server::{Dashboard, DashboardConfig};
 pub use summary::{SummaryError, SummaryLimits, SummaryParams};
 pub use views_source::ViewsSource;
@@ -98,7 +99,7 @@ pub struct ViewQuery {
     /// As it stood this many nanoseconds into the recording (`None`: now).
     pub at_nanos: Option<u64>,
     /// Only tasks labelled `key = value`.
-    pub filter: Option<(String, String)>,
+    pub filter: Vec<(String, String)>,
     /// The flame graph's time.
     pub metric: FlameMetric,
     /// Summarized for the browser (JSON, whatever `format` says), narrowed
@@ -182,10 +183,7 @@ pub trait Source: Send + Sync + 'static {
 /// the view does not have.
 pub fn render(views: &Views, log: Option<&Path>, query: &ViewQuery) -> Result<String, SourceError> {
     let export = |views: &Views| {
-        let snapshot = match &query.filter {
-            Some((k, v)) => views.filter(k, v),
-            None => views.snapshot(),
-        };
+        let snapshot = views.filter_all(&query.filter);
         match &query.summary {
             Some(params) => {
                 summary::summarize(&snapshot, query.view, params, &SummaryLimits::default())

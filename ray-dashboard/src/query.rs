@@ -68,7 +68,7 @@ pub(crate) enum QueryError {
         source: ParseIntError,
     },
     /// A filter that is not `key=value`.
-    #[error("bad filter {filter:?}: key=value")]
+    #[error("bad filter {filter:?}: key=value, or several joined by ','")]
     Filter {
         /// The filter.
         filter: String,
@@ -107,13 +107,10 @@ pub(crate) fn view_query(target: &Target) -> Result<ViewQuery, QueryError> {
         None => None,
     };
     let filter = match target.param("filter").filter(|f| !f.is_empty()) {
-        Some(f) => {
-            let (k, v) = f.split_once('=').ok_or_else(|| QueryError::Filter {
-                filter: f.to_owned(),
-            })?;
-            Some((k.to_owned(), v.to_owned()))
-        }
-        None => None,
+        Some(f) => parse_filter(f).ok_or_else(|| QueryError::Filter {
+            filter: f.to_owned(),
+        })?,
+        None => Vec::new(),
     };
     let metric = match target.param("metric").filter(|m| !m.is_empty()) {
         Some(m) => parse_metric(m)?,
@@ -158,6 +155,18 @@ pub(crate) fn summary_query(target: &Target) -> Result<ViewQuery, QueryError> {
     }
     query.summary = Some(params);
     Ok(query)
+}
+
+/// A label filter: `key=value`, or several joined by `,` (a task must
+/// have them all); `None` when a part is not `key=value`.
+pub fn parse_filter(filter: &str) -> Option<Vec<(String, String)>> {
+    filter
+        .split(',')
+        .map(|pair| {
+            pair.split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        })
+        .collect()
 }
 
 /// The flame query of a diff request (`/api/flamediff` names no view or
@@ -226,6 +235,6 @@ mod tests {
         assert_eq!(target.job(), None);
         let flame = flame_query(&target).unwrap();
         assert_eq!(flame.view, ViewKind::Flame);
-        assert_eq!(flame.filter, Some(("rank".into(), "0".into())));
+        assert_eq!(flame.filter, vec![("rank".into(), "0".into())]);
     }
 }

@@ -281,9 +281,10 @@ pub struct ExportCli {
     /// Replay only what happened up to this many seconds after the start
     #[arg(long, value_name = "SECONDS", value_parser = seconds_as_nanos)]
     pub at: Option<u64>,
-    /// Keep only the tasks with this context label
+    /// Keep only the tasks with this context label (repeat for several:
+    /// a task must have them all)
     #[arg(long, value_name = "KEY=VALUE", value_parser = key_value)]
-    pub filter: Option<(String, String)>,
+    pub filter: Vec<(String, String)>,
     /// The flame graph's time (flame only) [default: self]
     #[arg(long, value_name = "METRIC", value_parser = metric_parser())]
     pub metric: Option<FlameMetric>,

@@ -55,7 +55,7 @@ pub struct ExportArgs {
     /// Replay only the records at or before this time (ns since the log's epoch).
     pub at_nanos: Option<u64>,
     /// Keep only tasks labelled `key = value`.
-    pub filter: Option<(String, String)>,
+    pub filter: Vec<(String, String)>,
     pub metric: FlameMetric,
     pub out: Option<PathBuf>,
 }
@@ -84,10 +84,7 @@ pub fn export(args: ExportArgs) -> Result<(), CliError> {
     let mut replay = Replay::new(Limits::default(), args.at_nanos);
     let damage = records_from_log(path, &mut replay)?;
     let views = replay.into_views();
-    let snapshot = match &args.filter {
-        Some((key, value)) => views.filter(key, value),
-        None => views.snapshot(),
-    };
+    let snapshot = views.filter_all(&args.filter);
     let text = export_with_metric(&snapshot, args.view, args.format, args.metric)
         .map_err(|e| CliError::failed(format!("{}: {e}", args.source.name())))?;
     write_out(args.out.as_deref(), &text)?;
@@ -115,7 +112,14 @@ fn export_from_head(
                 args.view.as_str().to_owned(),
                 args.format.as_str().to_owned(),
                 args.at_nanos,
-                args.filter.as_ref().map(|(k, v)| format!("{k}={v}")),
+                (!args.filter.is_empty()).then(|| {
+                    let pairs: Vec<String> = args
+                        .filter
+                        .iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect();
+                    pairs.join(",")
+                }),
                 Some(args.metric.as_str().to_owned()),
             )
             .await

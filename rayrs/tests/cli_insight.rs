@@ -251,6 +251,16 @@ async fn rayrs_insight_exports_filters_replays_and_diffs_a_recorded_run() {
     assert!(!text.contains("Tally"), "{text}");
     let nothing = exported(&["--log", log, "--view", "flame", "--filter", "stage=none"]);
     assert_eq!(nothing, "");
+    // Several filters: a task must have every label.
+    let one = ["--log", log, "--view", "flame", "--filter", "stage=sum"];
+    let both = [&one[..], &["--filter", "stage=none"]].concat();
+    assert_eq!(
+        exported(&both),
+        "",
+        "no task has both stage=sum and stage=none"
+    );
+    let twice = [&one[..], &["--filter", "stage=sum"]].concat();
+    assert_eq!(exported(&twice), exported(&one));
     let filtered = views.filter("stage", "sum").logical();
     assert!(filtered
         .call_edges

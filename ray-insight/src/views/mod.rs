@@ -405,4 +405,18 @@ impl Views {
             mask: Some(self.labels.matching(key, value)),
         }
     }
+
+    /// All five views restricted to tasks whose labels include every
+    /// `key = value` of `labels` (no labels: every task).
+    pub fn filter_all<K: AsRef<str>, V: AsRef<str>>(&self, labels: &[(K, V)]) -> Snapshot<'_> {
+        let mut mask: Option<Vec<bool>> = None;
+        for (key, value) in labels {
+            let one = self.labels.matching(key.as_ref(), value.as_ref());
+            mask = Some(match mask {
+                None => one,
+                Some(m) => m.iter().zip(one).map(|(a, b)| *a && b).collect(),
+            });
+        }
+        Snapshot { views: self, mask }
+    }
 }

@@ -1706,3 +1706,24 @@ fn a_call_whose_caller_records_arrive_after_its_start_is_attributed_to_the_calle
     );
     assert_eq!(views.stats().late_callers, 1);
 }
+
+#[test]
+fn a_filter_on_several_labels_keeps_the_tasks_with_all_of_them() {
+    let mut s = Script::default();
+    for (task, b) in [("t1", "2"), ("t2", "3")] {
+        let span = s.open("task.run", 1, &[("task_id", task), ("function", "m::f")]);
+        s.event(
+            "context",
+            2,
+            &[("task_id", task), ("labels", &format!("a=1,b={b}"))],
+        );
+        s.close(span, 3);
+    }
+    let views = s.views();
+    let count =
+        |snap: Snapshot<'_>| -> u64 { snap.logical().call_edges.iter().map(|e| e.count).sum() };
+    assert_eq!(count(views.filter_all(&[("a", "1")])), 2);
+    assert_eq!(count(views.filter_all(&[("a", "1"), ("b", "2")])), 1);
+    assert_eq!(count(views.filter_all(&[("a", "1"), ("b", "4")])), 0);
+    assert_eq!(count(views.filter_all::<&str, &str>(&[])), 2);
+}

@@ -267,14 +267,10 @@ pub(crate) fn export(
         None => FlameMetric::SelfTime,
     };
     let filter = match filter {
-        Some(f) => Some(
-            f.split_once('=')
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .ok_or_else(|| HubError::Filter {
-                    filter: f.to_owned(),
-                })?,
-        ),
-        None => None,
+        Some(f) => dashboard::parse_filter(f).ok_or_else(|| HubError::Filter {
+            filter: f.to_owned(),
+        })?,
+        None => Vec::new(),
     };
     Ok(render(
         hub,
@@ -331,7 +327,7 @@ pub(crate) enum HubError {
     #[error("insight batch does not decode: {0}")]
     Undecodable(#[source] ray_insight::log::LogError),
     /// An export's filter that is not `key=value`.
-    #[error("bad filter {filter:?}: expected key=value")]
+    #[error("bad filter {filter:?}: expected key=value, or several joined by ','")]
     Filter {
         /// The filter.
         filter: String,
