@@ -5,7 +5,7 @@
 
 use ray_test_support::{embedded, recording};
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ray_insight::views::Deadlock;
 use ray_insight::Views;
@@ -35,18 +35,15 @@ async fn actors_calling_each_other_synchronously_are_reported_as_a_deadlock() {
     let hung = left.ping(right.clone(), left.clone()).unwrap();
 
     let mut views = Views::default();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let found = loop {
-        collector.drain_into(&mut views);
-        let stacks = views.snapshot().stacks();
-        if let Some(d) = stacks.deadlocks.first() {
-            break Some((d.clone(), stacks.to_text()));
-        }
-        if Instant::now() >= deadline {
-            break None;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    recording::drain_until(&collector, &mut views, Duration::from_secs(20), |v| {
+        !v.snapshot().stacks().deadlocks.is_empty()
+    })
+    .await;
+    let stacks = views.snapshot().stacks();
+    let found = stacks
+        .deadlocks
+        .first()
+        .map(|d| (d.clone(), stacks.to_text()));
     // End the hung program whatever the outcome: pending gets fail.
     ray.shutdown();
     let (deadlock, report) = found.expect("no deadlock reported within 20 s");

@@ -5,7 +5,7 @@
 
 use ray_test_support::{embedded, recording};
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ray_core::prelude::*;
 use ray_core::ActorId;
@@ -45,18 +45,15 @@ async fn a_ring_of_three_instances_of_one_class_names_three_instances() {
     let hung = ring[0].hop(ring.clone(), 0).unwrap();
 
     let mut views = Views::default();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let found = loop {
-        collector.drain_into(&mut views);
-        let stacks = views.snapshot().stacks();
-        if let Some(d) = stacks.deadlocks.first() {
-            break Some((d.clone(), stacks.to_text(), views.snapshot().logical()));
-        }
-        if Instant::now() >= deadline {
-            break None;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    recording::drain_until(&collector, &mut views, Duration::from_secs(20), |v| {
+        !v.snapshot().stacks().deadlocks.is_empty()
+    })
+    .await;
+    let stacks = views.snapshot().stacks();
+    let found = stacks
+        .deadlocks
+        .first()
+        .map(|d| (d.clone(), stacks.to_text(), views.snapshot().logical()));
     ray.shutdown();
     let (deadlock, report, logical) = found.expect("no deadlock reported within 20 s");
     // The logical view shows the hung calls while they hang: three hops

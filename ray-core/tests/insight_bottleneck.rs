@@ -4,12 +4,12 @@
 
 use ray_test_support::{embedded, recording};
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ray_core::prelude::*;
 use ray_core::ActorId;
 use ray_insight::views::FlameView;
-use ray_insight::{MemorySink, Views};
+use ray_insight::Views;
 
 /// A worker that works `own_ms` per call, then has each child work.
 #[remote]
@@ -69,26 +69,18 @@ async fn the_heaviest_self_frames_are_the_slow_instances_not_their_healthy_sibli
     for _ in 0..ROUNDS {
         assert_eq!(root.process().unwrap().get().await.unwrap(), 4);
     }
-    let mut sink = MemorySink::new(100_000);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let views = loop {
-        collector.drain_into(&mut sink);
-        let mut views = Views::default();
-        for r in sink.records() {
-            views.apply(r);
-        }
-        let flame = views.snapshot().flame();
+    let mut views = Views::default();
+    recording::drain_until(&collector, &mut views, Duration::from_secs(30), |v| {
+        let flame = v.snapshot().flame();
         let calls: u64 = flame
             .frames
             .iter()
             .filter(|f| f.path.ends_with(".process"))
             .map(|f| f.count)
             .sum();
-        if calls == ROUNDS * 4 || Instant::now() >= deadline {
-            break views;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+        calls == ROUNDS * 4
+    })
+    .await;
     ray.shutdown();
     let flame = views.snapshot().flame();
     let ids: Vec<String> = workers.iter().map(|w| insight_id(w.id())).collect();

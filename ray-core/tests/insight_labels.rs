@@ -5,11 +5,11 @@
 
 use ray_test_support::{embedded, recording};
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ray_core::prelude::*;
 use ray_insight::views::LogicalNode;
-use ray_insight::{MemorySink, Views};
+use ray_insight::Views;
 
 const RANKS: u64 = 4;
 const CALLS: u64 = 3;
@@ -109,15 +109,9 @@ async fn labels_set_in_calls_in_constructors_and_from_the_driver_filter_to_one_r
     for p in pending {
         p.get().await.unwrap();
     }
-    let mut sink = MemorySink::new(1_000_000);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let views = loop {
-        collector.drain_into(&mut sink);
-        let mut views = Views::default();
-        for r in sink.records() {
-            views.apply(r);
-        }
-        let finished: u64 = views
+    let mut views = Views::default();
+    recording::drain_until(&collector, &mut views, Duration::from_secs(30), |v| {
+        let finished: u64 = v
             .snapshot()
             .logical()
             .call_edges
@@ -125,11 +119,9 @@ async fn labels_set_in_calls_in_constructors_and_from_the_driver_filter_to_one_r
             .filter(|e| e.name.ends_with("step"))
             .map(|e| e.count)
             .sum();
-        if finished == 3 * RANKS * CALLS || Instant::now() >= deadline {
-            break views;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+        finished == 3 * RANKS * CALLS
+    })
+    .await;
     ray.shutdown();
     for rank in 0..RANKS {
         // In every call, and in the constructor: exactly that rank's actor,

@@ -16,3 +16,25 @@ pub fn record_globally() -> Collector {
         .expect("the only subscriber of this test process");
     collector
 }
+
+/// Drains `collector` into `views` until `done` holds of them or `within`
+/// has passed (the caller's assertions then say what was missing); returns
+/// whether `done` held.
+pub async fn drain_until(
+    collector: &Collector,
+    views: &mut ray_insight::Views,
+    within: std::time::Duration,
+    mut done: impl FnMut(&ray_insight::Views) -> bool,
+) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        collector.drain_into(views);
+        if done(views) {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

@@ -1,5 +1,6 @@
 //! What the seeded simulations of the cluster's sans-IO cores share:
-//! which seeds a run covers, and the replay of one failing seed.
+//! which seeds a run covers, the replay of one failing seed, and their
+//! source of picks.
 
 /// Runs `run` for every seed of the run: `RAYRS_SIM_SEEDS` of them, or
 /// 2,000 (CI sets 10,000). A seed that fails or panics fails the test,
@@ -22,4 +23,25 @@ pub(crate) fn run_seeds(run: impl Fn(u64) -> Result<(), String> + std::panic::Re
 /// [`run_seeds`]; `None` when it is not set.
 pub(crate) fn replay_seed() -> Option<u64> {
     std::env::var("RAYRS_SIM_SEED").ok()?.parse().ok()
+}
+
+/// A simulation's picks, from ray-sched's seeded SplitMix64: a seed
+/// replays exactly.
+pub(crate) struct Rng(ray_sched::SplitMix64);
+
+impl Rng {
+    /// Picks for `seed`.
+    pub(crate) fn new(seed: u64) -> Self {
+        Self(ray_sched::SplitMix64::new(seed))
+    }
+
+    /// A number below `n` (0 when `n` is 0).
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.0.below(usize::try_from(n).unwrap_or(usize::MAX)) as u64
+    }
+
+    /// `true` with `percent` % chance.
+    pub(crate) fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
 }

@@ -22,18 +22,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use ray_proto::WorkerId;
 
 use super::*;
-
-/// The simulation's picks, from ray-sched's seeded SplitMix64.
-struct Rng(ray_sched::SplitMix64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0.below(usize::try_from(n).unwrap_or(usize::MAX)) as u64
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
+use crate::cluster::sim_seeds::Rng;
 
 #[derive(Debug)]
 enum Ev {
@@ -130,7 +119,7 @@ const HANG: u64 = 1_000_000;
 
 impl World {
     fn new(seed: u64) -> Self {
-        let mut rng = Rng(ray_sched::SplitMix64::new(seed));
+        let mut rng = Rng::new(seed);
         let role = if rng.chance(25) {
             Role::Borrower
         } else {

@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BinaryHeap};
 use ray_proto::WorkerId;
 
 use super::*;
+use crate::cluster::sim_seeds::Rng;
 use crate::options::RETRY_FOREVER;
 
 /// The simulation's shell types.
@@ -38,18 +39,6 @@ impl Shell for Sim {
     type Payload = u64;
     type Error = SimError;
     type Worker = Worker;
-}
-
-/// The simulation's picks, from ray-sched's seeded SplitMix64.
-struct Rng(ray_sched::SplitMix64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0.below(usize::try_from(n).unwrap_or(usize::MAX)) as u64
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
 }
 
 #[derive(Debug)]
@@ -161,7 +150,7 @@ fn index(t: TaskId) -> usize {
 
 impl World {
     fn new(seed: u64) -> Self {
-        let mut rng = Rng(ray_sched::SplitMix64::new(seed));
+        let mut rng = Rng::new(seed);
         let mut nodes = BTreeMap::new();
         let n = 2 + rng.below(3);
         for id in 0..n {

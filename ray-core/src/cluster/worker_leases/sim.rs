@@ -10,21 +10,14 @@ use std::collections::BTreeMap;
 use ray_proto::WorkerId;
 
 use super::*;
-
-struct Rng(ray_sched::SplitMix64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0.below(usize::try_from(n).unwrap_or(usize::MAX)) as u64
-    }
-}
+use crate::cluster::sim_seeds::Rng;
 
 fn id(n: u64) -> TaskId {
     TaskId::new(WorkerId(3), n)
 }
 
 fn run(seed: u64) -> Result<(), String> {
-    let mut rng = Rng(ray_sched::SplitMix64::new(seed));
+    let mut rng = Rng::new(seed);
     let mut m: WorkerLeases<u64> = WorkerLeases::default();
     let leases: Vec<TaskId> = (0..1 + rng.below(4)).map(|i| id(1_000 + i)).collect();
     // The truth: task -> (lease, blocked); actor -> lease.
