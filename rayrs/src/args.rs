@@ -255,6 +255,11 @@ pub enum InsightCli {
     /// Compare two flame graphs: folded files or event logs
     #[command(args_override_self = true)]
     Diff(DiffCli),
+    /// The bottlenecks of a recorded run: the actor instances and functions
+    /// with the most self time, the longest waits, the largest data edges,
+    /// and deadlocks
+    #[command(args_override_self = true)]
+    Top(TopCli),
     /// Replay an event log and serve its dashboard until Ctrl-C
     ///
     /// The time slider replays any moment of the log.
@@ -324,6 +329,20 @@ pub struct DiffCli {
     pub out: Option<PathBuf>,
 }
 
+/// `rayrs insight top`.
+#[derive(Debug, Args)]
+pub struct TopCli {
+    /// The event log to read
+    #[arg(long, value_name = "FILE")]
+    pub log: PathBuf,
+    /// Keep only the tasks with this context label (repeat for several)
+    #[arg(long, value_name = "KEY=VALUE", value_parser = key_value)]
+    pub filter: Vec<(String, String)>,
+    /// Rows of each kind
+    #[arg(short = 'n', long, value_name = "N", default_value_t = 5)]
+    pub rows: usize,
+}
+
 /// `rayrs insight serve`.
 #[derive(Debug, Args)]
 pub struct ServeCli {
@@ -358,6 +377,8 @@ pub enum Command {
     InsightExport(insight::ExportArgs),
     /// `rayrs insight diff`.
     InsightDiff(insight::DiffArgs),
+    /// `rayrs insight top`.
+    InsightTop(insight::TopArgs),
     /// `rayrs insight serve`: a log's dashboard.
     InsightServe {
         /// The event log.
@@ -433,6 +454,11 @@ impl Cli {
                     out: diff.out,
                 })
             }
+            CliCommand::Insight(InsightCli::Top(top)) => Command::InsightTop(insight::TopArgs {
+                log: top.log,
+                filter: top.filter,
+                rows: top.rows,
+            }),
             CliCommand::Insight(InsightCli::Serve(serve)) => Command::InsightServe {
                 log: serve.log,
                 dashboard: SocketAddr::new(serve.dashboard_host, serve.dashboard_port),

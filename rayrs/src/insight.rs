@@ -72,6 +72,30 @@ pub struct DiffArgs {
     pub out: Option<PathBuf>,
 }
 
+/// What `rayrs insight top` needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopArgs {
+    /// The event log.
+    pub log: PathBuf,
+    /// Labels a task must all have.
+    pub filter: Vec<(String, String)>,
+    /// Rows of each kind.
+    pub rows: usize,
+}
+
+/// `rayrs insight top`: the bottleneck summary of a recorded run.
+pub fn top(args: TopArgs) -> Result<(), CliError> {
+    let mut replay = Replay::new(Limits::default(), None);
+    let damage = records_from_log(&args.log, &mut replay)?;
+    let views = replay.into_views();
+    let text = views.filter_all(&args.filter).top(args.rows).to_text();
+    write_out(None, &text)?;
+    match damage {
+        Some(damage) => Err(damaged(&args.log.display().to_string(), &damage)),
+        None => Ok(()),
+    }
+}
+
 /// `rayrs insight export`.
 pub fn export(args: ExportArgs) -> Result<(), CliError> {
     let path = match &args.source {

@@ -109,6 +109,7 @@ fn run(command: Command) -> Result<(), CliError> {
         Command::Stop { dir } => stop::stop(&dir),
         Command::InsightExport(args) => insight::export(args),
         Command::InsightDiff(args) => insight::diff(args),
+        Command::InsightTop(args) => insight::top(args),
         Command::InsightServe { log, dashboard } => insight::serve(&log, dashboard),
         command => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -126,6 +127,7 @@ fn run(command: Command) -> Result<(), CliError> {
                     | Command::Stop { .. }
                     | Command::InsightExport(_)
                     | Command::InsightDiff(_)
+                    | Command::InsightTop(_)
                     | Command::InsightServe { .. } => unreachable!("handled above"),
                 }
             })

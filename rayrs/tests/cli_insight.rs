@@ -267,6 +267,16 @@ async fn rayrs_insight_exports_filters_replays_and_diffs_a_recorded_run() {
         .iter()
         .all(|e| !matches!(e.to, LogicalNode::Actor { .. })));
 
+    // top: the bottleneck summary, from the same log.
+    let top = rayrs(&["insight", "top", "--log", log, "-n", "3"]);
+    assert_eq!(top.status.code(), Some(0), "{}", stderr(&top));
+    let text = stdout(&top);
+    assert!(text.starts_with("most self time"), "{text}");
+    assert!(text.contains("sum_squares"), "{text}");
+    assert!(text.contains("deadlocks:\n  (none)"), "{text}");
+    let top_none = rayrs(&["insight", "top", "--log", log, "--filter", "stage=none"]);
+    assert!(stdout(&top_none).contains("most self time (work the call did itself):\n  (none)"));
+
     // --out writes the file, not stdout.
     let out_path = dir.join("flame.svg");
     let out = exported(&[

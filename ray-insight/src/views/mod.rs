@@ -108,6 +108,7 @@ mod physical;
 mod snapshot;
 mod stack;
 mod task;
+mod top;
 
 #[cfg(test)]
 mod tests;
@@ -127,6 +128,7 @@ pub use physical::{
 pub use snapshot::Snapshot;
 pub use stack::{Deadlock, StackView, TaskRef, TaskStack, WaitTarget};
 pub use task::TaskState;
+pub use top::{TopData, TopFrame, TopView};
 
 use flame::FlameAgg;
 use gantt::GanttAgg;

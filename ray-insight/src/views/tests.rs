@@ -1727,3 +1727,38 @@ fn a_filter_on_several_labels_keeps_the_tasks_with_all_of_them() {
     assert_eq!(count(views.filter_all(&[("a", "1"), ("b", "4")])), 0);
     assert_eq!(count(views.filter_all::<&str, &str>(&[])), 2);
 }
+
+#[test]
+fn top_names_the_instances_with_the_most_self_time_the_longest_waits_and_deadlocks() {
+    let views = worker_tree().views();
+    let top = views.snapshot().top(3);
+    let frames: Vec<(&str, u64)> = top
+        .self_time
+        .iter()
+        .map(|f| (f.frame.as_str(), f.nanos))
+        .collect();
+    assert_eq!(
+        frames,
+        vec![
+            ("worker_tree::Worker[a1].process", 400_000),
+            ("worker_tree::Worker[a2].process", 400_000),
+            ("worker_tree::Worker[a0].process", 200_000),
+        ]
+    );
+    assert_eq!(top.waits[0].frame, "worker_tree::Worker[a0].process");
+    assert_eq!(top.waits[0].nanos, 800_000);
+    assert!(top.deadlocks.is_empty());
+    let text = top.to_text();
+    assert!(
+        text.contains("0.400 ms       10 calls  worker_tree::Worker[a1].process"),
+        "{text}"
+    );
+    assert!(text.contains("deadlocks:\n  (none)"), "{text}");
+    let hung = actor_ping_pong(false).views().snapshot().top(3);
+    assert_eq!(hung.deadlocks.len(), 1);
+    assert!(
+        hung.to_text().contains("DEADLOCK (3 tasks: "),
+        "{}",
+        hung.to_text()
+    );
+}
