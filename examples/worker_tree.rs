@@ -85,6 +85,9 @@ async fn main() -> anyhow::Result<()> {
     if !insight.settle(Duration::from_secs(5)).await {
         eprintln!("insight: some spans were still open after 5 s");
     }
+    if let Some(top) = insight.top(3) {
+        print!("{top}");
+    }
     for path in insight.write_views(&insight_dir)? {
         println!("insight: {}", path.display());
     }

@@ -422,6 +422,14 @@ impl Insight {
         .transpose()
     }
 
+    /// The bottleneck summary as text, as `rayrs insight top` prints it:
+    /// the `rows` actor instances and functions with the most self time,
+    /// the longest waits, the largest data edges, and deadlocks. `None` on
+    /// a cluster process (see [`Insight::with_views`]).
+    pub fn top(&self, rows: usize) -> Option<String> {
+        self.with_views(|views| views.snapshot().top(rows).to_text())
+    }
+
     /// Writes the five views to `dir` (created if missing) and returns the
     /// files written: `logical.json`, `logical.dot`, `flame.folded`,
     /// `flame.svg`, `gantt.json` (Chrome trace), `stacks.json`,
