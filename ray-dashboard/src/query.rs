@@ -164,7 +164,7 @@ pub fn parse_filter(filter: &str) -> Option<Vec<(String, String)>> {
         .split(',')
         .map(|pair| {
             pair.split_once('=')
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
         })
         .collect()
 }

@@ -145,19 +145,26 @@ impl FlameAgg {
     }
 }
 
-/// `path` with every instance (`[...]` inside a frame) left out.
-fn fold_instances(path: &str) -> String {
-    let mut out = String::with_capacity(path.len());
-    let mut depth = 0usize;
-    for c in path.chars() {
-        match c {
-            '[' => depth += 1,
-            ']' if depth > 0 => depth -= 1,
-            _ if depth == 0 => out.push(c),
-            _ => {}
-        }
+/// `path` with each frame's instance left out: `Class[actor].method`
+/// becomes `Class.method`. Only a bracketed id right before the frame's
+/// final `.method` is an instance (`[unknown]` and other brackets stay).
+pub(crate) fn fold_instances(path: &str) -> String {
+    let frames: Vec<String> = path.split(';').map(fold_frame).collect();
+    frames.join(";")
+}
+
+fn fold_frame(frame: &str) -> String {
+    let Some(open) = frame.rfind('[') else {
+        return frame.to_string();
+    };
+    let Some(close) = frame[open..].find(']').map(|c| open + c) else {
+        return frame.to_string();
+    };
+    let rest = &frame[close + 1..];
+    if open == 0 || !rest.starts_with('.') || rest.contains(['[', ']']) {
+        return frame.to_string();
     }
-    out
+    format!("{}{rest}", &frame[..open])
 }
 
 /// Which time a folded-stacks export counts per line.
@@ -374,9 +381,20 @@ pub fn parse_folded(text: &str) -> BTreeMap<String, u64> {
 /// The difference of two folded-stacks texts in the folded-diff format that
 /// `inferno-diff-folded` / `difffolded.pl` produce: one `path before after`
 /// line per path present in either, sorted by path (0 where a path is absent).
+///
+/// Actor instances are folded into their classes first (`Class[actor].method`
+/// reads `Class.method`): two runs' actors have different ids.
 pub fn diff_folded(before: &str, after: &str) -> String {
-    let before = parse_folded(before);
-    let after = parse_folded(after);
+    let by_class = |text: &str| {
+        let mut out: BTreeMap<String, u64> = BTreeMap::new();
+        for (path, value) in parse_folded(text) {
+            let slot = out.entry(fold_instances(&path)).or_default();
+            *slot = slot.saturating_add(value);
+        }
+        out
+    };
+    let before = by_class(before);
+    let after = by_class(after);
     let mut paths: Vec<&String> = before.keys().chain(after.keys()).collect();
     paths.sort();
     paths.dedup();

@@ -270,7 +270,17 @@ impl Views {
         let Some(id) = str_field(record, "task_id") else {
             return false;
         };
-        if self.tasks.contains_key(&id) {
+        let started_first = self
+            .tasks
+            .get(&id)
+            .is_some_and(|t| t.submitted_at.is_none() && t.started_at.is_some());
+        if self.tasks.contains_key(&id) && !started_first {
+            if let Some(task) = self.tasks.get_mut(&id) {
+                task.submitted_at.get_or_insert(record.at_nanos);
+            }
+            return true;
+        }
+        if started_first {
             // It started before its submit record arrived (another
             // thread's or process's records came first): the labels it
             // inherits are its caller's now, at submit, not when it
@@ -349,7 +359,7 @@ impl Views {
             // Labels its constructor set stick to the instance: every call
             // carries them.
             let actor = task.actor_id.as_ref().and_then(|a| self.actors.get(a));
-            let actor_labels = actor.map_or(0, |a| a.labels);
+            let actor_labels = actor.map_or(0, |a| a.ctor_labels);
             if task.labels == task.inherited {
                 task.labels = self.with_actor_labels(task.labels, actor_labels);
                 task.inherited = task.labels;
@@ -372,20 +382,38 @@ impl Views {
     /// the parent is known by now.
     fn resolve_caller(&mut self, task: &mut LiveTask) {
         let caller = self.caller_info(task.parent.as_ref());
-        if caller.node == LogicalNode::Unknown {
+        // Only a caller that has a place in the call paths (started): else
+        // the task keeps its `[unknown]` path rather than losing it.
+        let (LogicalNode::Driver | LogicalNode::Function(_) | LogicalNode::Actor { .. }, Some(at)) =
+            (&caller.node, caller.path)
+        else {
             return;
-        }
+        };
+        let path = match task.started_at {
+            Some(_) => {
+                let frame = frame_name(&task.instance_name());
+                match self.paths.child(at, &frame) {
+                    Some(p) => Some(p),
+                    None => return,
+                }
+            }
+            None => task.path,
+        };
         self.stats.late_callers += 1;
         task.caller = caller.node;
         task.caller_path = caller.path;
         task.caller_lane = caller.lane;
+        task.path = path;
         if task.labels == task.inherited {
-            task.labels = caller.labels;
-            task.inherited = caller.labels;
-        }
-        if task.started_at.is_some() {
-            let frame = frame_name(&task.instance_name());
-            task.path = task.caller_path.and_then(|p| self.paths.child(p, &frame));
+            let ctor = task
+                .actor_id
+                .as_ref()
+                .filter(|_| task.kind == CallKind::ActorCall)
+                .and_then(|a| self.actors.get(a))
+                .map_or(0, |a| a.ctor_labels);
+            let labels = self.with_actor_labels(caller.labels, ctor);
+            task.labels = labels;
+            task.inherited = labels;
         }
     }
 
@@ -417,6 +445,7 @@ impl Views {
             node_id: task.node_id.clone(),
             worker_id: task.worker_id.clone(),
             labels: task.labels,
+            ctor_labels: 0,
         };
         if self.actors.insert(actor, info) {
             self.stats.evicted_actors += 1;
@@ -737,8 +766,13 @@ impl Views {
                 // In a constructor: the labels are the instance's, for its
                 // later calls (and the physical view).
                 if let (CallKind::ActorCreate, Some(actor)) = (t.kind, t.actor_id.clone()) {
-                    if let Some(info) = self.actors.get_mut(&actor) {
-                        info.labels = merged;
+                    let own = self.actors.get(&actor).map(|info| info.ctor_labels);
+                    if let Some(own) = own {
+                        let own = self.labels.merge(own, &labels).unwrap_or(own);
+                        if let Some(info) = self.actors.get_mut(&actor) {
+                            info.labels = merged;
+                            info.ctor_labels = own;
+                        }
                     }
                 }
             }
@@ -759,7 +793,7 @@ impl Views {
         t.actor_id
             .as_ref()
             .and_then(|a| self.actors.get(a))
-            .map_or(0, |a| a.labels)
+            .map_or(0, |a| a.ctor_labels)
     }
 
     /// `base` with an actor instance's labels merged over it.

@@ -57,6 +57,9 @@ pub(crate) struct ActorInfo {
     pub(crate) node_id: Option<Id>,
     pub(crate) worker_id: Option<Id>,
     pub(crate) labels: LabelSetId,
+    /// Only the labels its constructor set itself (`context` inside it):
+    /// what every later call of the instance carries.
+    pub(crate) ctor_labels: LabelSetId,
 }
 
 /// An actor placed on a node.

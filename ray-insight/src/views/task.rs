@@ -170,7 +170,16 @@ impl LiveTask {
             CallKind::Task => class_name,
             CallKind::ActorCall | CallKind::ActorCreate => {
                 // `Class.method` becomes `Class[actor].method` (the class may
-                // hold dots of its own path only before its last `.`).
+                // hold dots of its own path only before its last `.`); an id
+                // from a hostile record cannot add brackets of its own.
+                let actor: String = actor
+                    .chars()
+                    .map(|c| match c {
+                        '[' => '(',
+                        ']' => ')',
+                        c => c,
+                    })
+                    .collect();
                 match class_name.rsplit_once('.') {
                     Some((class, method)) => Arc::from(format!("{class}[{actor}].{method}")),
                     None => Arc::from(format!("{class_name}[{actor}]")),

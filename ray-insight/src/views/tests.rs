@@ -1762,3 +1762,63 @@ fn top_names_the_instances_with_the_most_self_time_the_longest_waits_and_deadloc
         hung.to_text()
     );
 }
+
+#[test]
+fn a_call_carries_its_callers_labels_and_only_its_constructors_own_labels() {
+    let mut s = Script::default();
+    s.event("context", 0, &[("labels", "phase=train")]);
+    for (task, actor, ctor) in [("c1", "A1", None), ("c2", "A2", Some("rank=3"))] {
+        let span = s.open(
+            "actor.create",
+            1,
+            &[("task_id", task), ("actor_id", actor), ("class", "A")],
+        );
+        if let Some(labels) = ctor {
+            s.event("context", 2, &[("task_id", task), ("labels", labels)]);
+        }
+        s.close(span, 3);
+    }
+    s.event("context", 4, &[("labels", "phase=eval")]);
+    for (task, actor) in [("t1", "A1"), ("t2", "A2")] {
+        s.event(
+            "task.submit",
+            5,
+            &[("task_id", task), ("method", "step"), ("actor_id", actor)],
+        );
+        let span = s.open(
+            "actor.call",
+            6,
+            &[
+                ("task_id", task),
+                ("actor_id", actor),
+                ("class", "A"),
+                ("method", "step"),
+            ],
+        );
+        s.close(span, 7);
+    }
+    let views = s.views();
+    let steps = |snap: Snapshot<'_>| -> u64 {
+        snap.logical()
+            .call_edges
+            .iter()
+            .filter(|e| e.name == "step")
+            .map(|e| e.count)
+            .sum()
+    };
+    // Both calls were made under phase=eval, whatever the phase at creation.
+    assert_eq!(steps(views.filter("phase", "eval")), 2);
+    assert_eq!(steps(views.filter("phase", "train")), 0);
+    // A2's constructor labelled itself rank=3: its call carries that too.
+    assert_eq!(steps(views.filter_all(&[("phase", "eval"), ("rank", "3")])), 1);
+}
+
+#[test]
+fn folding_instances_keeps_other_brackets_and_diffs_compare_classes() {
+    use super::flame::fold_instances;
+    assert_eq!(fold_instances("driver;m::A[actor-1.2].run;f"), "driver;m::A.run;f");
+    assert_eq!(fold_instances("driver;[unknown];f"), "driver;[unknown];f");
+    assert_eq!(fold_instances("driver;x[a;b].m"), "driver;x[a;b].m");
+    let diff = diff_folded("driver;A[a1].run 5\n", "driver;A[b7].run 7\n");
+    assert_eq!(diff, "driver;A.run 5 7\n");
+}

@@ -312,8 +312,9 @@ impl ClusterCore {
                 match crate::actor::spawn_actor_as(&rt, actor, cls, args, opts, creator) {
                     Ok((cell, created)) => {
                         let mut st = self.leases.lock();
-                        st.actor_hosted(actor, lease, cell);
+                        let replaced = st.actor_hosted(actor, lease, cell);
                         self.lease_actions(st);
+                        drop(replaced);
                         let results = results.clone();
                         let me = self.clone();
                         self.tokio.spawn(async move {

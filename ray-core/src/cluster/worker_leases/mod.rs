@@ -127,14 +127,17 @@ impl<A> WorkerLeases<A> {
     }
 
     /// Actor `actor` lives here under `lease`, with the shell's handle.
-    pub(crate) fn actor_hosted(&mut self, actor: ActorId, lease: TaskId, handle: A) {
-        if let Some((old, _)) = self.hosted.insert(actor, (lease, handle)) {
-            if old != lease {
-                // (An owner never creates one actor twice in one process;
-                // a lease replaced is not leaked all the same.)
-                self.actions.push_back(LeaseAction::Return { lease: old });
-            }
+    /// Returns the handle it replaces, if any, for the shell to drop
+    /// outside its lock.
+    #[must_use]
+    pub(crate) fn actor_hosted(&mut self, actor: ActorId, lease: TaskId, handle: A) -> Option<A> {
+        let (old, replaced) = self.hosted.insert(actor, (lease, handle))?;
+        if old != lease {
+            // (An owner never creates one actor twice in one process; a
+            // lease replaced is not leaked all the same.)
+            self.actions.push_back(LeaseAction::Return { lease: old });
         }
+        Some(replaced)
     }
 
     /// The handle of hosted actor `actor`, if it lives here.

@@ -55,7 +55,9 @@ fn run(seed: u64) -> Result<(), String> {
                 let a = ActorId::new(WorkerId(9), next);
                 let lease = id(500_000 + next);
                 next += 1;
-                m.actor_hosted(a, lease, next);
+                if m.actor_hosted(a, lease, next).is_some() {
+                    return Err(format!("{a} hosted twice"));
+                }
                 actors.insert(a, lease);
                 actor_leases.insert(lease, a);
             }
@@ -128,6 +130,9 @@ fn run(seed: u64) -> Result<(), String> {
     }
     if m.len().0 != 0 {
         return Err("tasks left running".into());
+    }
+    if !m.blocked_tasks.is_empty() || !m.blocked.is_empty() {
+        return Err("blocked tasks or leases left after every task ended".into());
     }
     Ok(())
 }
