@@ -1810,13 +1810,19 @@ fn a_call_carries_its_callers_labels_and_only_its_constructors_own_labels() {
     assert_eq!(steps(views.filter("phase", "eval")), 2);
     assert_eq!(steps(views.filter("phase", "train")), 0);
     // A2's constructor labelled itself rank=3: its call carries that too.
-    assert_eq!(steps(views.filter_all(&[("phase", "eval"), ("rank", "3")])), 1);
+    assert_eq!(
+        steps(views.filter_all(&[("phase", "eval"), ("rank", "3")])),
+        1
+    );
 }
 
 #[test]
 fn folding_instances_keeps_other_brackets_and_diffs_compare_classes() {
     use super::flame::fold_instances;
-    assert_eq!(fold_instances("driver;m::A[actor-1.2].run;f"), "driver;m::A.run;f");
+    assert_eq!(
+        fold_instances("driver;m::A[actor-1.2].run;f"),
+        "driver;m::A.run;f"
+    );
     assert_eq!(fold_instances("driver;[unknown];f"), "driver;[unknown];f");
     assert_eq!(fold_instances("driver;x[a;b].m"), "driver;x[a;b].m");
     let diff = diff_folded("driver;A[a1].run 5\n", "driver;A[b7].run 7\n");
