@@ -6,8 +6,16 @@ use ray_test_support::{embedded, recording};
 use ray_core::prelude::*;
 use ray_insight::{InsightLayer, MemorySink, Record, RecordKind};
 
+/// Set by the test once the parent is seen blocked on its leaf: the leaf
+/// finishes only then, so the parent's `get` surely blocks (a leaf that
+/// finished before the parent's `get` left no wait to record, once in CI).
+static RELEASE_LEAF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 #[remote]
 fn leaf(x: u64) -> u64 {
+    while !RELEASE_LEAF.load(std::sync::atomic::Ordering::Acquire) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     x + 1
 }
 
@@ -56,7 +64,25 @@ fn task_text(id: u128) -> String {
 async fn tasks_actor_calls_objects_and_waits_carry_their_ids() {
     let collector = recording::record_globally();
     let ray = embedded::runtime(2.0).await;
-    assert_eq!(parent::remote(&ray, 1).unwrap().get().await.unwrap(), 2);
+    let mut sink = MemorySink::new(100_000);
+    let parent_call = parent::remote(&ray, 1).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        collector.drain_into(&mut sink);
+        let blocked = sink.records().iter().any(|r| {
+            r.kind == RecordKind::SpanNew && r.name == "wait" && r.field("task_id").is_some()
+        });
+        if blocked {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the parent never blocked on its leaf"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    RELEASE_LEAF.store(true, std::sync::atomic::Ordering::Release);
+    assert_eq!(parent_call.get().await.unwrap(), 2);
     let acc = Acc::remote(&ray).unwrap();
     assert_eq!(acc.add(5).unwrap().get().await.unwrap(), 5);
     let obj = ray.put(vec![7u8; 4096]).await.unwrap();
@@ -83,7 +109,6 @@ async fn tasks_actor_calls_objects_and_waits_carry_their_ids() {
     // three task runs (parent, leaf, length) and the actor call have
     // closed (or give up after 10 s). Counting them together let the
     // three runs stand for all four, and the call's edge was missing once.
-    let mut sink = MemorySink::new(100_000);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         collector.drain_into(&mut sink);
