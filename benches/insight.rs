@@ -21,7 +21,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use ray_insight::{Collector, InsightConfig, InsightLayer, Record, Sink};
+use ray_insight::{
+    Collector, FieldStr, FieldValue, InsightConfig, InsightLayer, MemorySink, Record, Sink, Views,
+};
+use ray_test_support::workload::{feed_all, Shape, BATCH, FULL};
 use tracing_subscriber::layer::SubscriberExt;
 
 // Each bench uses only part of the shared shapes.
@@ -135,6 +138,8 @@ fn insight(c: &mut Criterion) {
 
     // ON: the layer as the global default, seen by every runtime thread.
     let (layer, collector) = InsightLayer::new(InsightConfig::default());
+    // As the runtime installs it: its own records skip `tracing`'s dispatch.
+    assert!(layer.record_runtime_directly());
     tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
         .expect("no global subscriber was set before");
     let drainer = Drainer::start(collector.clone());
@@ -204,6 +209,35 @@ fn insight(c: &mut Criterion) {
             drop(black_box(span));
         })
     });
+    // What the runtime records now: the same records written straight
+    // into the thread's buffer (`ray_insight::direct`), ids as integers and
+    // names by reference.
+    let id = |f: &mut ray_insight::Fields, key: &'static str, v: u64| {
+        f.push(key, FieldValue::U128 { hi: 1, lo: v });
+    };
+    group.bench_function("direct_event_task_submit_3_fields", |b| {
+        b.iter(|| {
+            seq += 1;
+            ray_insight::direct::event("task.submit", "ray::task", |f| {
+                id(f, "task_id", black_box(seq));
+                f.push("function", FieldValue::Str(FieldStr::from_static("noop")));
+                id(f, "parent_task", 7);
+            });
+        })
+    });
+    group.bench_function("direct_span_task_run_5_fields_new_and_close", |b| {
+        b.iter(|| {
+            seq += 1;
+            let span = ray_insight::direct::open_span("task.run", "ray::task", |f| {
+                id(f, "task_id", black_box(seq));
+                f.push("function", FieldValue::Str(FieldStr::from_static("noop")));
+                id(f, "parent_task", 7);
+                f.push("node_id", FieldValue::U64(1));
+                f.push("worker_id", FieldValue::U64(2));
+            });
+            drop(black_box(span));
+        })
+    });
     group.finish();
 
     InsightLayer::flush_current_thread();
@@ -224,5 +258,32 @@ fn insight(c: &mut Criterion) {
     ray.shutdown();
 }
 
-criterion_group!(benches, insight);
+/// The collector's side: records applied to the views, per record, on a
+/// runtime-shaped stream (tasks and actor calls with their submits, runs,
+/// gets, puts and waits; see `ray_test_support::workload`) of 20,000 tasks.
+fn ingest(c: &mut Criterion) {
+    let shape = Shape {
+        tasks: 20_000,
+        actors: 100,
+        ..FULL
+    };
+    let mut records = MemorySink::new(usize::MAX);
+    let count = feed_all(shape, &mut records);
+    let batches: Vec<&[Record]> = records.records().chunks(BATCH).collect();
+    let mut group = c.benchmark_group("insight");
+    support::configure(&mut group);
+    group.throughput(Throughput::Elements(count));
+    group.bench_function("views_apply_20000_task_stream", |b| {
+        b.iter(|| {
+            let mut views = Views::default();
+            for batch in &batches {
+                views.accept(batch);
+            }
+            black_box(views.stats().applied)
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, insight, ingest);
 criterion_main!(benches);

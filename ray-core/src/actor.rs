@@ -115,17 +115,17 @@ impl ActorCell {
         }
         let args = self.ctor_args.lock().take().unwrap_or_default();
         let task = TaskId::new(self.id.owner, self.id.seq);
-        let span = tracing::trace_span!(
-            target: "ray::actor",
-            "actor.create",
-            task_id = task.as_u128(),
-            actor_id = self.id.as_u128(),
-            class = self.class.name,
-            parent_task = self.creator.map(TaskId::as_u128),
-            node_id = rt.node.0,
-            worker_id = rt.worker.0,
+        let _span = crate::trace::actor_run(
+            crate::trace::Run {
+                task,
+                parent: self.creator,
+                node: rt.node,
+                worker: rt.worker,
+            },
+            self.id.as_u128(),
+            self.class.name,
+            None,
         );
-        let _enter = span.enter();
         let outcome = context::with_task(rt, task, task, Some(self.id), None, || {
             let args = resolve_args(&args)?;
             match catch_unwind(AssertUnwindSafe(|| (self.class.construct)(&args))) {
@@ -240,18 +240,17 @@ impl ActorCell {
 
     fn run_call(self: &Arc<Self>, call: ActorCall) {
         let rt = &self.rt;
-        let span = tracing::trace_span!(
-            target: "ray::actor",
-            "actor.call",
-            task_id = call.trace.as_u128(),
-            actor_id = self.id.as_u128(),
-            class = self.class.name,
-            method = call.method.name,
-            parent_task = call.parent.map(TaskId::as_u128),
-            node_id = rt.node.0,
-            worker_id = rt.worker.0,
+        let _span = crate::trace::actor_run(
+            crate::trace::Run {
+                task: call.trace,
+                parent: call.parent,
+                node: rt.node,
+                worker: rt.worker,
+            },
+            self.id.as_u128(),
+            self.class.name,
+            Some(call.method.name),
         );
-        let _enter = span.enter();
         let outcome = context::with_task(rt, call.task, call.trace, Some(self.id), None, || {
             let args = resolve_args(&call.args)?;
             invoke_guarded(call.task, call.method.name, || match call.method.invoke {
@@ -471,14 +470,7 @@ impl RawActorHandle {
         let handle = rt.pending_return(task)?;
         let parent = context::current_trace();
         context::before_child_submit();
-        tracing::trace!(
-            name: "task.submit",
-            target: "ray::task",
-            task_id = task.as_u128(),
-            method = method.name,
-            actor_id = self.id().as_u128(),
-            parent_task = parent.map(TaskId::as_u128)
-        );
+        crate::trace::submit(task, parent, method.name, Some(self.id().as_u128()));
         match &self.target {
             Target::Local(cell) => cell.enqueue(ActorCall {
                 task,

@@ -75,6 +75,7 @@ mod sampler;
 mod state;
 mod task;
 mod timer;
+mod trace;
 
 pub use actor::{ActorHandle, RawActorHandle, RemoteActor};
 #[cfg(feature = "cluster")]

@@ -73,14 +73,13 @@ impl<T> ObjectRef<T> {
     /// Records an `object.get` (insight's data edges); `arg`: read as a
     /// task's argument rather than by `get`.
     pub(crate) fn trace_get_as(&self, bytes: usize, arg: bool) {
-        tracing::trace!(
-            name: "object.get",
-            target: "ray::object",
-            object_id = self.handle.id.as_u128(),
+        crate::trace::object(
+            true,
+            self.handle.id,
             bytes,
-            task_id = crate::context::current_trace().map(ray_proto::TaskId::as_u128),
-            node_id = self.handle.rt.node.0,
-            arg
+            crate::context::current_trace(),
+            self.handle.rt.node,
+            arg,
         );
     }
 

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ray_gcs::{Gcs, JobInfo, NodeInfo};
-use ray_proto::{NodeId, TaskId, WorkerId};
+use ray_proto::{NodeId, WorkerId};
 use ray_sched::{Quantity, ResourceSet, CPU, GPU, MEMORY};
 
 use crate::actor::{self, ActorHandle, RemoteActor};
@@ -309,13 +309,13 @@ impl Ray {
         rt.check_running()?;
         let enc = object::encode(&value, std::any::type_name::<T>())?;
         let id = ray_proto::ObjectId::new(rt.worker, rt.next_seq());
-        tracing::trace!(
-            name: "object.put",
-            target: "ray::object",
-            object_id = id.as_u128(),
-            bytes = enc.buf.len(),
-            task_id = crate::context::current_trace().map(TaskId::as_u128),
-            node_id = rt.node.0
+        crate::trace::object(
+            false,
+            id,
+            enc.buf.len(),
+            crate::context::current_trace(),
+            rt.node,
+            false,
         );
         let value = if enc.buf.len() <= rt.settings.max_inline_bytes {
             crate::ownership::Value::Inline(enc.buf)
@@ -523,13 +523,7 @@ impl Ray {
         let handle = rt.pending_return(task)?;
         let parent = crate::context::current_trace();
         crate::context::before_child_submit();
-        tracing::trace!(
-            name: "task.submit",
-            target: "ray::task",
-            task_id = task.as_u128(),
-            function = function.name,
-            parent_task = parent.map(TaskId::as_u128)
-        );
+        crate::trace::submit(task, parent, function.name, None);
         let spec = TaskSpec {
             task,
             function,

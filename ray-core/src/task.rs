@@ -233,18 +233,16 @@ impl Runtime {
     /// run next: the thread that frees a CPU takes the next task without a
     /// round trip through the pool's queue.
     pub(crate) fn run_task(self: &Arc<Self>, mut spec: TaskSpec) -> Option<Dispatch> {
-        let span = tracing::trace_span!(
-            target: "ray::task",
-            "task.run",
-            task_id = spec.trace_id().as_u128(),
-            function = spec.function.name,
-            // Recorded only for retries: one field less on every first run.
-            attempt = (spec.attempt > 0).then_some(spec.attempt),
-            parent_task = spec.parent.map(TaskId::as_u128),
-            node_id = self.node.0,
-            worker_id = self.worker.0,
+        let _span = crate::trace::task_run(
+            crate::trace::Run {
+                task: spec.trace_id(),
+                parent: spec.parent,
+                node: self.node,
+                worker: self.worker,
+            },
+            spec.function.name,
+            spec.attempt,
         );
-        let _enter = span.enter();
         let outcome = context::with_task(
             self,
             spec.task,

@@ -68,7 +68,7 @@ pub struct InsightLayer {
 /// What [`InsightLayer::record_in_place`] appends: an opening gets a fresh
 /// span id, a close names the span it closes.
 #[derive(Clone, Copy)]
-enum Kind {
+pub(crate) enum Kind {
     SpanNew,
     SpanClose(u64),
     Event,
@@ -125,20 +125,6 @@ impl InsightLayer {
         metadata.target().starts_with(&*self.target_prefix)
     }
 
-    fn now_nanos(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
-    }
-
-    /// Appends a record stamped now to this thread's buffer for this layer,
-    /// built in place: `fill` writes its fields straight into the buffered
-    /// record (a record is a few hundred bytes; moving it through the call
-    /// chain cost more than the rest of recording). For span openings it
-    /// first gets a fresh span id. Returns the span id given (0 for other
-    /// kinds), or `None` when the record had to be dropped.
-    ///
-    /// `fill` runs while this thread's buffers are borrowed: a field whose
-    /// `Debug` impl itself emits a tracing event gets that inner event
-    /// dropped (and counted), never a panic or a deadlock.
     fn record_in_place(
         &self,
         kind: Kind,
@@ -146,42 +132,80 @@ impl InsightLayer {
         metadata: &'static Metadata<'static>,
         fill: impl FnOnce(&mut Fields),
     ) -> Option<u64> {
-        let at_nanos = self.now_nanos();
-        let appended = THREAD_STATE.try_with(|cell| {
-            let mut state = cell.try_borrow_mut().ok()?;
-            let thread = state.index;
-            let (kind, span) = match kind {
-                Kind::SpanNew => (RecordKind::SpanNew, state.next_span_id()),
-                Kind::SpanClose(span) => (RecordKind::SpanClose, span),
-                Kind::Event => (RecordKind::Event, 0),
-            };
-            let buffer = state.buffer_for(&self.shared);
-            buffer.records.push(Record {
-                kind,
-                span,
-                parent,
-                name: metadata.name(),
-                target: metadata.target(),
-                at_nanos,
-                thread,
-                fields: Fields::new(),
-            });
-            if let Some(record) = buffer.records.last_mut() {
-                fill(&mut record.fields);
-            }
-            buffer.flush_if_due(at_nanos);
-            Some(span)
-        });
-        let span = appended.ok().flatten();
-        if span.is_none() {
-            self.shared.count_dropped(1);
-        }
-        span
+        append(
+            &self.shared,
+            self.epoch,
+            kind,
+            parent,
+            (metadata.name(), metadata.target()),
+            fill,
+        )
     }
+
+    /// Makes this layer the target of the runtime's direct records
+    /// ([`crate::direct`]): from now on [`crate::direct::enabled`] is true
+    /// and the runtime writes its own records into this layer's buffers
+    /// without going through `tracing`. One layer per process can be the
+    /// target; returns false (and changes nothing) if another already is.
+    pub fn record_runtime_directly(&self) -> bool {
+        crate::direct::install(Arc::clone(&self.shared), self.epoch)
+    }
+}
+
+/// Appends a record stamped now to this thread's buffer for the layer
+/// sharing `shared`, built in place: `fill` writes its fields straight into
+/// the buffered record (a record is a few hundred bytes; moving it through
+/// the call chain cost more than the rest of recording). For span openings
+/// it first gets a fresh span id. Returns the span id given (0 for other
+/// kinds), or `None` when the record had to be dropped.
+///
+/// `fill` runs while this thread's buffers are borrowed: a field whose
+/// `Debug` impl itself emits a tracing event gets that inner event dropped
+/// (and counted), never a panic or a deadlock.
+pub(crate) fn append(
+    shared: &Arc<Shared>,
+    epoch: Instant,
+    kind: Kind,
+    parent: u64,
+    (name, target): (&'static str, &'static str),
+    fill: impl FnOnce(&mut Fields),
+) -> Option<u64> {
+    let at_nanos = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let appended = THREAD_STATE.try_with(|cell| {
+        let mut state = cell.try_borrow_mut().ok()?;
+        let thread = state.index;
+        let (kind, span) = match kind {
+            Kind::SpanNew => (RecordKind::SpanNew, state.next_span_id()),
+            Kind::SpanClose(span) => (RecordKind::SpanClose, span),
+            Kind::Event => (RecordKind::Event, 0),
+        };
+        let buffer = state.buffer_for(shared);
+        buffer.records.push(Record {
+            kind,
+            span,
+            parent,
+            name,
+            target,
+            at_nanos,
+            thread,
+            fields: Fields::new(),
+        });
+        if let Some(record) = buffer.records.last_mut() {
+            fill(&mut record.fields);
+        }
+        buffer.flush_if_due(at_nanos);
+        Some(span)
+    });
+    let span = appended.ok().flatten();
+    if span.is_none() {
+        shared.count_dropped(1);
+    }
+    span
 }
 
 impl Drop for InsightLayer {
     fn drop(&mut self) {
+        crate::direct::uninstall(&self.shared);
         self.shared.mark_layer_gone();
         flush_thread_buffer_for(&self.shared);
     }
@@ -201,6 +225,42 @@ where
     0
 }
 
+/// `parent`, or when no recorded `tracing` span encloses the record (0),
+/// the runtime's innermost direct span open on this thread: a span or event
+/// inside a task then hangs under the task's run.
+fn or_direct(parent: u64) -> u64 {
+    if parent != 0 || !crate::direct::enabled() {
+        return parent;
+    }
+    current_direct_span()
+}
+
+/// The innermost direct span open on this thread, or 0.
+pub(crate) fn current_direct_span() -> u64 {
+    THREAD_STATE
+        .try_with(|cell| {
+            cell.try_borrow()
+                .ok()
+                .and_then(|state| state.open.last().copied())
+        })
+        .ok()
+        .flatten()
+        .unwrap_or(0)
+}
+
+/// Notes a direct span opened (`open`) or closed on this thread.
+pub(crate) fn track_direct_span(span: u64, open: bool) {
+    let _ = THREAD_STATE.try_with(|cell| {
+        if let Ok(mut state) = cell.try_borrow_mut() {
+            if open {
+                state.open.push(span);
+            } else if let Some(at) = state.open.iter().rposition(|s| *s == span) {
+                state.open.remove(at);
+            }
+        }
+    });
+}
+
 impl<S> Layer<S> for InsightLayer
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
@@ -213,7 +273,7 @@ where
         let Some(span) = ctx.span(id) else {
             return;
         };
-        let parent = nearest_recorded(span.parent());
+        let parent = or_direct(nearest_recorded(span.parent()));
         let recorded = self.record_in_place(Kind::SpanNew, parent, metadata, |fields| {
             attrs.record(&mut FieldCollector(fields));
         });
@@ -245,7 +305,7 @@ where
         if !self.wants(metadata) {
             return;
         }
-        let parent = nearest_recorded(ctx.event_span(event));
+        let parent = or_direct(nearest_recorded(ctx.event_span(event)));
         self.record_in_place(Kind::Event, parent, metadata, |fields| {
             event.record(&mut FieldCollector(fields));
         });
@@ -309,6 +369,8 @@ struct ThreadState {
     next_span_seq: u64,
     /// One buffer per layer that recorded on this thread; almost always one.
     buffers: Vec<ThreadBuffer>,
+    /// The runtime's direct spans open on this thread, innermost last.
+    open: Vec<u64>,
 }
 
 impl ThreadState {
@@ -317,6 +379,7 @@ impl ThreadState {
             index: NEXT_THREAD_INDEX.fetch_add(1, Ordering::Relaxed),
             next_span_seq: 0,
             buffers: Vec::new(),
+            open: Vec::new(),
         }
     }
 
@@ -400,11 +463,13 @@ mod tests {
             index: 0,
             next_span_seq: 0,
             buffers: Vec::new(),
+            open: Vec::new(),
         };
         let mut b = ThreadState {
             index: 1,
             next_span_seq: 0,
             buffers: Vec::new(),
+            open: Vec::new(),
         };
         let (a0, a1, b0) = (a.next_span_id(), a.next_span_id(), b.next_span_id());
         assert!(a0 != 0 && b0 != 0);

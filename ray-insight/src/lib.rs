@@ -65,6 +65,7 @@
 //! assert_eq!(sink.records()[0].field("task_id").and_then(|v| v.as_u64()), Some(7));
 //! ```
 
+pub mod direct;
 pub mod export;
 mod layer;
 pub mod log;

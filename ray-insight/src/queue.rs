@@ -1,7 +1,8 @@
 //! The bounded queue of full batches between recording threads and the collector.
 //!
 //! Recording threads hand over a whole batch at a time, so the lock here is
-//! taken once per batch, never per record, and is held only to move a `Vec`.
+//! taken once per batch, never per record, and is held only to move a `Vec`
+//! (or, for a small partial batch, to copy its few records).
 //! When the queue is full the batch is dropped and counted: an instrumented
 //! thread never waits for the collector.
 
@@ -15,7 +16,7 @@ use crate::record::Record;
 
 /// Emptied batch buffers kept for reuse, so steady-state recording does not
 /// allocate a fresh batch per hand-off.
-const MAX_SPARE_BATCHES: usize = 16;
+const MAX_SPARE_BATCHES: usize = 64;
 
 /// Preallocation limit for the queue itself; it grows past this on demand.
 const MAX_PREALLOCATED_SLOTS: usize = 1024;
@@ -72,29 +73,56 @@ impl Shared {
 
     /// Moves the records of `batch` into the queue, or drops and counts them
     /// when the queue is full. Leaves `batch` empty and ready for reuse.
+    ///
+    /// A full batch is queued whole (its buffer swapped for a spare one). A
+    /// small one (a thread handing over what it has before it sleeps, often
+    /// a few records) is copied into the newest queued batch when that has
+    /// room, else into a spare buffer, and the thread keeps its own buffer:
+    /// a thread that flushes often then allocates nothing, where swapping
+    /// would hand it a fresh buffer of a whole batch each time.
     pub(crate) fn hand_off(&self, batch: &mut Vec<Record>) {
         if batch.is_empty() {
             return;
         }
-        let len = batch.len() as u64;
+        let len = batch.len();
+        let small = len <= self.batch_size / 4;
         let accepted = {
             let mut queue = self.queue.lock();
-            if queue.batches.len() < self.max_queued_batches {
+            let queue = &mut *queue;
+            let joined = small
+                && queue.batches.back_mut().is_some_and(|last| {
+                    let room = last.len() + len <= self.batch_size;
+                    if room {
+                        last.append(batch);
+                    }
+                    room
+                });
+            if joined {
+                true
+            } else if queue.batches.len() < self.max_queued_batches {
                 let fresh = queue.spare.pop().unwrap_or_default();
-                queue.batches.push_back(mem::replace(batch, fresh));
+                if small {
+                    let mut fresh = fresh;
+                    fresh.append(batch);
+                    queue.batches.push_back(fresh);
+                } else {
+                    queue.batches.push_back(mem::replace(batch, fresh));
+                }
                 true
             } else {
                 false
             }
         };
         if accepted {
-            self.recorded.fetch_add(len, Ordering::Relaxed);
-            // Allocate outside the lock when no spare buffer was available.
-            batch.reserve(self.batch_size);
+            self.recorded.fetch_add(len as u64, Ordering::Relaxed);
+            if !small {
+                // Allocate outside the lock when no spare buffer was available.
+                batch.reserve(self.batch_size);
+            }
         } else {
             // Clearing frees the records' field strings; done outside the lock.
             batch.clear();
-            self.dropped.fetch_add(len, Ordering::Relaxed);
+            self.dropped.fetch_add(len as u64, Ordering::Relaxed);
         }
     }
 
@@ -172,5 +200,38 @@ mod tests {
         // The replacement came from the spare list: it has the old capacity.
         assert!(again.capacity() >= 4);
         assert_eq!(shared.recorded(), 6);
+    }
+
+    #[test]
+    fn small_batches_join_the_newest_batch_and_keep_their_order() {
+        let shared = Shared::new(8, 1, 0);
+        let mut first = batch(2);
+        let capacity = first.capacity();
+        shared.hand_off(&mut first);
+        // The thread keeps its own buffer.
+        assert!(first.is_empty());
+        assert_eq!(first.capacity(), capacity);
+        let mut second = batch(2);
+        for (i, r) in second.iter_mut().enumerate() {
+            r.at_nanos = 10 + i as u64;
+        }
+        shared.hand_off(&mut second);
+        // Both fit the one queued batch, though the queue holds one batch.
+        assert_eq!(shared.queued_batches(), 1);
+        assert_eq!(shared.recorded(), 4);
+        assert_eq!(shared.dropped(), 0);
+        let times: Vec<u64> = shared
+            .take_batches()
+            .into_iter()
+            .flatten()
+            .map(|r| r.at_nanos)
+            .collect();
+        assert_eq!(times, [0, 1, 10, 11]);
+        // A full queue with no room in its newest batch drops.
+        let mut big = batch(8);
+        shared.hand_off(&mut big);
+        let mut more = batch(2);
+        shared.hand_off(&mut more);
+        assert_eq!(shared.dropped(), 2);
     }
 }

@@ -102,6 +102,7 @@ enum StrRepr {
         bytes: [u8; FieldStr::INLINE],
     },
     Heap(Box<str>),
+    Static(&'static str),
 }
 
 impl FieldStr {
@@ -116,7 +117,14 @@ impl FieldStr {
                 std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
             }
             StrRepr::Heap(s) => s,
+            StrRepr::Static(s) => s,
         }
+    }
+
+    /// A string that lives for the whole program (a function's name): kept
+    /// by reference, whatever its length, so recording it allocates nothing.
+    pub const fn from_static(s: &'static str) -> Self {
+        FieldStr(StrRepr::Static(s))
     }
 }
 

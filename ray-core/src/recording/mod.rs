@@ -47,6 +47,13 @@ use crate::insight::InsightOptions;
 /// How often the drain thread moves recorded batches on.
 pub const PUMP_EVERY: Duration = Duration::from_millis(50);
 
+/// Records a pump must move for the next one to come after
+/// [`BUSY_PUMP_EVERY`] rather than [`PUMP_EVERY`].
+const BUSY_PUMP_RECORDS: usize = 2048;
+
+/// How soon the drain thread pumps again after a busy pump.
+const BUSY_PUMP_EVERY: Duration = Duration::from_millis(2);
+
 /// How often a recording runtime samples its resource use.
 pub(crate) const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 
@@ -126,17 +133,72 @@ struct Shipper {
     in_flight: AtomicBool,
 }
 
-/// Collects a drain's records by value.
-#[derive(Default)]
-struct Take(Vec<Record>);
+/// Where one pump delivers the batches it drains, one batch at a time (no
+/// batch is copied into a pump-wide list first).
+struct Deliver<'a> {
+    to: To<'a>,
+    /// The newest record's time seen so far.
+    last_at: u64,
+}
 
-impl Sink for Take {
+enum To<'a> {
+    /// Embedded: straight into the views and the log.
+    Local(&'a mut Local),
+    /// Cluster: gathered into chunks of at most [`SHIP_CHUNK_RECORDS`],
+    /// each encoded and queued for shipping.
+    Ship {
+        shipper: &'a Shipper,
+        chunk: Vec<Record>,
+    },
+}
+
+/// Encodes `chunk` and queues it for shipping, leaving it empty.
+fn ship_chunk(shipper: &Shipper, chunk: &mut Vec<Record>) {
+    if chunk.is_empty() {
+        return;
+    }
+    let mut bytes = Vec::new();
+    encode_records(chunk, &mut bytes);
+    let records = chunk.len() as u64;
+    chunk.clear();
+    let mut queue = shipper.queue.lock();
+    if queue.len() >= MAX_UNSHIPPED_BATCHES {
+        if let Some((lost, _)) = queue.pop_front() {
+            shipper.lost_records.fetch_add(lost, Ordering::Relaxed);
+        }
+    }
+    queue.push_back((records, bytes));
+}
+
+impl Sink for Deliver<'_> {
     fn accept(&mut self, batch: &[Record]) {
-        self.0.extend_from_slice(batch);
+        self.accept_owned(&mut batch.to_vec());
     }
 
     fn accept_owned(&mut self, batch: &mut Vec<Record>) {
-        self.0.append(batch);
+        if let Some(last) = batch.last() {
+            self.last_at = self.last_at.max(last.at_nanos);
+        }
+        match &mut self.to {
+            To::Local(local) => {
+                let Local { views, log, .. } = &mut **local;
+                views.accept(batch);
+                if let Some(log) = log {
+                    log.accept(batch);
+                }
+            }
+            To::Ship { shipper, chunk } => {
+                let mut rest = batch.drain(..);
+                loop {
+                    let room = SHIP_CHUNK_RECORDS.saturating_sub(chunk.len());
+                    chunk.extend(rest.by_ref().take(room));
+                    if chunk.len() < SHIP_CHUNK_RECORDS {
+                        break;
+                    }
+                    ship_chunk(shipper, chunk);
+                }
+            }
+        }
     }
 }
 
@@ -187,6 +249,8 @@ pub(crate) fn install(options: &InsightOptions) -> Result<Insight> {
         return Ok(existing.clone());
     }
     let (layer, collector) = InsightLayer::new(InsightConfig::default());
+    // The runtime's own records skip `tracing`'s dispatch (`crate::trace`).
+    layer.record_runtime_directly();
     tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer)).map_err(
         |_| {
             Error::InvalidArgument(
@@ -220,11 +284,21 @@ pub(crate) fn install(options: &InsightOptions) -> Result<Insight> {
     let pump = Arc::downgrade(&insight.inner);
     std::thread::Builder::new()
         .name("rayrs-insight".into())
-        .spawn(move || loop {
-            std::thread::sleep(PUMP_EVERY);
-            match pump.upgrade() {
-                Some(inner) => inner.pump(),
-                None => return,
+        .spawn(move || {
+            let mut moved = 0;
+            loop {
+                // A busy job is drained often, so few batches wait: their
+                // buffers go back to the recording threads instead of each
+                // hand-off allocating (and faulting in) a fresh one.
+                std::thread::sleep(if moved >= BUSY_PUMP_RECORDS {
+                    BUSY_PUMP_EVERY
+                } else {
+                    PUMP_EVERY
+                });
+                match pump.upgrade() {
+                    Some(inner) => moved = inner.pump(),
+                    None => return,
+                }
             }
         })
         .map_err(|e| Error::InvalidArgument(format!("insight: cannot start its thread: {e}")))?;
@@ -233,61 +307,57 @@ pub(crate) fn install(options: &InsightOptions) -> Result<Insight> {
 
 impl Inner {
     /// Moves what the layer queued on: into the views and log, or to the
-    /// shipping queue.
-    fn pump(&self) {
+    /// shipping queue. Returns how many records it moved.
+    fn pump(&self) -> usize {
         let _order = self.pumping.lock();
-        let mut take = Take::default();
-        self.collector.drain_into(&mut take);
+        let shipper = self.ship.lock().clone();
+        let mut local: Option<parking_lot::MutexGuard<'_, Local>> = None;
+        let mut deliver = Deliver {
+            to: match &shipper {
+                Some(shipper) => To::Ship {
+                    shipper,
+                    chunk: Vec::new(),
+                },
+                None => To::Local(local.insert(self.local.lock())),
+            },
+            last_at: 0,
+        };
+        let moved = self.collector.drain_into(&mut deliver);
         // Records the layer had to drop are reported in the stream itself,
         // so the views (here or on the head) count them.
         let dropped = self.collector.dropped();
         let reported = self.reported_dropped.swap(dropped, Ordering::Relaxed);
         if dropped > reported {
-            let at_nanos = take.0.last().map_or(0, |r| r.at_nanos);
-            take.0.push(Record {
+            let report = Record {
                 kind: RecordKind::Event,
                 span: 0,
                 parent: 0,
                 name: "insight.dropped",
                 target: "ray::insight",
-                at_nanos,
+                at_nanos: deliver.last_at,
                 thread: 0,
                 fields: [("count", FieldValue::U64(dropped - reported))]
                     .into_iter()
                     .collect(),
-            });
+            };
+            deliver.accept_owned(&mut vec![report]);
+        } else if moved == 0 {
+            return 0;
         }
-        if take.0.is_empty() {
-            return;
-        }
-        let shipper = self.ship.lock().clone();
-        match shipper {
-            Some(shipper) => {
-                for chunk in take.0.chunks(SHIP_CHUNK_RECORDS) {
-                    let mut bytes = Vec::new();
-                    encode_records(chunk, &mut bytes);
-                    let mut queue = shipper.queue.lock();
-                    if queue.len() >= MAX_UNSHIPPED_BATCHES {
-                        if let Some((records, _)) = queue.pop_front() {
-                            shipper.lost_records.fetch_add(records, Ordering::Relaxed);
-                        }
-                    }
-                    queue.push_back((chunk.len() as u64, bytes));
-                }
+        match deliver.to {
+            To::Ship { shipper, mut chunk } => {
+                ship_chunk(shipper, &mut chunk);
                 shipper.queued.notify_one();
             }
-            None => {
-                let mut local = self.local.lock();
+            To::Local(local) => {
                 local.version += 1;
-                let Local { views, log, .. } = &mut *local;
-                views.accept(&take.0);
-                if let Some(log) = log {
-                    log.accept(&take.0);
+                if let Some(log) = &mut local.log {
                     // A flush per pump bounds what a crash loses to one period.
                     let _ = log.flush();
                 }
             }
         }
+        moved
     }
 }
 

@@ -13,7 +13,9 @@
 //! time it worked itself). Every figure is built with saturating
 //! arithmetic: a hostile log cannot overflow it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use hashbrown::HashMap;
 use std::fmt::Write as _;
 use std::io;
 

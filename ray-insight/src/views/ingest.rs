@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::gantt::StoredSlice;
 use super::logical::Locality;
-use super::model::{frame_name, id_of, Id, LabelSetId, LaneId, PathId, PathTable};
+use super::model::{id_of, Id, LabelSetId, LaneId, PathId, PathTable};
 use super::physical::{ActorInfo, GroupInfo, ProcessFields};
 use super::task::{LiveTask, OpenWait, RecentTask};
 use super::{CallKind, LogicalNode, SliceState, Views};
@@ -367,7 +367,7 @@ impl Views {
         }
         task.started_at = Some(record.at_nanos);
         task.thread = record.thread;
-        let frame = frame_name(&task.instance_name());
+        let (_, frame) = self.names_of(&task);
         task.path = task.caller_path.and_then(|p| self.paths.child(p, &frame));
         if task.path.is_none() {
             self.stats.dropped += 1;
@@ -391,7 +391,7 @@ impl Views {
         };
         let path = match task.started_at {
             Some(_) => {
-                let frame = frame_name(&task.instance_name());
+                let (_, frame) = self.names_of(task);
                 match self.paths.child(at, &frame) {
                     Some(p) => Some(p),
                     None => return,
@@ -452,7 +452,45 @@ impl Views {
         }
     }
 
+    /// `task`'s instance name and flame frame (memoized).
+    fn names_of(&mut self, task: &LiveTask) -> (Id, Id) {
+        let key = (
+            task.kind,
+            task.name.clone(),
+            task.class.clone(),
+            task.actor_id.clone(),
+        );
+        self.memo.names(key, || task.instance_name())
+    }
+
     fn lane_for(&mut self, task: &LiveTask) -> Option<LaneId> {
+        let key = match task.kind {
+            CallKind::Task => (
+                true,
+                task.node_id.clone(),
+                task.worker_id.clone(),
+                None,
+                task.thread,
+            ),
+            CallKind::ActorCall | CallKind::ActorCreate => (
+                false,
+                task.node_id.clone(),
+                task.class.clone(),
+                task.actor_id.clone(),
+                0,
+            ),
+        };
+        let Self {
+            memo, lanes, stats, ..
+        } = self;
+        let lane = memo.lane(key, || Self::find_lane(lanes, task));
+        if lane.is_none() {
+            stats.dropped += 1;
+        }
+        lane
+    }
+
+    fn find_lane(lanes: &mut super::model::Lanes, task: &LiveTask) -> Option<LaneId> {
         let (process, name): (Id, String) = match task.kind {
             CallKind::Task => (
                 task.node_id.clone().unwrap_or_else(|| Arc::from("local")),
@@ -471,11 +509,7 @@ impl Views {
                 ),
             ),
         };
-        let lane = self.lanes.lane(&process, Arc::from(name));
-        if lane.is_none() {
-            self.stats.dropped += 1;
-        }
-        lane
+        lanes.lane(&process, Arc::from(name))
     }
 
     fn close_span(&mut self, record: &Record) -> bool {
@@ -532,9 +566,10 @@ impl Views {
                 self.push_slice(slice);
             }
         }
+        let (name, _) = self.names_of(&task);
         let recent = RecentTask {
             // The stack view names instances (`Class[actor].method`).
-            name: task.instance_name(),
+            name,
             parent: task.parent,
             node,
             path: task.path,

@@ -7,7 +7,9 @@
 //! the distinct consumer tasks up to a cap). Aggregates are keyed by label set
 //! as well, so a label filter can pick them apart later.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use hashbrown::HashMap;
 use std::fmt::Write as _;
 
 use serde_json::{json, Value};

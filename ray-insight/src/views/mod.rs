@@ -113,7 +113,7 @@ mod top;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 
 pub use flame::{
     diff_folded, diff_svg, parse_folded, FlameFrame, FlameMetric, FlameSvgError, FlameView,
@@ -134,7 +134,7 @@ use flame::FlameAgg;
 use gantt::GanttAgg;
 use ingest::{ObjectInfo, SpanRole};
 use logical::LogicalAgg;
-use model::{FifoMap, Id, LabelSetId, LabelSets, Lanes, PathTable};
+use model::{FifoMap, Id, LabelSetId, LabelSets, Lanes, Memo, PathTable};
 use physical::{ActorInfo, GroupInfo, ResourceTable};
 use task::{LiveTask, RecentTask};
 
@@ -298,6 +298,7 @@ pub struct Views {
     driver_labels: LabelSetId,
     paths: PathTable,
     lanes: Lanes,
+    memo: Memo,
     logical: LogicalAgg,
     flame: FlameAgg,
     gantt: GanttAgg,
@@ -327,6 +328,7 @@ impl Views {
             driver_labels: 0,
             paths: PathTable::new(limits.max_paths),
             lanes: Lanes::new(limits.max_lanes),
+            memo: Memo::default(),
             logical: LogicalAgg::new(limits.max_edges, limits.max_consumers_per_edge),
             flame: FlameAgg::new(limits.max_flame_entries),
             gantt: GanttAgg::new(limits.max_gantt_slices),

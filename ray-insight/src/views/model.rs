@@ -5,7 +5,9 @@
 //! refuses (interners return `None`) or evicts its oldest entry (`FifoMap`),
 //! and the caller counts what was lost.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use hashbrown::HashMap;
 use std::fmt;
 use std::hash::Hash;
 use std::sync::Arc;
@@ -31,12 +33,122 @@ pub(crate) fn id_of(key: &str, value: &FieldValue) -> Id {
         _ => "",
     };
     match value {
-        FieldValue::Str(s) => Arc::from(&**s),
-        FieldValue::U128 { hi, lo } if !prefix.is_empty() => {
-            Arc::from(format!("{prefix}{hi:x}.{lo:x}"))
-        }
-        FieldValue::U64(v) if !prefix.is_empty() => Arc::from(format!("{prefix}{v:x}")),
+        FieldValue::Str(s) => ID_CACHE.with(|c| c.borrow_mut().string(s)),
+        FieldValue::U128 { hi, lo } if !prefix.is_empty() => ID_CACHE.with(|c| {
+            c.borrow_mut()
+                .number((prefix, true, *hi, *lo), || hex_id(prefix, Some(*hi), *lo))
+        }),
+        FieldValue::U64(v) if !prefix.is_empty() => ID_CACHE.with(|c| {
+            c.borrow_mut()
+                .number((prefix, false, 0, *v), || hex_id(prefix, None, *v))
+        }),
         other => Arc::from(other.to_string()),
+    }
+}
+
+/// `{prefix}{hi:x}.{lo:x}` (or `{prefix}{lo:x}`), written without the
+/// formatting machinery: one allocation, the id's own.
+fn hex_id(prefix: &str, hi: Option<u64>, lo: u64) -> Id {
+    fn push_hex(out: &mut Vec<u8>, v: u64) {
+        let digits = ((64 - v.leading_zeros() as usize).div_ceil(4)).max(1);
+        for i in (0..digits).rev() {
+            out.push(b"0123456789abcdef"[((v >> (4 * i)) & 0xf) as usize]);
+        }
+    }
+    let mut out = Vec::with_capacity(prefix.len() + 33);
+    out.extend_from_slice(prefix.as_bytes());
+    if let Some(hi) = hi {
+        push_hex(&mut out, hi);
+        out.push(b'.');
+    }
+    push_hex(&mut out, lo);
+    // Only ASCII was added to a `str`.
+    Arc::from(String::from_utf8(out).unwrap_or_default())
+}
+
+/// Slots of each of the ingesting thread's id caches.
+const ID_CACHE_SLOTS: usize = 4096;
+
+thread_local! {
+    /// The ingesting thread's id cache: an id seen again soon (a task's
+    /// submit, start and end; an actor's every call) is rendered once.
+    static ID_CACHE: std::cell::RefCell<IdCache> = std::cell::RefCell::new(IdCache::default());
+}
+
+/// Memoizes [`id_of`]: rendering an id (formatting, allocating) cost more
+/// than the rest of applying a record.
+#[derive(Default)]
+struct IdCache {
+    numbers: SlotCache<(&'static str, bool, u64, u64), Id>,
+    strings: SlotCache<Id, ()>,
+}
+
+impl IdCache {
+    fn number(&mut self, key: (&'static str, bool, u64, u64), render: impl FnOnce() -> Id) -> Id {
+        self.numbers
+            .get_or_insert_with(&key, ID_CACHE_SLOTS, || (key, render()))
+            .1
+            .clone()
+    }
+
+    fn string(&mut self, s: &str) -> Id {
+        self.strings
+            .get_or_insert_with(s, ID_CACHE_SLOTS, || (Arc::from(s), ()))
+            .0
+            .clone()
+    }
+}
+
+/// A fixed number of slots, each holding the last entry whose key hashed to
+/// it: a cache whose memory is its slots (allocated on first use) plus one
+/// entry per slot, replaced one at a time, so it never grows past them nor
+/// empties at once.
+pub(crate) struct SlotCache<K, V> {
+    slots: Vec<Option<(K, V)>>,
+    hasher: hashbrown::DefaultHashBuilder,
+}
+
+impl<K, V> Default for SlotCache<K, V> {
+    fn default() -> Self {
+        Self {
+            slots: Vec::new(),
+            hasher: hashbrown::DefaultHashBuilder::default(),
+        }
+    }
+}
+
+impl<K, V> fmt::Debug for SlotCache<K, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SlotCache")
+            .field("slots", &self.slots.len())
+            .finish()
+    }
+}
+
+impl<K, V> SlotCache<K, V> {
+    /// The entry for `key` (looked up as `Q`), made by `make` (which gets
+    /// the slot) when its slot holds another; `slots` is the cache's size,
+    /// fixed at first use.
+    pub(crate) fn get_or_insert_with<Q>(
+        &mut self,
+        key: &Q,
+        slots: usize,
+        make: impl FnOnce() -> (K, V),
+    ) -> &mut (K, V)
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        use std::hash::BuildHasher;
+        if self.slots.is_empty() {
+            self.slots.resize_with(slots.max(1), || None);
+        }
+        let at = (self.hasher.hash_one(key) as usize) % self.slots.len();
+        let slot = &mut self.slots[at];
+        if !slot.as_ref().is_some_and(|(k, _)| k.borrow() == key) {
+            *slot = None;
+        }
+        slot.get_or_insert_with(make)
     }
 }
 
@@ -234,6 +346,55 @@ pub(crate) fn frame_name(name: &str) -> Id {
     }
 }
 
+/// What a call's names are built from: its kind, name, class and actor.
+type NameKey = (super::CallKind, Option<Id>, Option<Id>, Option<Id>);
+
+/// What a Gantt lane is built from: a task's node, worker and thread, or an
+/// actor call's node, class and actor.
+type LaneKey = (bool, Option<Id>, Option<Id>, Option<Id>, u32);
+
+/// Slots of each [`Memo`] table.
+const MEMO_SLOTS: usize = 4096;
+
+/// Names and lanes the views already built, by what they were built from:
+/// every call of one actor method (every task of one function on one
+/// thread) has the same instance name, flame frame and lane, and building
+/// them (formatting, allocating) cost more than the rest of applying a
+/// record. A pure cache of fixed size ([`SlotCache`]).
+#[derive(Debug, Default)]
+pub(crate) struct Memo {
+    names: SlotCache<NameKey, (Id, Id)>,
+    lanes: SlotCache<LaneKey, Option<LaneId>>,
+}
+
+impl Memo {
+    /// The (instance name, flame frame) for `key`, built by `build` the first time.
+    pub(crate) fn names(&mut self, key: NameKey, build: impl FnOnce() -> Id) -> (Id, Id) {
+        let (_, names) = self.names.get_or_insert_with(&key.clone(), MEMO_SLOTS, || {
+            let instance = build();
+            let frame = frame_name(&instance);
+            (key, (instance, frame))
+        });
+        names.clone()
+    }
+
+    /// The lane for `key`, found by `find` the first time (lanes are never
+    /// evicted, so a lane once given stays right; a refusal is not kept).
+    pub(crate) fn lane(
+        &mut self,
+        key: LaneKey,
+        find: impl FnOnce() -> Option<LaneId>,
+    ) -> Option<LaneId> {
+        let (_, lane) = self
+            .lanes
+            .get_or_insert_with(&key.clone(), MEMO_SLOTS, || (key, None));
+        if lane.is_none() {
+            *lane = find();
+        }
+        *lane
+    }
+}
+
 /// Index of an interned Gantt lane (also its Chrome trace `tid`).
 pub(crate) type LaneId = u32;
 
@@ -367,6 +528,21 @@ impl<K: Clone + Eq + Hash, V> FifoMap<K, V> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ids_are_rendered_in_hex_as_the_runtime_displays_them() {
+        use super::{id_of, FieldValue};
+        for (hi, lo) in [(0, 0), (1, 0xf), (0xabc, 1 << 40), (u64::MAX, u64::MAX)] {
+            let id = id_of("task_id", &FieldValue::U128 { hi, lo });
+            assert_eq!(&*id, format!("task-{hi:x}.{lo:x}"));
+            // Again: from the cache, equal.
+            assert_eq!(id_of("task_id", &FieldValue::U128 { hi, lo }), id);
+        }
+        assert_eq!(&*id_of("node_id", &FieldValue::U64(0)), "node-0");
+        assert_eq!(&*id_of("worker_id", &FieldValue::U64(0x1f)), "worker-1f");
+        assert_eq!(&*id_of("bytes", &FieldValue::U64(31)), "31");
+        assert_eq!(&*id_of("class", &FieldValue::Str("m::C".into())), "m::C");
+    }
+
     use super::*;
 
     #[test]

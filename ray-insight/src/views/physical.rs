@@ -22,7 +22,9 @@
 //! [`PhysicalNode::resources`]. Per-process values that are negative or not
 //! finite are left out; a sample with no usable value at all is ignored.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+use hashbrown::HashMap;
 use std::sync::Arc;
 
 use serde_json::{json, Value};

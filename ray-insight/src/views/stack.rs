@@ -16,7 +16,9 @@
 //! which waits on `A.echo`, queued behind `A.ping`. The per-actor occupancy is
 //! derived from the live tasks when the view is built, so it costs no state.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use hashbrown::HashMap;
 use std::fmt::Write as _;
 
 use serde_json::{json, Value};

@@ -1,0 +1,86 @@
+//! The runtime's direct records (`ray_insight::direct`): written into the
+//! layer's buffers beside what `tracing` brings, with parents that nest.
+//!
+//! Its own test binary: the direct target is process-wide.
+
+use ray_insight::{
+    direct, FieldValue, InsightConfig, InsightLayer, MemorySink, Record, RecordKind,
+};
+use tracing_subscriber::layer::SubscriberExt;
+
+fn find<'a>(records: &'a [Record], kind: RecordKind, name: &str) -> &'a Record {
+    records
+        .iter()
+        .find(|r| r.kind == kind && r.name == name)
+        .unwrap_or_else(|| panic!("no {kind:?} {name} in {records:#?}"))
+}
+
+#[test]
+fn direct_records_nest_with_tracing_ones_and_stop_with_their_layer() {
+    let (layer, collector) = InsightLayer::new(InsightConfig::default());
+    assert!(!direct::enabled());
+    // Off: nothing is recorded and the span guard is inert.
+    drop(direct::open_span("task.run", "ray::task", |_| {}));
+    assert!(layer.record_runtime_directly());
+    assert!(direct::enabled());
+    // One target per process.
+    let (other, _other_collector) = InsightLayer::new(InsightConfig::default());
+    assert!(!other.record_runtime_directly());
+    drop(other);
+    assert!(
+        direct::enabled(),
+        "dropping another layer leaves the target"
+    );
+
+    let subscriber = tracing_subscriber::registry().with(layer);
+    tracing::subscriber::with_default(subscriber, || {
+        let run = direct::open_span("task.run", "ray::task", |f| {
+            f.push("task_id", FieldValue::U64(7));
+        });
+        direct::event("object.get", "ray::object", |f| {
+            f.push("bytes", FieldValue::U64(5));
+        });
+        {
+            // A user's span inside the task: recorded through `tracing`.
+            let user = tracing::info_span!(target: "ray_user", "reward_fn");
+            let _entered = user.enter();
+            tracing::info!(target: "ray_user", "inside");
+        }
+        drop(run);
+        direct::event("object.put", "ray::object", |_| {});
+    });
+    // The layer is gone with its subscriber: direct recording stops.
+    assert!(!direct::enabled());
+    InsightLayer::flush_current_thread();
+    let mut sink = MemorySink::new(64);
+    collector.drain_into(&mut sink);
+    let records = sink.records();
+    assert_eq!(records.len(), 7, "{records:#?}");
+
+    let run = find(records, RecordKind::SpanNew, "task.run");
+    assert_ne!(run.span, 0);
+    assert_eq!(run.parent, 0);
+    assert_eq!(run.field("task_id"), Some(&FieldValue::U64(7)));
+    let get = find(records, RecordKind::Event, "object.get");
+    assert_eq!(get.parent, run.span);
+    assert_eq!(get.field("bytes"), Some(&FieldValue::U64(5)));
+    let user = find(records, RecordKind::SpanNew, "reward_fn");
+    assert_eq!(user.parent, run.span, "a user span hangs under the task");
+    let inside = records
+        .iter()
+        .find(|r| r.kind == RecordKind::Event && r.target == "ray_user")
+        .expect("the user's event");
+    assert_eq!(inside.parent, user.span);
+    let closed = records
+        .iter()
+        .position(|r| r.kind == RecordKind::SpanClose && r.span == run.span)
+        .expect("the run closes");
+    assert!(records[closed].at_nanos >= run.at_nanos);
+    // After the run closed, an event has no enclosing span.
+    let put = find(records, RecordKind::Event, "object.put");
+    assert_eq!(put.parent, 0);
+    assert!(
+        records.iter().position(|r| r.name == "object.put") > Some(closed),
+        "records keep the thread's order"
+    );
+}
