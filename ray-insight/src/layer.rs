@@ -38,6 +38,11 @@ pub struct InsightConfig {
     /// default, `"ray"`, matches every `ray_*` crate's module paths (and any
     /// other target that starts with those three letters).
     pub target_prefix: String,
+    /// Also record spans of other targets opened inside a recorded span
+    /// (an application's own `tracing` spans inside a task or actor call,
+    /// such as `reward_fn`): the views show them as frames under the call.
+    /// Their events are not recorded.
+    pub user_spans: bool,
 }
 
 impl Default for InsightConfig {
@@ -46,6 +51,7 @@ impl Default for InsightConfig {
             batch_size: 256,
             max_queued_batches: 1024,
             target_prefix: "ray".to_owned(),
+            user_spans: true,
         }
     }
 }
@@ -62,6 +68,7 @@ impl Default for InsightConfig {
 pub struct InsightLayer {
     shared: Arc<Shared>,
     target_prefix: Box<str>,
+    user_spans: bool,
     epoch: Instant,
 }
 
@@ -99,6 +106,7 @@ impl InsightLayer {
         let layer = InsightLayer {
             shared: Arc::clone(&shared),
             target_prefix: config.target_prefix.into_boxed_str(),
+            user_spans: config.user_spans,
             epoch,
         };
         (layer, Collector::new(shared))
@@ -267,13 +275,18 @@ where
 {
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         let metadata = attrs.metadata();
-        if !self.wants(metadata) {
+        let wanted = self.wants(metadata);
+        if !wanted && !self.user_spans {
             return;
         }
         let Some(span) = ctx.span(id) else {
             return;
         };
         let parent = or_direct(nearest_recorded(span.parent()));
+        if !wanted && parent == 0 {
+            // Another target's span outside any recorded one.
+            return;
+        }
         let recorded = self.record_in_place(Kind::SpanNew, parent, metadata, |fields| {
             attrs.record(&mut FieldCollector(fields));
         });

@@ -9,6 +9,9 @@
 //!   [`Record`]s. Each thread appends to its own bounded buffer; full batches go
 //!   to a bounded shared queue; when that is full, batches are dropped and
 //!   counted. The instrumented thread never blocks and never does I/O.
+//! - [`direct`]: the runtime's own records written straight into the
+//!   layer's per-thread buffers, skipping `tracing`'s dispatch, once a layer
+//!   is made their target ([`InsightLayer::record_runtime_directly`]).
 //! - [`Collector`], which drains queued batches into a [`Sink`], and
 //!   [`MemorySink`], the in-memory sink used by tests and the embedded mode.
 //!
@@ -42,7 +45,8 @@
 //! view exports) only: no async runtime, no sockets, no HTTP. It knows no
 //! runtime types (no ray-core, ray-proto, scheduler or store types); it reads
 //! span and event names and their fields (`task_id`, `object_id`, `bytes`, …).
-//! The runtime never depends on ray-insight: it only emits spans.
+//! The runtime reaches it only through [`direct`] and the layer, and only
+//! when its `insight` feature is on; without it, it emits `tracing` spans.
 //!
 //! # Example
 //!

@@ -117,7 +117,10 @@ fn target_prefix_is_configurable() {
 
 #[test]
 fn parent_skips_spans_outside_the_prefix_to_the_nearest_recorded_ancestor() {
-    let (layer, collector) = layer(256, 16);
+    let (layer, collector) = InsightLayer::new(InsightConfig {
+        user_spans: false,
+        ..InsightConfig::default()
+    });
     let records = record_with(layer, &collector, || {
         let _outer = tracing::info_span!(target: "ray_core::task", "task.run").entered();
         let _middle = tracing::info_span!(target: "tokio::runtime", "block_on").entered();
@@ -130,6 +133,31 @@ fn parent_skips_spans_outside_the_prefix_to_the_nearest_recorded_ancestor() {
         "{records:?}"
     );
     assert_eq!(records[1].parent, records[0].span);
+}
+
+#[test]
+fn other_targets_spans_are_recorded_only_inside_a_recorded_span() {
+    let (layer, collector) = layer(256, 16);
+    let records = record_with(layer, &collector, || {
+        {
+            // Outside any recorded span: not recorded, nor its events.
+            let _alone = tracing::info_span!(target: "my_app", "setup").entered();
+            tracing::info!(target: "my_app", "configured");
+        }
+        let _outer = tracing::info_span!(target: "ray_core::task", "task.run").entered();
+        let _user = tracing::info_span!(target: "my_app", "reward_fn").entered();
+        // A user span's events are not recorded; runtime records are.
+        tracing::info!(target: "my_app", "scored");
+        let _inner = tracing::info_span!(target: "ray_core::object", "object.get").entered();
+    });
+    let names: Vec<&str> = records.iter().map(|r| r.name).collect();
+    assert_eq!(
+        names,
+        ["task.run", "reward_fn", "object.get", "object.get", "reward_fn", "task.run"],
+        "{records:?}"
+    );
+    assert_eq!(records[1].parent, records[0].span);
+    assert_eq!(records[2].parent, records[1].span);
 }
 
 #[test]

@@ -6,12 +6,24 @@ use tracing_subscriber::layer::SubscriberExt;
 /// Installs an `InsightLayer` as this test process's global subscriber
 /// (every runtime thread records into it; one such test per file) and
 /// returns its collector. Batches of one record: nothing waits in a
-/// thread's partial batch.
+/// thread's partial batch. The runtime records directly, as when it
+/// installs recording itself.
 pub fn record_globally() -> Collector {
+    record_globally_with(true)
+}
+
+/// [`record_globally`], the runtime recording through `tracing` (`direct`
+/// false: what a program that composes the layer itself without
+/// [`InsightLayer::record_runtime_directly`] gets) or, as the runtime
+/// installs it, directly (`true`).
+pub fn record_globally_with(direct: bool) -> Collector {
     let (layer, collector) = InsightLayer::new(InsightConfig {
         batch_size: 1,
         ..InsightConfig::default()
     });
+    if direct {
+        assert!(layer.record_runtime_directly(), "the process's first layer");
+    }
     tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
         .expect("the only subscriber of this test process");
     collector

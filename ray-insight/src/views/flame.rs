@@ -26,6 +26,8 @@ struct FlameStats {
     count: u64,
     total_nanos: u64,
     waiting_nanos: u64,
+    /// Time spent inside the spans' own user spans (their child frames).
+    inner_nanos: u64,
 }
 
 /// The flame graph's aggregates: at most `cap` (path, label set) entries.
@@ -51,6 +53,7 @@ impl FlameAgg {
         labels: LabelSetId,
         total_nanos: u64,
         waiting_nanos: u64,
+        inner_nanos: u64,
     ) -> bool {
         let full = self.entries.len() >= self.cap;
         let stats = match self.entries.get_mut(&(path, labels)) {
@@ -63,6 +66,9 @@ impl FlameAgg {
         stats.waiting_nanos = stats
             .waiting_nanos
             .saturating_add(waiting_nanos.min(total_nanos));
+        stats.inner_nanos = stats
+            .inner_nanos
+            .saturating_add(inner_nanos.min(total_nanos));
         true
     }
 
@@ -81,6 +87,7 @@ impl FlameAgg {
                 m.count = m.count.saturating_add(stats.count);
                 m.total_nanos = m.total_nanos.saturating_add(stats.total_nanos);
                 m.waiting_nanos = m.waiting_nanos.saturating_add(stats.waiting_nanos);
+                m.inner_nanos = m.inner_nanos.saturating_add(stats.inner_nanos);
             }
         }
         // Make every ancestor present, so children sums have a place to go.
@@ -135,7 +142,12 @@ impl FlameAgg {
                     total_nanos: s.total_nanos,
                     // An ancestor with no finished span of its own (the
                     // driver, a caller still running) did nothing here.
-                    self_nanos: if s.count == 0 { 0 } else { running_nanos },
+                    // Its user spans are frames of their own.
+                    self_nanos: if s.count == 0 {
+                        0
+                    } else {
+                        running_nanos.saturating_sub(s.inner_nanos)
+                    },
                     children_nanos,
                     waiting_nanos: s.waiting_nanos,
                     running_nanos,
@@ -192,8 +204,9 @@ pub struct FlameFrame {
     /// Sum of their durations, in nanoseconds.
     pub total_nanos: u64,
     /// The time the call did not spend waiting (on its children or
-    /// anything else): `running_nanos`; 0 for an ancestor with no finished
-    /// span of its own.
+    /// anything else) nor inside its own user spans (`tracing` spans it
+    /// opened, frames of their own): `running_nanos` less those; 0 for an
+    /// ancestor with no finished span of its own.
     pub self_nanos: u64,
     /// Sum of the direct child paths' totals.
     pub children_nanos: u64,

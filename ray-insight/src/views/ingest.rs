@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::gantt::StoredSlice;
 use super::logical::Locality;
-use super::model::{id_of, Id, LabelSetId, LaneId, PathId, PathTable};
+use super::model::{frame_name, id_of, Id, LabelSetId, LaneId, PathId, PathTable};
 use super::physical::{ActorInfo, GroupInfo, ProcessFields};
 use super::task::{LiveTask, OpenWait, RecentTask};
 use super::{CallKind, LogicalNode, SliceState, Views};
@@ -17,6 +17,25 @@ use crate::sink::Sink;
 pub(super) enum SpanRole {
     Task(Id),
     Wait(Id),
+    User(Box<UserSpan>),
+}
+
+/// A span an application opened inside a task (a `tracing` span such as
+/// `reward_fn`): a frame of its own under the task in the flame graph and
+/// a slice in the task's Gantt lane.
+#[derive(Debug, Clone)]
+pub(super) struct UserSpan {
+    /// The task it runs in.
+    task: Id,
+    /// The span it is inside: the task's run, or another user span.
+    parent_span: u64,
+    name: Id,
+    path: Option<PathId>,
+    lane: Option<LaneId>,
+    labels: LabelSetId,
+    since: u64,
+    /// Time inside its own user spans.
+    inner_nanos: u64,
 }
 
 /// What the engine knows of an object from its `object.put`.
@@ -102,6 +121,7 @@ impl Views {
             (RecordKind::SpanNew, "actor.call") => self.start_task(record, CallKind::ActorCall),
             (RecordKind::SpanNew, "actor.create") => self.start_task(record, CallKind::ActorCreate),
             (RecordKind::SpanNew, "wait") => self.begin_wait(record),
+            (RecordKind::SpanNew, _) => self.begin_user_span(record),
             (RecordKind::SpanClose, _) => self.close_span(record),
             (RecordKind::Event, "task.submit") => self.on_submit(record),
             (RecordKind::Event, "task.scheduled") => self.on_scheduled(record),
@@ -142,6 +162,7 @@ impl Views {
     fn task_of_span(&self, span: u64) -> Option<Id> {
         match self.spans.get(&span)? {
             SpanRole::Task(id) | SpanRole::Wait(id) => Some(id.clone()),
+            SpanRole::User(user) => Some(user.task.clone()),
         }
     }
 
@@ -203,6 +224,7 @@ impl Views {
             lane: None,
             waits: Vec::new(),
             waited_nanos: 0,
+            inner_nanos: 0,
         }
     }
 
@@ -522,6 +544,10 @@ impl Views {
                 self.end_wait(&id, record.span, record.at_nanos);
                 true
             }
+            Some(SpanRole::User(user)) => {
+                self.end_user_span(*user, record.at_nanos);
+                true
+            }
             None => false,
         }
     }
@@ -554,10 +580,13 @@ impl Views {
             self.stats.dropped += 1;
         }
         if let Some(path) = task.path {
-            if !self
-                .flame
-                .on_finish(path, task.labels, nanos, task.waited_nanos)
-            {
+            if !self.flame.on_finish(
+                path,
+                task.labels,
+                nanos,
+                task.waited_nanos,
+                task.inner_nanos,
+            ) {
                 self.stats.dropped += 1;
             }
         }
@@ -585,6 +614,93 @@ impl Views {
     fn push_slice(&mut self, slice: StoredSlice) {
         if self.gantt.push(slice) {
             self.stats.evicted_slices += 1;
+        }
+    }
+
+    /// A span of another name opened inside a task (or inside such a
+    /// span): the application's own, a frame under the task. One with no
+    /// recorded parent is not understood (counted as ignored).
+    fn begin_user_span(&mut self, record: &Record) -> bool {
+        let (task, path, labels, lane) = match self.spans.get(&record.parent) {
+            Some(SpanRole::Task(id)) => match self.tasks.get(id) {
+                Some(t) => (id.clone(), t.path, t.labels, t.lane),
+                None => return false,
+            },
+            Some(SpanRole::User(user)) => (user.task.clone(), user.path, user.labels, user.lane),
+            Some(SpanRole::Wait(_)) | None => return false,
+        };
+        if self.spans.len() >= self.limits.max_live_spans {
+            return self.drop_record();
+        }
+        // Its own labels (`labels = "k=v,…"`) add to the task's, for it.
+        let own: Vec<(Id, Id)> = match record.field("labels") {
+            Some(FieldValue::Str(packed)) => parse_labels(packed).collect(),
+            _ => Vec::new(),
+        };
+        let labels = if own.is_empty() {
+            labels
+        } else {
+            match self.labels.merge(labels, &own) {
+                Some(merged) => merged,
+                None => return self.drop_record(),
+            }
+        };
+        let name = frame_name(record.name);
+        let child = path.and_then(|p| self.paths.child(p, &name));
+        if child.is_none() {
+            self.stats.dropped += 1;
+        }
+        self.spans.insert(
+            record.span,
+            SpanRole::User(Box::new(UserSpan {
+                task,
+                parent_span: record.parent,
+                name,
+                path: child,
+                lane,
+                labels,
+                since: record.at_nanos,
+                inner_nanos: 0,
+            })),
+        );
+        true
+    }
+
+    fn end_user_span(&mut self, user: UserSpan, at: u64) {
+        let nanos = at.saturating_sub(user.since);
+        if let Some(path) = user.path {
+            if !self
+                .flame
+                .on_finish(path, user.labels, nanos, 0, user.inner_nanos)
+            {
+                self.stats.dropped += 1;
+            }
+        }
+        if let Some(lane) = user.lane {
+            self.push_slice(StoredSlice {
+                lane,
+                name: user.name,
+                task_id: user.task.clone(),
+                state: SliceState::Running,
+                start: user.since,
+                dur: nanos,
+                finished: true,
+                detail: None,
+                labels: user.labels,
+                flow_from: None,
+            });
+        }
+        // Its time is a child frame's, not its parent's own.
+        match self.spans.get_mut(&user.parent_span) {
+            Some(SpanRole::User(parent)) => {
+                parent.inner_nanos = parent.inner_nanos.saturating_add(nanos);
+            }
+            Some(SpanRole::Task(_)) => {
+                if let Some(task) = self.tasks.get_mut(&user.task) {
+                    task.inner_nanos = task.inner_nanos.saturating_add(nanos);
+                }
+            }
+            Some(SpanRole::Wait(_)) | None => {}
         }
     }
 

@@ -72,6 +72,8 @@ pub(crate) struct LiveTask {
     pub(crate) lane: Option<LaneId>,
     pub(crate) waits: Vec<OpenWait>,
     pub(crate) waited_nanos: u64,
+    /// Time spent inside its user spans (`tracing` spans it opened).
+    pub(crate) inner_nanos: u64,
 }
 
 impl LiveTask {
