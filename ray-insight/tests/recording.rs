@@ -153,7 +153,14 @@ fn other_targets_spans_are_recorded_only_inside_a_recorded_span() {
     let names: Vec<&str> = records.iter().map(|r| r.name).collect();
     assert_eq!(
         names,
-        ["task.run", "reward_fn", "object.get", "object.get", "reward_fn", "task.run"],
+        [
+            "task.run",
+            "reward_fn",
+            "object.get",
+            "object.get",
+            "reward_fn",
+            "task.run"
+        ],
         "{records:?}"
     );
     assert_eq!(records[1].parent, records[0].span);

@@ -7,7 +7,7 @@ use super::gantt::StoredSlice;
 use super::logical::Locality;
 use super::model::{frame_name, id_of, Id, LabelSetId, LaneId, PathId, PathTable};
 use super::physical::{ActorInfo, GroupInfo, ProcessFields};
-use super::task::{LiveTask, OpenWait, RecentTask};
+use super::task::{LiveTask, OpenWait, Orphan, RecentTask};
 use super::{CallKind, LogicalNode, SliceState, Views};
 use crate::record::{FieldValue, Record, RecordKind};
 use crate::sink::Sink;
@@ -396,7 +396,8 @@ impl Views {
         }
         task.lane = self.lane_for(&task);
         self.spans.insert(record.span, SpanRole::Task(id.clone()));
-        self.tasks.insert(id, task);
+        self.tasks.insert(id.clone(), task);
+        self.adopt_orphans(&id);
         true
     }
 
@@ -566,6 +567,47 @@ impl Views {
             self.spans.remove(&wait.span);
             self.record_wait_end(id, &mut task, wait, at);
         }
+        match task.parent.clone() {
+            // Still unknown: wait for the caller's records (bounded with
+            // the live tasks), rather than count it under `unknown`.
+            Some(parent)
+                if task.caller == LogicalNode::Unknown
+                    && self.tasks.len() + self.orphans.len() < self.limits.max_live_tasks =>
+            {
+                self.orphans.park(
+                    parent,
+                    Orphan {
+                        id: id.clone(),
+                        task,
+                        at,
+                    },
+                );
+            }
+            _ => self.fold_finished(id, task, at),
+        }
+        self.expire_orphans();
+    }
+
+    /// Counts the finished calls that waited for `parent`, now started.
+    fn adopt_orphans(&mut self, parent: &Id) {
+        for mut orphan in self.orphans.adopt(parent) {
+            self.resolve_caller(&mut orphan.task);
+            self.fold_finished(&orphan.id, orphan.task, orphan.at);
+        }
+    }
+
+    /// Counts, under whatever caller they have, the calls that waited
+    /// longer than [`ORPHAN_WAIT_NANOS`] of record time.
+    pub(super) fn expire_orphans(&mut self) {
+        let before = self.now.saturating_sub(super::ORPHAN_WAIT_NANOS);
+        while let Some(orphan) = self.orphans.pop_expired(before) {
+            self.fold_finished(&orphan.id, orphan.task, orphan.at);
+        }
+    }
+
+    /// Folds a finished call into the logical, flame and Gantt aggregates
+    /// and remembers it.
+    fn fold_finished(&mut self, id: &Id, task: LiveTask, at: u64) {
         let start = task.started_at.unwrap_or(at);
         let nanos = at.saturating_sub(start);
         let node = task.logical_node();

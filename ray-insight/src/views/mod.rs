@@ -128,6 +128,7 @@ pub use physical::{
 pub use snapshot::Snapshot;
 pub use stack::{Deadlock, StackView, TaskRef, TaskStack, WaitTarget};
 pub use task::TaskState;
+pub use task::ORPHAN_WAIT_NANOS;
 pub use top::{TopData, TopFrame, TopView};
 
 use flame::FlameAgg;
@@ -254,8 +255,13 @@ pub struct Stats {
     /// a task never seen, or already evicted).
     pub unmatched: u64,
     /// Calls whose caller was unknown when they started (its records came
-    /// later, from another process) and was found when they finished.
+    /// later, from another process) and was found when they finished or
+    /// once the caller's records arrived.
     pub late_callers: u64,
+    /// Finished calls waiting now for their caller's records (counted in
+    /// the views once those arrive, or as the `unknown` caller's after
+    /// [`ORPHAN_WAIT_NANOS`] of record time or when too many wait).
+    pub waiting_for_caller: usize,
     /// Recently finished tasks evicted.
     pub evicted_recent: u64,
     /// Objects evicted (later gets of them have an unknown producer).
@@ -299,6 +305,8 @@ pub struct Views {
     paths: PathTable,
     lanes: Lanes,
     memo: Memo,
+    /// Finished calls waiting for their caller's records.
+    orphans: task::Orphans,
     logical: LogicalAgg,
     flame: FlameAgg,
     gantt: GanttAgg,
@@ -329,6 +337,7 @@ impl Views {
             paths: PathTable::new(limits.max_paths),
             lanes: Lanes::new(limits.max_lanes),
             memo: Memo::default(),
+            orphans: task::Orphans::default(),
             logical: LogicalAgg::new(limits.max_edges, limits.max_consumers_per_edge),
             flame: FlameAgg::new(limits.max_flame_entries),
             gantt: GanttAgg::new(limits.max_gantt_slices),
@@ -360,6 +369,7 @@ impl Views {
     /// even if no record came then. A replay at time t calls it with t.
     pub fn advance_to(&mut self, at_nanos: u64) {
         self.now = self.now.max(at_nanos);
+        self.expire_orphans();
     }
 
     /// Entries held in every table (live tasks, open spans, remembered tasks,
@@ -381,6 +391,7 @@ impl Views {
             + self.resources.entries()
             + self.groups.len()
             + self.pending_placements.len()
+            + self.orphans.len()
     }
 
     /// The counters, with the live sizes filled in.
@@ -388,6 +399,7 @@ impl Views {
         Stats {
             live_tasks: self.tasks.len(),
             live_spans: self.spans.len(),
+            waiting_for_caller: self.orphans.len(),
             state_entries: self.state_entries(),
             ..self.stats.clone()
         }

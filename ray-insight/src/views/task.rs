@@ -226,3 +226,75 @@ pub(crate) struct RecentTask {
     /// The node it ran on, if its spans said.
     pub(crate) node_id: Option<Id>,
 }
+
+/// How long (in record time) a finished call whose caller's records have
+/// not arrived waits for them before it is counted under the `unknown`
+/// caller: records of one job come from several processes, each shipping
+/// on its own, so a callee's records can reach the views first.
+pub const ORPHAN_WAIT_NANOS: u64 = 2_000_000_000;
+
+/// A finished call waiting for its caller's records.
+#[derive(Debug)]
+pub(crate) struct Orphan {
+    pub(crate) id: Id,
+    pub(crate) task: LiveTask,
+    pub(crate) at: u64,
+}
+
+/// Finished calls waiting for their callers, by caller (see
+/// [`ORPHAN_WAIT_NANOS`]).
+#[derive(Debug, Default)]
+pub(crate) struct Orphans {
+    by_parent: hashbrown::HashMap<Id, Vec<Orphan>>,
+    /// `(finished at, caller)` per waiting call, oldest first; entries of
+    /// callers already adopted are skipped when met.
+    order: std::collections::VecDeque<(u64, Id)>,
+    len: usize,
+}
+
+impl Orphans {
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn park(&mut self, parent: Id, orphan: Orphan) {
+        self.order.push_back((orphan.at, parent.clone()));
+        self.by_parent.entry(parent).or_default().push(orphan);
+        self.len += 1;
+    }
+
+    /// Every call waiting for `parent`, oldest first.
+    pub(crate) fn adopt(&mut self, parent: &Id) -> Vec<Orphan> {
+        let orphans = self.by_parent.remove(parent).unwrap_or_default();
+        self.len -= orphans.len();
+        if self.len == 0 {
+            self.order.clear();
+        }
+        orphans
+    }
+
+    /// The oldest waiting call if it finished at or before `before`.
+    pub(crate) fn pop_expired(&mut self, before: u64) -> Option<Orphan> {
+        while let Some((at, parent)) = self.order.front() {
+            if *at > before {
+                return None;
+            }
+            let parent = parent.clone();
+            self.order.pop_front();
+            let Some(list) = self.by_parent.get_mut(&parent) else {
+                continue; // adopted already
+            };
+            if list.is_empty() {
+                self.by_parent.remove(&parent);
+                continue;
+            }
+            let orphan = list.remove(0);
+            if list.is_empty() {
+                self.by_parent.remove(&parent);
+            }
+            self.len -= 1;
+            return Some(orphan);
+        }
+        None
+    }
+}

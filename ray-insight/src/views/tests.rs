@@ -1708,6 +1708,91 @@ fn a_call_whose_caller_records_arrive_after_its_start_is_attributed_to_the_calle
 }
 
 #[test]
+fn a_call_that_finishes_before_its_callers_records_arrive_waits_for_them() {
+    // Node 2's records (the whole call) reach the head before node 1's.
+    let mut s = Script::default();
+    let call = s.open(
+        "actor.call",
+        20,
+        &[
+            ("task_id", "tc"),
+            ("actor_id", "B1"),
+            ("class", "B"),
+            ("method", "work"),
+            ("parent_task", "tp"),
+        ],
+    );
+    s.close(call, 30);
+    let mut views = s.views();
+    // Not counted yet, and not under `unknown`.
+    assert_eq!(views.stats().waiting_for_caller, 1);
+    assert!(views.snapshot().logical().call_edges.is_empty());
+    let mut later = Script {
+        next_span: 100,
+        ..Script::default()
+    };
+    let parent = later.open(
+        "actor.call",
+        10,
+        &[
+            ("task_id", "tp"),
+            ("actor_id", "A1"),
+            ("class", "A"),
+            ("method", "run"),
+        ],
+    );
+    later.close(parent, 40);
+    views.accept(&later.records);
+    let snap = views.snapshot();
+    assert_eq!(views.stats().waiting_for_caller, 0);
+    assert!(
+        snap.logical()
+            .call_edges
+            .iter()
+            .all(|e| e.from != LogicalNode::Unknown),
+        "{:?}",
+        snap.logical().call_edges
+    );
+    assert_eq!(
+        snap.flame()
+            .frame("driver;A[A1].run;B[B1].work")
+            .map(|f| f.count),
+        Some(1),
+        "{:?}",
+        snap.flame().frames
+    );
+}
+
+#[test]
+fn a_call_whose_caller_never_shows_is_counted_as_unknown_after_the_wait() {
+    let mut s = Script::default();
+    let call = s.open(
+        "task.run",
+        20,
+        &[
+            ("task_id", "tc"),
+            ("function", "m::f"),
+            ("parent_task", "gone"),
+        ],
+    );
+    s.close(call, 30);
+    let mut views = s.views();
+    assert_eq!(views.stats().waiting_for_caller, 1);
+    // Record time passes (other records, or a replay's end).
+    views.advance_to(30_000 + super::ORPHAN_WAIT_NANOS);
+    assert_eq!(views.stats().waiting_for_caller, 0);
+    let logical = views.snapshot().logical();
+    assert!(
+        logical
+            .call_edges
+            .iter()
+            .any(|e| e.from == LogicalNode::Unknown && e.count == 1),
+        "{:?}",
+        logical.call_edges
+    );
+}
+
+#[test]
 fn a_filter_on_several_labels_keeps_the_tasks_with_all_of_them() {
     let mut s = Script::default();
     for (task, b) in [("t1", "2"), ("t2", "3")] {
