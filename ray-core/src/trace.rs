@@ -14,12 +14,10 @@ use ray_proto::{NodeId, ObjectId, TaskId, WorkerId};
 use ray_insight::{direct, FieldStr, FieldValue, Fields};
 
 /// Whether the runtime records directly (insight is on in this process).
+#[cfg(feature = "insight")]
 #[inline]
-pub(crate) fn direct() -> bool {
-    #[cfg(feature = "insight")]
-    return direct::enabled();
-    #[cfg(not(feature = "insight"))]
-    return false;
+fn direct() -> bool {
+    direct::enabled()
 }
 
 /// A run of a task, an actor call or a constructor, open until dropped.

@@ -8,7 +8,6 @@ use ray_test_support::{embedded, recording};
 use std::time::Duration;
 
 use ray_insight::views::Deadlock;
-use ray_insight::Views;
 
 use ray_test_support::deadlock::{Left, Right};
 
@@ -34,11 +33,7 @@ async fn actors_calling_each_other_synchronously_are_reported_as_a_deadlock() {
     let right = Right::remote(&ray).unwrap();
     let hung = left.ping(right.clone(), left.clone()).unwrap();
 
-    let mut views = Views::default();
-    recording::drain_until(&collector, &mut views, Duration::from_secs(20), |v| {
-        !v.snapshot().stacks().deadlocks.is_empty()
-    })
-    .await;
+    let views = recording::views_once_deadlocked(&collector, Duration::from_secs(20)).await;
     let stacks = views.snapshot().stacks();
     let found = stacks
         .deadlocks

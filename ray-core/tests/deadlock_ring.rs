@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use ray_core::prelude::*;
 use ray_core::ActorId;
-use ray_insight::Views;
 
 /// Calls the next actor of the ring synchronously; the call that comes
 /// back to the first actor finds it busy waiting: a deadlock.
@@ -44,11 +43,7 @@ async fn a_ring_of_three_instances_of_one_class_names_three_instances() {
     let ring: Vec<ActorHandle<Hop>> = (0..3).map(|_| Hop::remote(&ray).unwrap()).collect();
     let hung = ring[0].hop(ring.clone(), 0).unwrap();
 
-    let mut views = Views::default();
-    recording::drain_until(&collector, &mut views, Duration::from_secs(20), |v| {
-        !v.snapshot().stacks().deadlocks.is_empty()
-    })
-    .await;
+    let views = recording::views_once_deadlocked(&collector, Duration::from_secs(20)).await;
     let stacks = views.snapshot().stacks();
     let found = stacks
         .deadlocks

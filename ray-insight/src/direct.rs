@@ -1,4 +1,4 @@
-//! The runtime's own records, written straight into an [`InsightLayer`]'s
+//! The runtime's own records, written straight into an [`InsightLayer`](crate::InsightLayer)'s
 //! per-thread buffers without going through `tracing`'s dispatch.
 //!
 //! Recording a runtime span through `tracing` costs a registry slot, an
@@ -6,7 +6,7 @@
 //! and actor call. The records the runtime writes here are the same
 //! [`Record`](crate::Record)s, built in place in the calling thread's
 //! buffer, so the views, the log and shipping see no difference. When no
-//! layer is the target ([`InsightLayer::record_runtime_directly`]),
+//! layer is the target ([`InsightLayer::record_runtime_directly`](crate::InsightLayer::record_runtime_directly)),
 //! [`enabled`] is one relaxed load that says false, and the runtime emits its
 //! `tracing` spans as before (for any subscriber that listens).
 //!
@@ -148,8 +148,8 @@ impl Drop for DirectSpan {
         }
         layer::track_direct_span(self.id, false);
         // Closed even if recording was turned off meanwhile, as long as the
-        // target is there: the views then never see a span left open.
-        if let Some((shared, epoch)) = TARGET.get() {
+        // target's layer is alive: the views then never see a span left open.
+        if let Some((shared, epoch)) = TARGET.get().filter(|(s, _)| !s.layer_gone()) {
             append(
                 shared,
                 *epoch,

@@ -50,3 +50,18 @@ pub async fn drain_until(
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+/// Drains `collector` into fresh views until their stack view reports a
+/// deadlock or `within` has passed; returns the views either way (the
+/// caller asserts on what they hold).
+pub async fn views_once_deadlocked(
+    collector: &Collector,
+    within: std::time::Duration,
+) -> ray_insight::Views {
+    let mut views = ray_insight::Views::default();
+    drain_until(collector, &mut views, within, |v| {
+        !v.snapshot().stacks().deadlocks.is_empty()
+    })
+    .await;
+    views
+}
