@@ -73,14 +73,7 @@ impl<T> ObjectRef<T> {
     /// Records an `object.get` (insight's data edges); `arg`: read as a
     /// task's argument rather than by `get`.
     pub(crate) fn trace_get_as(&self, bytes: usize, arg: bool) {
-        crate::trace::object(
-            true,
-            self.handle.id,
-            bytes,
-            crate::context::current_trace(),
-            self.handle.rt.node,
-            arg,
-        );
+        crate::trace::object(true, self.handle.id, bytes, self.handle.rt.node, arg);
     }
 
     fn trace_get(&self, bytes: usize) {

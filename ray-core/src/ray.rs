@@ -309,14 +309,7 @@ impl Ray {
         rt.check_running()?;
         let enc = object::encode(&value, std::any::type_name::<T>())?;
         let id = ray_proto::ObjectId::new(rt.worker, rt.next_seq());
-        crate::trace::object(
-            false,
-            id,
-            enc.buf.len(),
-            crate::context::current_trace(),
-            rt.node,
-            false,
-        );
+        crate::trace::object(false, id, enc.buf.len(), rt.node, false);
         let value = if enc.buf.len() <= rt.settings.max_inline_bytes {
             crate::ownership::Value::Inline(enc.buf)
         } else {

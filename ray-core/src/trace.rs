@@ -190,19 +190,13 @@ pub(crate) fn submit(
 }
 
 /// `object.put` (`get` false) or `object.get`: `bytes` of `object` moved on
-/// `node`, by `task` (the driver when `None`); `arg`: read as a task's
-/// argument.
-pub(crate) fn object(
-    get: bool,
-    object: ObjectId,
-    bytes: usize,
-    task: Option<TaskId>,
-    node: NodeId,
-    arg: bool,
-) {
+/// `node`, by the current task (the driver outside one); `arg`: read as a
+/// task's argument. Nothing is looked up when nothing records.
+pub(crate) fn object(get: bool, object: ObjectId, bytes: usize, node: NodeId, arg: bool) {
     #[cfg(feature = "insight")]
     if direct() {
         let event = if get { "object.get" } else { "object.put" };
+        let task = crate::context::current_trace();
         direct::event(event, "ray::object", |f| {
             id(f, "object_id", object.as_u128());
             f.push("bytes", FieldValue::U64(bytes as u64));
@@ -216,14 +210,14 @@ pub(crate) fn object(
         });
         return;
     }
-    let task_id = task.map(TaskId::as_u128);
+    // The macros evaluate their fields only when a subscriber listens.
     if get {
         tracing::trace!(
             name: "object.get",
             target: "ray::object",
             object_id = object.as_u128(),
             bytes,
-            task_id,
+            task_id = crate::context::current_trace().map(TaskId::as_u128),
             node_id = node.0,
             arg
         );
@@ -233,7 +227,7 @@ pub(crate) fn object(
             target: "ray::object",
             object_id = object.as_u128(),
             bytes,
-            task_id,
+            task_id = crate::context::current_trace().map(TaskId::as_u128),
             node_id = node.0
         );
     }

@@ -153,8 +153,9 @@ impl InsightLayer {
     /// Makes this layer the target of the runtime's direct records
     /// ([`crate::direct`]): from now on [`crate::direct::enabled`] is true
     /// and the runtime writes its own records into this layer's buffers
-    /// without going through `tracing`. One layer per process can be the
-    /// target; returns false (and changes nothing) if another already is.
+    /// without going through `tracing`. One layer per process can ever be
+    /// the target (the runtime installs one, once); returns false (and
+    /// changes nothing) for any other layer, even after the target is gone.
     pub fn record_runtime_directly(&self) -> bool {
         crate::direct::install(Arc::clone(&self.shared), self.epoch)
     }
@@ -303,7 +304,9 @@ where
         let Some(span) = ctx.span(id) else {
             return;
         };
-        if span.extensions().get::<RecordedSpan>().is_none() {
+        // A user span's later fields are not kept: the views read none,
+        // and a value recorded in a loop would grow without bound.
+        if span.extensions().get::<RecordedSpan>().is_none() || !self.wants(span.metadata()) {
             return;
         }
         let mut fields = Fields::new();

@@ -431,18 +431,17 @@ impl Insight {
         }
     }
 
-    /// [`Insight::flush`] until every task and span the views saw has
-    /// closed, or `timeout` passes: for a complete picture after a run
-    /// (a span closes just after its result is visible). Returns whether it
-    /// settled. On a cluster process it is one flush.
+    /// [`Insight::flush`] until every task the views saw has finished (its
+    /// run span closed), or `timeout` passes: for a complete picture after
+    /// a run (a span closes just after its result is visible). An
+    /// application's own span left open (kept in an actor's state) does not
+    /// hold it up. Returns whether it settled. On a cluster process it is
+    /// one flush.
     pub async fn settle(&self, timeout: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             self.flush().await;
-            let open = self.with_views(|views| {
-                let stats = views.stats();
-                stats.live_tasks + stats.live_spans
-            });
+            let open = self.with_views(|views| views.stats().live_tasks);
             match open {
                 None | Some(0) => return true,
                 Some(_) if tokio::time::Instant::now() >= deadline => return false,

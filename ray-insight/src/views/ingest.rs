@@ -36,6 +36,8 @@ pub(super) struct UserSpan {
     since: u64,
     /// Time inside its own user spans.
     inner_nanos: u64,
+    /// Time blocked in waits opened inside it.
+    waiting_nanos: u64,
 }
 
 /// What the engine knows of an object from its `object.put`.
@@ -106,6 +108,11 @@ impl Views {
     /// counted as ignored, records that would exceed a cap as dropped.
     pub fn apply(&mut self, record: &Record) {
         self.now = self.now.max(record.at_nanos);
+        if !self.orphans.is_empty() {
+            // Calls whose caller's records never came: counted once time
+            // (any record's) has passed the wait.
+            self.expire_orphans();
+        }
         // Events named with `name: "object.put"` carry it as their callsite
         // name; `info!("object.put")` carries it as the message instead.
         let name = match (record.kind, record.field("message")) {
@@ -323,7 +330,7 @@ impl Views {
         if self.recent.get(&id).is_some() {
             return true; // it already ran: the submit arrived late
         }
-        if self.tasks.len() >= self.limits.max_live_tasks {
+        if self.tasks.len() + self.orphans.len() >= self.limits.max_live_tasks {
             return self.drop_record();
         }
         let kind = if record.field("actor_id").is_some() || record.field("method").is_some() {
@@ -365,7 +372,9 @@ impl Views {
         }
         let mut task = match self.tasks.remove(&id) {
             Some(task) => task,
-            None if self.tasks.len() >= self.limits.max_live_tasks => return self.drop_record(),
+            None if self.tasks.len() + self.orphans.len() >= self.limits.max_live_tasks => {
+                return self.drop_record()
+            }
             None => {
                 let mut task = self.new_task(kind, record);
                 self.take_placement(&id, &mut task);
@@ -703,6 +712,7 @@ impl Views {
                 labels,
                 since: record.at_nanos,
                 inner_nanos: 0,
+                waiting_nanos: 0,
             })),
         );
         true
@@ -711,10 +721,13 @@ impl Views {
     fn end_user_span(&mut self, user: UserSpan, at: u64) {
         let nanos = at.saturating_sub(user.since);
         if let Some(path) = user.path {
-            if !self
-                .flame
-                .on_finish(path, user.labels, nanos, 0, user.inner_nanos)
-            {
+            if !self.flame.on_finish(
+                path,
+                user.labels,
+                nanos,
+                user.waiting_nanos,
+                user.inner_nanos,
+            ) {
                 self.stats.dropped += 1;
             }
         }
@@ -777,6 +790,7 @@ impl Views {
         producers.truncate(max_objects);
         task.waits.push(OpenWait {
             span: record.span,
+            parent: record.parent,
             since: record.at_nanos,
             objects,
             producers,
@@ -801,7 +815,14 @@ impl Views {
 
     fn record_wait_end(&mut self, id: &Id, task: &mut LiveTask, wait: OpenWait, at: u64) {
         let nanos = at.saturating_sub(wait.since);
-        task.waited_nanos = task.waited_nanos.saturating_add(nanos);
+        match self.spans.get_mut(&wait.parent) {
+            // Inside a user span: that frame waited (its time is already
+            // left out of the task's own).
+            Some(SpanRole::User(user)) => {
+                user.waiting_nanos = user.waiting_nanos.saturating_add(nanos);
+            }
+            _ => task.waited_nanos = task.waited_nanos.saturating_add(nanos),
+        }
         if let Some(lane) = task.lane {
             self.push_slice(StoredSlice {
                 lane,

@@ -33,6 +33,8 @@ impl TaskState {
 #[derive(Debug, Clone)]
 pub(crate) struct OpenWait {
     pub(crate) span: u64,
+    /// The span it was opened in (the task's run, or a user span in it).
+    pub(crate) parent: u64,
     pub(crate) since: u64,
     pub(crate) objects: Vec<Id>,
     /// The task producing each object, same order; `None` where unknown.
@@ -245,7 +247,7 @@ pub(crate) struct Orphan {
 /// [`ORPHAN_WAIT_NANOS`]).
 #[derive(Debug, Default)]
 pub(crate) struct Orphans {
-    by_parent: hashbrown::HashMap<Id, Vec<Orphan>>,
+    by_parent: hashbrown::HashMap<Id, std::collections::VecDeque<Orphan>>,
     /// `(finished at, caller)` per waiting call, oldest first; entries of
     /// callers already adopted are skipped when met.
     order: std::collections::VecDeque<(u64, Id)>,
@@ -257,14 +259,18 @@ impl Orphans {
         self.len
     }
 
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     pub(crate) fn park(&mut self, parent: Id, orphan: Orphan) {
         self.order.push_back((orphan.at, parent.clone()));
-        self.by_parent.entry(parent).or_default().push(orphan);
+        self.by_parent.entry(parent).or_default().push_back(orphan);
         self.len += 1;
     }
 
     /// Every call waiting for `parent`, oldest first.
-    pub(crate) fn adopt(&mut self, parent: &Id) -> Vec<Orphan> {
+    pub(crate) fn adopt(&mut self, parent: &Id) -> std::collections::VecDeque<Orphan> {
         let orphans = self.by_parent.remove(parent).unwrap_or_default();
         self.len -= orphans.len();
         if self.len == 0 {
@@ -284,11 +290,10 @@ impl Orphans {
             let Some(list) = self.by_parent.get_mut(&parent) else {
                 continue; // adopted already
             };
-            if list.is_empty() {
+            let Some(orphan) = list.pop_front() else {
                 self.by_parent.remove(&parent);
                 continue;
-            }
-            let orphan = list.remove(0);
+            };
             if list.is_empty() {
                 self.by_parent.remove(&parent);
             }

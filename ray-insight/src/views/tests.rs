@@ -43,6 +43,21 @@ impl Script {
         span
     }
 
+    /// [`Script::open`] inside the span `parent`.
+    fn open_in(
+        &mut self,
+        name: &'static str,
+        parent: u64,
+        at_us: u64,
+        f: &[(&'static str, &str)],
+    ) -> u64 {
+        let span = self.open(name, at_us, f);
+        if let Some(r) = self.records.last_mut() {
+            r.parent = parent;
+        }
+        span
+    }
+
     fn close(&mut self, span: u64, at_us: u64) {
         self.push(RecordKind::SpanClose, span, "closed", at_us, Fields::new());
     }
@@ -1778,8 +1793,14 @@ fn a_call_whose_caller_never_shows_is_counted_as_unknown_after_the_wait() {
     s.close(call, 30);
     let mut views = s.views();
     assert_eq!(views.stats().waiting_for_caller, 1);
-    // Record time passes (other records, or a replay's end).
-    views.advance_to(30_000 + super::ORPHAN_WAIT_NANOS);
+    // Record time passes: any later record.
+    let mut later = Script::default();
+    later.event(
+        "resource.sample",
+        30 + super::ORPHAN_WAIT_NANOS / 1_000,
+        &[("node_id", "n1"), ("worker_id", "w1")],
+    );
+    views.accept(&later.records);
     assert_eq!(views.stats().waiting_for_caller, 0);
     let logical = views.snapshot().logical();
     assert!(
@@ -1789,6 +1810,34 @@ fn a_call_whose_caller_never_shows_is_counted_as_unknown_after_the_wait() {
             .any(|e| e.from == LogicalNode::Unknown && e.count == 1),
         "{:?}",
         logical.call_edges
+    );
+}
+
+#[test]
+fn a_wait_inside_a_user_span_is_that_spans_waiting_not_the_tasks() {
+    // A task of 10 µs; its `reward_fn` span of 8 µs blocks 6 µs in a get.
+    let mut s = Script::default();
+    let run = s.open("task.run", 0, &[("task_id", "t1"), ("function", "m::f")]);
+    let reward = s.open_in("reward_fn", run, 1, &[]);
+    let wait = s.open_in("wait", reward, 2, &[("objects", "o1")]);
+    s.close(wait, 8);
+    s.close(reward, 9);
+    s.close(run, 10);
+    let views = s.views();
+    let flame = views.snapshot().flame();
+    let task = flame.frame("driver;m::f").expect("the task's frame");
+    let span = flame
+        .frame("driver;m::f;reward_fn")
+        .expect("the span's frame");
+    assert_eq!(
+        (task.total_nanos, task.waiting_nanos, task.self_nanos),
+        (10_000, 0, 2_000),
+        "{task:?}"
+    );
+    assert_eq!(
+        (span.total_nanos, span.waiting_nanos, span.self_nanos),
+        (8_000, 6_000, 2_000),
+        "{span:?}"
     );
 }
 
