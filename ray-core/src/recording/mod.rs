@@ -152,13 +152,26 @@ enum To<'a> {
     },
 }
 
-/// Encodes `chunk` and queues it for shipping, leaving it empty.
+/// Encoded bytes per shipped batch, at most (unless one record alone is
+/// larger): half the head's cap on a batch (1 MiB), so records with large
+/// fields (an application's spans) split into more batches instead of being
+/// refused whole.
+const MAX_SHIP_BYTES: usize = 1 << 19;
+
+/// Encodes `chunk` and queues it for shipping, leaving it empty; a chunk
+/// that encodes to more than [`MAX_SHIP_BYTES`] is shipped in halves.
 fn ship_chunk(shipper: &Shipper, chunk: &mut Vec<Record>) {
     if chunk.is_empty() {
         return;
     }
     let mut bytes = Vec::new();
     encode_records(chunk, &mut bytes);
+    if bytes.len() > MAX_SHIP_BYTES && chunk.len() > 1 {
+        let mut second = chunk.split_off(chunk.len() / 2);
+        ship_chunk(shipper, chunk);
+        ship_chunk(shipper, &mut second);
+        return;
+    }
     let records = chunk.len() as u64;
     chunk.clear();
     let mut queue = shipper.queue.lock();
@@ -550,5 +563,52 @@ impl Insight {
     /// Records that reached the layer's queue so far.
     pub fn recorded(&self) -> u64 {
         self.inner.collector.recorded()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chunk_of_large_records_ships_in_batches_under_the_byte_cap() {
+        let shipper = Shipper {
+            job: JobId(1),
+            worker: WorkerId(1),
+            epoch_unix_nanos: 0,
+            queue: Mutex::new(VecDeque::new()),
+            queued: tokio::sync::Notify::new(),
+            drained: tokio::sync::Notify::new(),
+            lost_records: AtomicU64::new(0),
+            in_flight: AtomicBool::new(false),
+        };
+        let big = "x".repeat(20_000);
+        let mut chunk: Vec<Record> = (0..100u64)
+            .map(|i| Record {
+                kind: RecordKind::Event,
+                span: 0,
+                parent: 0,
+                name: "user",
+                target: "app",
+                at_nanos: i,
+                thread: 0,
+                fields: [("payload", FieldValue::Str(big.as_str().into()))]
+                    .into_iter()
+                    .collect(),
+            })
+            .collect();
+        ship_chunk(&shipper, &mut chunk);
+        assert!(chunk.is_empty());
+        let queue = shipper.queue.lock();
+        assert!(queue.len() >= 4, "2 MB in batches of at most 512 KiB");
+        let mut times = Vec::new();
+        for (records, bytes) in queue.iter() {
+            assert!(bytes.len() <= MAX_SHIP_BYTES);
+            let decoded = ray_insight::log::decode_records(bytes).expect("decodes");
+            assert_eq!(decoded.len() as u64, *records);
+            times.extend(decoded.iter().map(|r| r.at_nanos));
+        }
+        // Every record, once, in order.
+        assert_eq!(times, (0..100).collect::<Vec<_>>());
     }
 }
