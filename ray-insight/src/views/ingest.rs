@@ -589,6 +589,7 @@ impl Views {
                         id: id.clone(),
                         task,
                         at,
+                        seq: 0,
                     },
                 );
             }

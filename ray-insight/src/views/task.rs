@@ -241,6 +241,8 @@ pub(crate) struct Orphan {
     pub(crate) id: Id,
     pub(crate) task: LiveTask,
     pub(crate) at: u64,
+    /// Its place in [`Orphans`]' order, set when parked.
+    pub(crate) seq: u64,
 }
 
 /// Finished calls waiting for their callers, by caller (see
@@ -248,10 +250,12 @@ pub(crate) struct Orphan {
 #[derive(Debug, Default)]
 pub(crate) struct Orphans {
     by_parent: hashbrown::HashMap<Id, std::collections::VecDeque<Orphan>>,
-    /// `(finished at, caller)` per waiting call, oldest first; entries of
-    /// callers already adopted are skipped when met.
-    order: std::collections::VecDeque<(u64, Id)>,
+    /// `(finished at, caller, seq)` per waiting call, oldest first; entries
+    /// of calls already adopted are skipped when met (their `seq` is no
+    /// longer at the front of their caller's list).
+    order: std::collections::VecDeque<(u64, Id, u64)>,
     len: usize,
+    next_seq: u64,
 }
 
 impl Orphans {
@@ -263,8 +267,11 @@ impl Orphans {
         self.len == 0
     }
 
-    pub(crate) fn park(&mut self, parent: Id, orphan: Orphan) {
-        self.order.push_back((orphan.at, parent.clone()));
+    pub(crate) fn park(&mut self, parent: Id, mut orphan: Orphan) {
+        orphan.seq = self.next_seq;
+        self.next_seq += 1;
+        self.order
+            .push_back((orphan.at, parent.clone(), orphan.seq));
         self.by_parent.entry(parent).or_default().push_back(orphan);
         self.len += 1;
     }
@@ -281,17 +288,21 @@ impl Orphans {
 
     /// The oldest waiting call if it finished at or before `before`.
     pub(crate) fn pop_expired(&mut self, before: u64) -> Option<Orphan> {
-        while let Some((at, parent)) = self.order.front() {
+        while let Some((at, parent, seq)) = self.order.front() {
             if *at > before {
                 return None;
             }
-            let parent = parent.clone();
+            let (parent, seq) = (parent.clone(), *seq);
             self.order.pop_front();
             let Some(list) = self.by_parent.get_mut(&parent) else {
                 continue; // adopted already
             };
+            // Each caller's list is in parking order, so a call still
+            // waiting is at its front; any other `seq` was adopted.
+            if list.front().is_none_or(|o| o.seq != seq) {
+                continue;
+            }
             let Some(orphan) = list.pop_front() else {
-                self.by_parent.remove(&parent);
                 continue;
             };
             if list.is_empty() {
