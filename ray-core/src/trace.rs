@@ -25,7 +25,116 @@ fn direct() -> bool {
 pub(crate) enum RunSpan {
     #[cfg(feature = "insight")]
     Direct(#[allow(dead_code)] direct::DirectSpan),
+    /// An actor's run, recorded directly with the CPU time its thread spent
+    /// on it: the close record carries `cpu_nanos`.
+    #[cfg(feature = "insight")]
+    Timed {
+        span: Option<direct::DirectSpan>,
+        cpu_start: u64,
+    },
     Tracing(#[allow(dead_code)] tracing::span::EnteredSpan),
+}
+
+#[cfg(feature = "insight")]
+impl Drop for RunSpan {
+    fn drop(&mut self) {
+        if let RunSpan::Timed { span, cpu_start } = self {
+            let end = cpu::read();
+            cpu::mark(end);
+            if let Some(span) = span.take() {
+                let used = end.saturating_sub(*cpu_start);
+                span.close_with(|f| f.push("cpu_nanos", FieldValue::U64(used)));
+            }
+        }
+    }
+}
+
+/// The CPU time of actor runs: the calling thread's CPU clock read when a
+/// run ends, and when it starts unless the previous run of the same drain
+/// loop ended just before ([`DrainScope`]); one reading per call in a busy
+/// mailbox instead of two (a reading is a system call, ~0.3 µs here).
+#[cfg(feature = "insight")]
+mod cpu {
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Inside a drain loop: the reading at the end of its last run (the
+        /// start of the next; what runs between them, taking the next call
+        /// from the mailbox, is that call's). `None` outside a loop.
+        static MARK: Cell<Option<u64>> = const { Cell::new(None) };
+        static IN_DRAIN: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// This thread's CPU time in nanoseconds (0 if the clock cannot be read).
+    pub(super) fn read() -> u64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec for the call's
+        // duration; clock_gettime writes only into it.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        if rc != 0 {
+            return 0;
+        }
+        u64::try_from(ts.tv_sec)
+            .unwrap_or(0)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::try_from(ts.tv_nsec).unwrap_or(0))
+    }
+
+    /// Where a run starting now starts: the loop's mark, else a reading.
+    pub(super) fn start() -> u64 {
+        MARK.with(Cell::take).unwrap_or_else(read)
+    }
+
+    /// A run ended at `end`: the next run of the loop starts there.
+    pub(super) fn mark(end: u64) {
+        if IN_DRAIN.with(Cell::get) {
+            MARK.with(|m| m.set(Some(end)));
+        }
+    }
+
+    pub(super) fn enter_drain() -> bool {
+        MARK.with(|m| m.set(None));
+        !IN_DRAIN.with(|d| d.replace(true))
+    }
+
+    pub(super) fn leave_drain() {
+        MARK.with(|m| m.set(None));
+        IN_DRAIN.with(|d| d.set(false));
+    }
+}
+
+/// A loop that runs an actor's queued calls back to back on this thread:
+/// while it lives, each recorded call's CPU time starts where the previous
+/// one ended (see the `cpu` module). Costs nothing when nothing records.
+pub(crate) struct DrainScope {
+    #[cfg(feature = "insight")]
+    outer: bool,
+}
+
+impl DrainScope {
+    /// Enters a drain loop (a nested one leaves the outer's state alone).
+    pub(crate) fn enter() -> Self {
+        #[cfg(feature = "insight")]
+        {
+            DrainScope {
+                outer: direct() && cpu::enter_drain(),
+            }
+        }
+        #[cfg(not(feature = "insight"))]
+        DrainScope {}
+    }
+}
+
+#[cfg(feature = "insight")]
+impl Drop for DrainScope {
+    fn drop(&mut self) {
+        if self.outer {
+            cpu::leave_drain();
+        }
+    }
 }
 
 #[cfg(feature = "insight")]
@@ -105,7 +214,8 @@ pub(crate) fn actor_run(
         } else {
             "actor.create"
         };
-        return RunSpan::Direct(direct::open_span(span_name, "ray::actor", |f| {
+        let cpu_start = cpu::start();
+        let span = direct::open_span(span_name, "ray::actor", |f| {
             id(f, "task_id", run.task.as_u128());
             id(f, "actor_id", actor);
             name(f, "class", class);
@@ -116,7 +226,11 @@ pub(crate) fn actor_run(
                 id(f, "parent_task", parent.as_u128());
             }
             place(f, run.node, run.worker);
-        }));
+        });
+        return RunSpan::Timed {
+            span: Some(span),
+            cpu_start,
+        };
     }
     let parent_task = run.parent.map(TaskId::as_u128);
     let span = match method {

@@ -19,7 +19,7 @@ fn json(text: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_head_builds_one_jobs_views_from_every_process_and_replays_its_log() {
-    let cluster = Cluster::local(2).await.expect("cluster starts");
+    let mut cluster = Cluster::local(2).await.expect("cluster starts");
     let ray = ray_core::init_with(Config {
         insight: Some(InsightOptions::default()),
         ..cluster.config()
@@ -139,6 +139,51 @@ async fn the_head_builds_one_jobs_views_from_every_process_and_replays_its_log()
         .await
         .unwrap_err();
     assert!(err.to_string().contains("svg"), "{err}");
+
+    // A node that joins and runs nothing of the job still shows, alive;
+    // once killed, it shows dead with the head's reason.
+    let idle = cluster.add_node().await.expect("a third node joins");
+    let physical = poll_physical(&cluster, |nodes| registered(nodes, true) == 3).await;
+    assert_eq!(registered(&physical, true), 3, "{physical:#?}");
+    cluster.kill_node(idle);
+    let physical = poll_physical(&cluster, |nodes| registered(nodes, false) == 1).await;
+    assert_eq!(registered(&physical, true), 2, "{physical:#?}");
+    let dead = physical
+        .iter()
+        .find(|n| n["alive"] == false)
+        .unwrap_or_else(|| panic!("a dead node in {physical:#?}"));
+    assert!(
+        dead["death_cause"].as_str().is_some_and(|c| !c.is_empty()),
+        "{dead:#}"
+    );
+    assert!(dead["workers"].as_array().is_none_or(Vec::is_empty));
     drop(tallies);
     ray.shutdown();
+}
+
+/// How many of `nodes` the head registered, alive or dead as `alive` says.
+fn registered(nodes: &[Value], alive: bool) -> usize {
+    nodes
+        .iter()
+        .filter(|n| n["alive"].as_bool() == Some(alive))
+        .count()
+}
+
+/// The head's physical view's nodes, once `done` holds of them (or after
+/// 30 s, for the caller's assertion to say what is missing).
+async fn poll_physical(cluster: &Cluster, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let physical = json(
+            &cluster
+                .insight_export(None, "physical", "json", None, None)
+                .await
+                .expect("the head exports the physical view"),
+        );
+        let nodes = physical["nodes"].as_array().cloned().unwrap_or_default();
+        if done(&nodes) || Instant::now() > deadline {
+            return nodes;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -139,10 +139,15 @@ impl DirectSpan {
     pub fn id(&self) -> u64 {
         self.id
     }
-}
 
-impl Drop for DirectSpan {
-    fn drop(&mut self) {
+    /// Closes the span now, its close record carrying the fields `fill`
+    /// writes (what is known only at the end, such as the CPU time a run
+    /// took). Dropping the guard closes it with no fields.
+    pub fn close_with(mut self, fill: impl FnOnce(&mut Fields)) {
+        self.close(fill);
+    }
+
+    fn close(&mut self, fill: impl FnOnce(&mut Fields)) {
         if self.id == 0 {
             return;
         }
@@ -156,8 +161,15 @@ impl Drop for DirectSpan {
                 Kind::SpanClose(self.id),
                 self.parent,
                 (self.name, self.target),
-                |_| {},
+                fill,
             );
         }
+        self.id = 0;
+    }
+}
+
+impl Drop for DirectSpan {
+    fn drop(&mut self) {
+        self.close(|_| {});
     }
 }

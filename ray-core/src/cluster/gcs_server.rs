@@ -15,8 +15,9 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use ray_gcs::{Gcs, GcsConfig, HealthConfig};
 use ray_proto::wire::{
-    BinaryFollows, BuildFingerprint, Envelope, Events, GcsReply, GcsRequest, InsightBatch,
-    InsightExport, JobRegistered, Message, PollEvents, Subscribed,
+    BinaryFollows, BuildFingerprint, Envelope, Events, GcsReply, GcsRequest, GetNodes,
+    InsightBatch, InsightExport, JobRegistered, Message, NodeEntry, Nodes, PollEvents, Subscribe,
+    Subscribed, WireChannel, WireEvent,
 };
 use ray_proto::JobId;
 use tokio::task::{JoinHandle, JoinSet};
@@ -109,6 +110,8 @@ pub struct GcsServer {
     hub: Arc<Mutex<InsightHub>>,
     accept_loop: JoinHandle<()>,
     health_loop: JoinHandle<()>,
+    /// Tells the insight hub of node changes.
+    nodes_loop: JoinHandle<()>,
 }
 
 impl GcsServer {
@@ -132,6 +135,9 @@ impl GcsServer {
             config.heartbeat_interval(),
         ))));
         let hub = Arc::new(Mutex::new(InsightHub::new(config.insight_dir.clone())));
+        // Subscribed before anything can register, so the hub sees every node.
+        let nodes_sub = subscribe_nodes(&state);
+        let nodes_loop = tokio::spawn(nodes_loop(state.clone(), hub.clone(), nodes_sub));
         let accept_loop = tokio::spawn(accept_loop(endpoint.clone(), state.clone(), hub.clone()));
         let health_loop = tokio::spawn(health_loop(state.clone(), config.check_interval()));
         Self {
@@ -140,6 +146,7 @@ impl GcsServer {
             hub,
             accept_loop,
             health_loop,
+            nodes_loop,
         }
     }
 
@@ -178,6 +185,7 @@ impl Drop for GcsServer {
         // Aborting the accept loop drops its JoinSet, ending every connection task.
         self.accept_loop.abort();
         self.health_loop.abort();
+        self.nodes_loop.abort();
         self.endpoint.close(CloseCode::Normal, "GCS stopping");
     }
 }
@@ -187,6 +195,59 @@ impl std::fmt::Debug for GcsServer {
         f.debug_struct("GcsServer")
             .field("endpoint", &self.endpoint)
             .finish_non_exhaustive()
+    }
+}
+
+/// A subscription to the node table, the hub's (`None` if the service
+/// refused one, which it does not).
+fn subscribe_nodes(state: &Mutex<State>) -> Option<u64> {
+    let mut st = state.lock();
+    let now = st.now();
+    let subscribe = Subscribe {
+        channels: vec![WireChannel::Node],
+    };
+    match service::handle(&mut st, subscribe.into(), now) {
+        Action::Reply(Message::GcsReply(GcsReply::Subscribed(Subscribed { sub }))) => Some(sub),
+        _ => None,
+    }
+}
+
+/// Hands every change of the node table to the insight hub (registrations
+/// and deaths become `node.state` records in each job's views). After
+/// events were lost to the subscription's bounded queue, the whole table
+/// is read again.
+async fn nodes_loop(state: Arc<Mutex<State>>, hub: Arc<Mutex<InsightHub>>, sub: Option<u64>) {
+    let Some(sub) = sub else {
+        return;
+    };
+    let mut dropped = 0;
+    loop {
+        let Message::GcsReply(GcsReply::Events(events)) = poll_events(&state, sub, 30_000).await
+        else {
+            return;
+        };
+        let rows: Vec<NodeEntry> = if events.dropped > dropped {
+            dropped = events.dropped;
+            let mut st = state.lock();
+            let now = st.now();
+            match service::handle(&mut st, GetNodes.into(), now) {
+                Action::Reply(Message::GcsReply(GcsReply::Nodes(Nodes { nodes }))) => nodes,
+                _ => Vec::new(),
+            }
+        } else {
+            events
+                .events
+                .into_iter()
+                .filter_map(|e| match e {
+                    WireEvent::Node(node) => Some(node),
+                    _ => None,
+                })
+                .collect()
+        };
+        let mut hub = hub.lock();
+        for row in &rows {
+            hub.node_changed(row);
+        }
     }
 }
 
@@ -278,6 +339,10 @@ async fn serve_request(
         body => body,
     };
     let subscribed = matches!(body, Message::Gcs(GcsRequest::Subscribe(_)));
+    let driver = match &body {
+        Message::Gcs(GcsRequest::RegisterJob(r)) => Some(r.driver.clone()),
+        _ => None,
+    };
     let action = {
         let mut state = state.lock();
         let now = state.now();
@@ -290,7 +355,8 @@ async fn serve_request(
                 ..
             }))) => {
                 registered.lock().push(*job);
-                hub.lock().job_registered(*job);
+                hub.lock()
+                    .job_registered(*job, driver.as_deref().unwrap_or("?"));
             }
             Action::Reply(Message::GcsReply(GcsReply::Subscribed(Subscribed { sub })))
                 if subscribed =>

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::gantt::StoredSlice;
 use super::logical::Locality;
 use super::model::{frame_name, id_of, Id, LabelSetId, LaneId, PathId, PathTable};
-use super::physical::{ActorInfo, GroupInfo, ProcessFields};
+use super::physical::{ActorInfo, ActorUsage, GroupInfo, NodeRegistration, ProcessFields};
 use super::task::{LiveTask, OpenWait, Orphan, RecentTask};
 use super::{CallKind, LogicalNode, SliceState, Views};
 use crate::record::{FieldValue, Record, RecordKind};
@@ -136,6 +136,7 @@ impl Views {
             (RecordKind::Event, "object.get") => self.on_get(record),
             (RecordKind::Event, "context") => self.on_context(record),
             (RecordKind::Event, "resource.sample") => self.on_resources(record),
+            (RecordKind::Event, "node.state") => self.on_node_state(record),
             (RecordKind::Event, "insight.dropped") => u64_field(record, "count").is_some_and(|n| {
                 self.stats.lost += n;
                 true
@@ -231,6 +232,7 @@ impl Views {
             lane: None,
             waits: Vec::new(),
             waited_nanos: 0,
+            blocked_nanos: 0,
             inner_nanos: 0,
         }
     }
@@ -478,6 +480,7 @@ impl Views {
             worker_id: task.worker_id.clone(),
             labels: task.labels,
             ctor_labels: 0,
+            usage: ActorUsage::default(),
         };
         if self.actors.insert(actor, info) {
             self.stats.evicted_actors += 1;
@@ -547,7 +550,7 @@ impl Views {
     fn close_span(&mut self, record: &Record) -> bool {
         match self.spans.remove(&record.span) {
             Some(SpanRole::Task(id)) => {
-                self.finish_task(&id, record.at_nanos);
+                self.finish_task(&id, record.at_nanos, u64_field(record, "cpu_nanos"));
                 true
             }
             Some(SpanRole::Wait(id)) => {
@@ -562,10 +565,13 @@ impl Views {
         }
     }
 
-    fn finish_task(&mut self, id: &Id, at: u64) {
+    /// A run ended at `at`, having taken `cpu_nanos` of its thread's CPU
+    /// (when its close record said).
+    fn finish_task(&mut self, id: &Id, at: u64, cpu_nanos: Option<u64>) {
         let Some(mut task) = self.tasks.remove(id) else {
             return;
         };
+
         if task.caller == LogicalNode::Unknown && task.parent.is_some() {
             // Its caller was not known when it started (the caller's
             // records, from another process, came later): look again now
@@ -575,6 +581,17 @@ impl Views {
         for wait in std::mem::take(&mut task.waits) {
             self.spans.remove(&wait.span);
             self.record_wait_end(id, &mut task, wait, at);
+        }
+        if let Some(actor) = task
+            .actor_id
+            .as_ref()
+            .filter(|_| task.kind != CallKind::Task)
+        {
+            if let Some(info) = self.actors.get_mut(actor) {
+                let start = task.started_at.unwrap_or(at);
+                let running = at.saturating_sub(start).saturating_sub(task.blocked_nanos);
+                info.usage.add(running, cpu_nanos);
+            }
         }
         match task.parent.clone() {
             // Still unknown: wait for the caller's records (bounded with
@@ -816,6 +833,7 @@ impl Views {
 
     fn record_wait_end(&mut self, id: &Id, task: &mut LiveTask, wait: OpenWait, at: u64) {
         let nanos = at.saturating_sub(wait.since);
+        task.blocked_nanos = task.blocked_nanos.saturating_add(nanos);
         match self.spans.get_mut(&wait.parent) {
             // Inside a user span: that frame waited (its time is already
             // left out of the task's own).
@@ -1049,6 +1067,36 @@ impl Views {
             .record(node, process, fields, &values, record.at_nanos);
         self.stats.evicted_resource_nodes += u64::from(evicted.node);
         self.stats.evicted_resource_processes += u64::from(evicted.process);
+        true
+    }
+
+    /// `node.state`: what the control store says of a node (registered,
+    /// or declared dead), so the physical view shows it idle or dead.
+    fn on_node_state(&mut self, record: &Record) -> bool {
+        let Some(node) = str_field(record, "node_id") else {
+            return false;
+        };
+        let text = |key: &str| {
+            record
+                .field(key)
+                .and_then(FieldValue::as_str)
+                .map(str::to_owned)
+        };
+        let amount = |key: &str| number_field(record, key).filter(|v| v.is_finite() && *v >= 0.0);
+        let registration = NodeRegistration {
+            alive: record
+                .field("alive")
+                .and_then(FieldValue::as_bool)
+                .unwrap_or(true),
+            address: text("address"),
+            death_cause: text("death_cause"),
+            cpu_total: amount("cpu_total"),
+            gpu_total: amount("gpu_total"),
+            memory_total: amount("memory_total"),
+        };
+        if self.resources.register(node, registration) {
+            self.stats.evicted_resource_nodes += 1;
+        }
         true
     }
 }

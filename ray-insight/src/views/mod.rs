@@ -122,8 +122,8 @@ pub use gantt::{GanttFlow, GanttLane, GanttSlice, GanttView, SliceState};
 pub use logical::{CallEdge, CallKind, DataEdge, LogicalNodeInfo, LogicalView};
 pub use model::LogicalNode;
 pub use physical::{
-    NodeTotals, PhysicalActor, PhysicalBundle, PhysicalNode, PhysicalView, PhysicalWorker,
-    ResourcePoint,
+    ActorUsage, NodeRegistration, NodeTotals, PhysicalActor, PhysicalBundle, PhysicalNode,
+    PhysicalView, PhysicalWorker, ResourcePoint,
 };
 pub use snapshot::Snapshot;
 pub use stack::{Deadlock, StackView, TaskRef, TaskStack, WaitTarget};

@@ -62,6 +62,50 @@ pub(crate) struct ActorInfo {
     /// Only the labels its constructor set itself (`context` inside it):
     /// what every later call of the instance carries.
     pub(crate) ctor_labels: LabelSetId,
+    /// What its finished runs (calls and constructor) took.
+    pub(crate) usage: ActorUsage,
+}
+
+/// What an actor instance's finished runs took, summed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ActorUsage {
+    /// Runs finished: its calls, and its constructor.
+    pub runs: u64,
+    /// Their running time (wall time not spent waiting on other work), ns.
+    pub running_nanos: u64,
+    /// The CPU time their threads spent on them, ns; `None` when no run
+    /// said (runs recorded through `tracing` rather than directly do not).
+    pub cpu_nanos: Option<u64>,
+}
+
+impl ActorUsage {
+    /// Adds one finished run.
+    pub(crate) fn add(&mut self, running_nanos: u64, cpu_nanos: Option<u64>) {
+        self.runs = self.runs.saturating_add(1);
+        self.running_nanos = self.running_nanos.saturating_add(running_nanos);
+        if let Some(cpu) = cpu_nanos {
+            self.cpu_nanos = Some(self.cpu_nanos.unwrap_or(0).saturating_add(cpu));
+        }
+    }
+}
+
+/// What the cluster's control store said of a node (a `node.state` record,
+/// which the head writes into each job's records when a node registers or
+/// dies): a node that ran nothing still shows.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeRegistration {
+    /// Whether it is alive (false once declared dead).
+    pub alive: bool,
+    /// Where its daemon listens.
+    pub address: Option<String>,
+    /// Why it was declared dead.
+    pub death_cause: Option<String>,
+    /// Its CPUs, GPUs and memory as registered (schedulable amounts).
+    pub cpu_total: Option<f64>,
+    /// Its GPUs as registered.
+    pub gpu_total: Option<f64>,
+    /// Its memory as registered, in bytes.
+    pub memory_total: Option<f64>,
 }
 
 /// An actor placed on a node.
@@ -73,6 +117,8 @@ pub struct PhysicalActor {
     pub class: String,
     /// The context labels it was created under.
     pub labels: Vec<(String, String)>,
+    /// What its finished runs took (calls, running and CPU time).
+    pub usage: ActorUsage,
 }
 
 /// A worker process on a node.
@@ -162,9 +208,12 @@ pub struct PhysicalNode {
     pub totals: NodeTotals,
     /// Placement-group bundles reserved on it, sorted.
     pub bundles: Vec<PhysicalBundle>,
+    /// What the control store said of it (`None`: nothing, as embedded).
+    pub registration: Option<NodeRegistration>,
 }
 
-/// Every node the engine has seen a running task, an actor or a sample on.
+/// Every node registered with the cluster, or that the engine has seen a
+/// running task, an actor or a sample on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PhysicalView {
     /// Nodes, sorted by id.
@@ -266,6 +315,8 @@ pub(crate) struct Evicted {
 #[derive(Debug)]
 pub(crate) struct ResourceTable {
     nodes: FifoMap<Id, BTreeMap<String, f64>>,
+    /// What the control store said of each node (`node.state`).
+    registered: FifoMap<Id, NodeRegistration>,
     processes: FifoMap<(Id, Id), ProcessSamples>,
     values_per_node: usize,
     samples_per_process: usize,
@@ -277,6 +328,7 @@ impl ResourceTable {
     pub(crate) fn new(limits: &Limits) -> Self {
         Self {
             nodes: FifoMap::new(limits.max_resource_nodes),
+            registered: FifoMap::new(limits.max_resource_nodes),
             processes: FifoMap::new(limits.max_resource_processes),
             values_per_node: limits.max_resources_per_node,
             samples_per_process: limits.max_samples_per_process,
@@ -284,9 +336,20 @@ impl ResourceTable {
         }
     }
 
-    /// Entries held: nodes, processes, and the samples in their rings.
+    /// Entries held: nodes, registrations, processes, and the samples in
+    /// their rings.
     pub(crate) fn entries(&self) -> usize {
-        self.nodes.len() + self.processes.len() + self.samples
+        self.nodes.len() + self.registered.len() + self.processes.len() + self.samples
+    }
+
+    /// Keeps what the control store said of `node` (replacing what it said
+    /// before); true if the oldest node's registration was evicted for it.
+    pub(crate) fn register(&mut self, node: Id, registration: NodeRegistration) -> bool {
+        if let Some(existing) = self.registered.get_mut(&node) {
+            *existing = registration;
+            return false;
+        }
+        self.registered.insert(node, registration)
     }
 
     /// Keeps one sample taken `at`: `values` as the node's latest, and
@@ -428,6 +491,7 @@ pub(crate) fn build(
             actor_id: actor_id.to_string(),
             class: info.class.as_deref().unwrap_or("?").to_owned(),
             labels,
+            usage: info.usage,
         });
     }
     for (id, task) in tasks {
@@ -464,7 +528,9 @@ pub(crate) fn build(
         t.memory_used = add(t.memory_used, latest.memory_used);
         t.memory_total = max(t.memory_total, latest.memory_total);
     }
-    for (node, _) in resources.nodes.iter() {
+    // Every node with values or a registration shows, idle or not.
+    let known = resources.nodes.iter().map(|(node, _)| node);
+    for node in known.chain(resources.registered.iter().map(|(node, _)| node)) {
         nodes.entry(node.to_string()).or_default();
     }
     // Placement groups are not labelled either.
@@ -484,11 +550,9 @@ pub(crate) fn build(
         nodes: nodes
             .into_iter()
             .map(|(node_id, (running_tasks, workers))| {
-                let resources = resources
-                    .nodes
-                    .get(&Arc::from(node_id.as_str()))
-                    .cloned()
-                    .unwrap_or_default();
+                let key: Id = Arc::from(node_id.as_str());
+                let registration = resources.registered.get(&key).cloned();
+                let resources = resources.nodes.get(&key).cloned().unwrap_or_default();
                 let mut totals = totals.remove(&node_id).unwrap_or_default();
                 let value = |key: &str| resources.get(key).copied();
                 totals.gpu_count = value("gpu_count");
@@ -497,7 +561,14 @@ pub(crate) fn build(
                 totals.gpu_mem_total_bytes = value("gpu_mem_total_bytes");
                 let mut node_bundles = bundles.remove(&node_id).unwrap_or_default();
                 node_bundles.sort();
+                if let Some(r) = &registration {
+                    // The registered capacity is the node's own word.
+                    totals.cpu_total = r.cpu_total.or(totals.cpu_total);
+                    totals.gpu_total = r.gpu_total.or(totals.gpu_total);
+                    totals.memory_total = r.memory_total.or(totals.memory_total);
+                }
                 PhysicalNode {
+                    registration,
                     bundles: node_bundles,
                     node_id,
                     running_tasks,
@@ -532,9 +603,12 @@ fn max(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 }
 
 impl PhysicalView {
-    /// The view as JSON: `nodes`, each with `running_tasks`, `resources`,
+    /// The view as JSON: `nodes`, each with `alive`, `address` and
+    /// `death_cause` (from its registration; `null` when none was recorded),
+    /// `running_tasks`, `resources`,
     /// `totals` (the fields of [`NodeTotals`]; `null` where unknown) and
-    /// `workers`, each with `actors`, `running`, its latest `pid`,
+    /// `workers`, each with `actors` (with `runs`, `running_ms` and
+    /// `cpu_ms`: what their finished runs took), `running`, its latest `pid`,
     /// `cpu_percent`, `rss_bytes` and `cpu_used`, and `samples`
     /// (`[{"t_ms", "cpu_percent", "rss_bytes", "cpu_used"}]`, oldest first,
     /// `t_ms` in milliseconds since the recording's epoch).
@@ -542,6 +616,9 @@ impl PhysicalView {
         json!({
             "nodes": self.nodes.iter().map(|n| json!({
                 "node_id": n.node_id,
+                "alive": n.registration.as_ref().map(|r| r.alive),
+                "address": n.registration.as_ref().and_then(|r| r.address.clone()),
+                "death_cause": n.registration.as_ref().and_then(|r| r.death_cause.clone()),
                 "running_tasks": n.running_tasks,
                 "resources": n.resources,
                 "totals": totals_json(&n.totals),
@@ -552,6 +629,9 @@ impl PhysicalView {
                     "worker_id": w.worker_id,
                     "actors": w.actors.iter().map(|a| json!({
                         "actor_id": a.actor_id, "class": a.class, "labels": a.labels,
+                        "runs": a.usage.runs,
+                        "running_ms": a.usage.running_nanos as f64 / 1e6,
+                        "cpu_ms": a.usage.cpu_nanos.map(|c| c as f64 / 1e6),
                     })).collect::<Vec<_>>(),
                     "labels": w.labels,
                     "running": w.running.iter().map(|t| json!({

@@ -73,7 +73,10 @@ pub(crate) struct LiveTask {
     pub(crate) path: Option<PathId>,
     pub(crate) lane: Option<LaneId>,
     pub(crate) waits: Vec<OpenWait>,
+    /// Time blocked outside its user spans (its own frame's waiting).
     pub(crate) waited_nanos: u64,
+    /// Time blocked anywhere in the call, user spans included.
+    pub(crate) blocked_nanos: u64,
     /// Time spent inside its user spans (`tracing` spans it opened).
     pub(crate) inner_nanos: u64,
 }

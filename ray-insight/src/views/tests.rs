@@ -1962,3 +1962,112 @@ fn folding_instances_keeps_other_brackets_and_diffs_compare_classes() {
     let diff = diff_folded("driver;A[a1].run 5\n", "driver;A[b7].run 7\n");
     assert_eq!(diff, "driver;A.run 5 7\n");
 }
+
+/// A `node.state` record, as the head writes it when a node registers or dies.
+fn node_state(at_ms: u64, node: u64, alive: bool, cause: Option<&str>) -> Record {
+    let mut fields = Fields::new();
+    fields.push("node_id", FieldValue::U64(node));
+    fields.push("alive", FieldValue::Bool(alive));
+    fields.push("address", FieldValue::Str("10.0.0.7:4100".into()));
+    if let Some(cause) = cause {
+        fields.push("death_cause", FieldValue::Str(cause.into()));
+    }
+    fields.push("cpu_total", FieldValue::F64(8.0));
+    Record {
+        kind: RecordKind::Event,
+        span: 0,
+        parent: 0,
+        name: "node.state",
+        target: "ray::node",
+        at_nanos: at_ms * 1_000_000,
+        thread: 0,
+        fields,
+    }
+}
+
+#[test]
+fn a_registered_node_that_ran_nothing_shows_and_its_death_is_kept() {
+    let mut views = Views::default();
+    views.accept(&[process_sample(1, 1, 10, 50.0, 1 << 20)]);
+    views.accept(&[node_state(2, 2, true, None)]);
+    let id_of_2 = {
+        let physical = views.snapshot().physical();
+        assert_eq!(physical.nodes.len(), 2, "{physical:?}");
+        let idle = physical
+            .nodes
+            .iter()
+            .find(|n| n.registration.is_some())
+            .expect("the registered node");
+        assert!(idle.workers.is_empty() && idle.running_tasks == 0);
+        assert_eq!(idle.totals.cpu_total, Some(8.0), "its registered CPUs");
+        let json = physical.to_json();
+        let shown = json["nodes"]
+            .as_array()
+            .and_then(|nodes| nodes.iter().find(|n| n["node_id"] == idle.node_id.as_str()))
+            .cloned()
+            .expect("in the JSON");
+        assert_eq!(shown["alive"], true);
+        assert_eq!(shown["address"], "10.0.0.7:4100");
+        idle.node_id.clone()
+    };
+    views.accept(&[node_state(3, 2, false, Some("no heartbeat for 1.0s"))]);
+    let physical = views.snapshot().physical();
+    let dead = physical_node(&physical, &id_of_2);
+    let registration = dead.registration.as_ref().expect("still registered");
+    assert!(!registration.alive);
+    assert_eq!(
+        registration.death_cause.as_deref(),
+        Some("no heartbeat for 1.0s")
+    );
+    // A node the records never name has no registration: nothing is made up.
+    let sampled = physical
+        .nodes
+        .iter()
+        .find(|n| n.node_id != id_of_2)
+        .expect("the sampled node");
+    assert!(sampled.registration.is_none());
+}
+
+#[test]
+fn an_actor_sums_its_runs_running_time_and_cpu_time() {
+    let mut s = Script::default();
+    let place = [("node_id", "n1"), ("worker_id", "w1")];
+    let open = |s: &mut Script, name: &'static str, task: &str, at: u64| {
+        let mut f = vec![("task_id", task), ("actor_id", "A1"), ("class", "C")];
+        if name == "actor.call" {
+            f.push(("method", "m"));
+        }
+        f.extend(place);
+        s.open(name, at, &f)
+    };
+    let ctor = open(&mut s, "actor.create", "c0", 0);
+    s.close(ctor, 10);
+    // A call of 100 µs that waits 60 µs of it on a get.
+    let call = open(&mut s, "actor.call", "t1", 20);
+    let wait = s.open_in("wait", call, 30, &[("task_id", "t1"), ("object_ids", "o1")]);
+    s.close(wait, 90);
+    s.close(call, 120);
+    // What the runtime's close records carry: the thread's CPU time.
+    let cpu = [7_000u64, 25_000];
+    let closes = s
+        .records
+        .iter_mut()
+        .filter(|r| r.kind == RecordKind::SpanClose && (r.span == ctor || r.span == call));
+    for (record, cpu) in closes.zip(cpu) {
+        record.fields.push("cpu_nanos", FieldValue::U64(cpu));
+    }
+    let physical = s.views().snapshot().physical();
+    let worker = physical_worker(physical_node(&physical, "n1"), "w1");
+    let usage = worker.actors[0].usage;
+    assert_eq!(usage.runs, 2, "the constructor and the call");
+    assert_eq!(
+        usage.running_nanos,
+        10_000 + 40_000,
+        "wall time less the wait"
+    );
+    assert_eq!(usage.cpu_nanos, Some(32_000));
+    let json = physical.to_json();
+    let actor = &json["nodes"][0]["workers"][0]["actors"][0];
+    assert_eq!(actor["runs"], 2);
+    assert_eq!(actor["cpu_ms"], 0.032);
+}

@@ -33,8 +33,9 @@ use ray_dashboard::{self as dashboard, JobEntry as DashboardJob, Source, ViewQue
 use ray_insight::export::{self, ExportFormat, ViewKind};
 use ray_insight::log::decode_records;
 use ray_insight::views::FlameMetric;
-use ray_insight::{Record, Sink, Views};
-use ray_proto::{JobId, WorkerId};
+use ray_insight::{FieldValue, Fields, Record, RecordKind, Sink, Views};
+use ray_proto::wire::NodeEntry;
+use ray_proto::{JobId, NodeId, WorkerId};
 
 use log_files::{LogFiles, LogPermit, Opened};
 
@@ -49,7 +50,13 @@ pub(crate) const MAX_SHIPPED_BYTES: usize = 1 << 20;
 /// One job's collected insight.
 struct JobInsight {
     epoch_unix_nanos: u64,
+    /// The driver program's name (what the job selector shows).
+    driver: Option<String>,
     views: Views,
+    /// Records the hub itself wrote into the views (`node.state`), for the
+    /// log with the job's next batch: the log keeps the order the views
+    /// took them in.
+    pending_log: Vec<Record>,
     /// Batches that did not decode.
     bad_batches: u64,
     /// Batches taken in: the dashboard's version of the job's views.
@@ -60,9 +67,74 @@ struct JobInsight {
 pub(crate) struct InsightHub {
     /// The writer of the jobs' event logs; `None` keeps live views only.
     logs: Option<LogFiles>,
-    /// When each job registered, for the jobs that have not shipped yet.
-    started: BTreeMap<JobId, u64>,
+    /// When each job registered, and its driver's name, for the jobs that
+    /// have not shipped yet.
+    started: BTreeMap<JobId, (u64, String)>,
     jobs: BTreeMap<JobId, JobInsight>,
+    /// What the control store says of each node, as the jobs' views were
+    /// last told (`node.state` records).
+    nodes: BTreeMap<NodeId, NodeState>,
+}
+
+/// What a `node.state` record says of a node.
+#[derive(Debug, Clone, PartialEq)]
+struct NodeState {
+    alive: bool,
+    address: String,
+    death_cause: Option<String>,
+    cpu: Option<f64>,
+    gpu: Option<f64>,
+    memory: Option<f64>,
+}
+
+impl NodeState {
+    fn of(entry: &NodeEntry) -> Self {
+        let amount = |name: &str| {
+            entry
+                .resources
+                .iter()
+                .find(|r| r.name == name)
+                .map(|r| r.raw as f64 / 10_000.0)
+        };
+        Self {
+            alive: entry.alive,
+            address: entry.address.clone(),
+            death_cause: entry.death_cause.clone(),
+            cpu: amount("CPU"),
+            gpu: amount("GPU"),
+            memory: amount("memory"),
+        }
+    }
+
+    /// The record that tells a job's views of node `node`, at job time `at_nanos`.
+    fn record(&self, node: NodeId, at_nanos: u64) -> Record {
+        let mut fields = Fields::new();
+        fields.push("node_id", FieldValue::U64(node.0));
+        fields.push("alive", FieldValue::Bool(self.alive));
+        fields.push("address", FieldValue::Str(self.address.as_str().into()));
+        if let Some(cause) = &self.death_cause {
+            fields.push("death_cause", FieldValue::Str(cause.as_str().into()));
+        }
+        for (key, value) in [
+            ("cpu_total", self.cpu),
+            ("gpu_total", self.gpu),
+            ("memory_total", self.memory),
+        ] {
+            if let Some(value) = value {
+                fields.push(key, FieldValue::F64(value));
+            }
+        }
+        Record {
+            kind: RecordKind::Event,
+            span: 0,
+            parent: 0,
+            name: "node.state",
+            target: "ray::node",
+            at_nanos,
+            thread: 0,
+            fields,
+        }
+    }
 }
 
 fn unix_nanos_now() -> u64 {
@@ -104,15 +176,36 @@ impl InsightHub {
             logs: dir.map(LogFiles::start),
             started: BTreeMap::new(),
             jobs: BTreeMap::new(),
+            nodes: BTreeMap::new(),
         }
     }
 
-    /// Job `job` registered now: its time line starts here.
-    pub(crate) fn job_registered(&mut self, job: JobId) {
-        self.started.insert(job, unix_nanos_now());
+    /// Job `job`, run by the program `driver`, registered now: its time
+    /// line starts here.
+    pub(crate) fn job_registered(&mut self, job: JobId, driver: &str) {
+        self.started
+            .insert(job, (unix_nanos_now(), driver.to_owned()));
         while self.started.len() > MAX_JOBS {
             self.started.pop_first();
         }
+    }
+
+    /// The control store's row of a node changed: when it registered, died
+    /// or changed address or capacity (not at each load report), every
+    /// job's views are told with a `node.state` record, so the physical
+    /// view lists it even if none of the job's work ran there.
+    pub(crate) fn node_changed(&mut self, entry: &NodeEntry) {
+        let node = NodeState::of(entry);
+        if self.nodes.get(&entry.id) == Some(&node) {
+            return;
+        }
+        let now = unix_nanos_now();
+        for state in self.jobs.values_mut() {
+            let record = node.record(entry.id, now.saturating_sub(state.epoch_unix_nanos));
+            state.views.accept(std::slice::from_ref(&record));
+            state.pending_log.push(record);
+        }
+        self.nodes.insert(entry.id, node);
     }
 
     /// Starts keeping `job` if the hub does not yet, forgetting the oldest
@@ -125,12 +218,26 @@ impl InsightHub {
         while self.jobs.len() >= MAX_JOBS {
             evicted.extend(self.jobs.pop_first().map(|(old, _)| old));
         }
-        let epoch = self.started.remove(&job).unwrap_or(fallback_epoch);
+        let (epoch, driver) = match self.started.remove(&job) {
+            Some((epoch, driver)) => (epoch, Some(driver)),
+            None => (fallback_epoch, None),
+        };
+        let mut views = Views::default();
+        // The nodes registered so far, idle or not.
+        let at = unix_nanos_now().saturating_sub(epoch);
+        let pending_log: Vec<Record> = self
+            .nodes
+            .iter()
+            .map(|(id, node)| node.record(*id, at))
+            .collect();
+        views.accept(&pending_log);
         self.jobs.insert(
             job,
             JobInsight {
                 epoch_unix_nanos: epoch,
-                views: Views::default(),
+                driver,
+                views,
+                pending_log,
                 bad_batches: 0,
                 batches: 0,
             },
@@ -171,9 +278,10 @@ impl InsightHub {
             Ok(records) => records,
             Err(e) => {
                 state.bad_batches += 1;
-                if let (Some(log), Some(opened)) = (log, opened) {
-                    // The job's log is created all the same.
-                    log.write(job, Some(opened), Vec::new());
+                if let Some(log) = log {
+                    // The job's log is created all the same, with what the
+                    // hub wrote into the views.
+                    log.write(job, opened, std::mem::take(&mut state.pending_log));
                 }
                 return Err(HubError::Undecodable(e));
             }
@@ -190,7 +298,9 @@ impl InsightHub {
         state.views.accept(&records);
         state.batches += 1;
         if let Some(log) = log {
-            log.write(job, opened, records);
+            let mut logged = std::mem::take(&mut state.pending_log);
+            logged.extend(records);
+            log.write(job, opened, logged);
         }
         Ok(())
     }
@@ -349,11 +459,14 @@ impl Source for HubSource {
         let hub = self.0.lock();
         let latest = hub.jobs.keys().next_back().copied();
         hub.jobs
-            .keys()
+            .iter()
             .rev()
-            .map(|job| DashboardJob {
+            .map(|(job, state)| DashboardJob {
                 job: job.to_string(),
-                label: job.to_string(),
+                label: match &state.driver {
+                    Some(driver) => format!("{job} · {driver}"),
+                    None => job.to_string(),
+                },
                 latest: Some(*job) == latest,
             })
             .collect()
@@ -379,7 +492,6 @@ impl Source for HubSource {
 mod tests {
     use super::*;
     use ray_insight::log::{encode_records, read_log};
-    use ray_insight::{FieldValue, RecordKind};
 
     /// One shipped batch: task `task` starts running at `at_nanos`.
     fn batch(task: &str, at_nanos: u64) -> Vec<u8> {
@@ -464,6 +576,89 @@ mod tests {
         assert_eq!(state.batches, 3);
         assert_eq!(state.views.stats().applied, 3);
         drop(hub);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn node_row(id: u64, alive: bool) -> NodeEntry {
+        NodeEntry {
+            id: NodeId(id),
+            address: format!("10.0.0.{id}:4100"),
+            resources: vec![ray_proto::wire::ResourceAmount {
+                name: "CPU".into(),
+                raw: 40_000,
+            }],
+            labels: Vec::new(),
+            alive,
+            death_cause: (!alive).then(|| "no heartbeat for 1.0s".to_owned()),
+            used: Vec::new(),
+            version: 1,
+        }
+    }
+
+    /// `(node id, alive)` of every registered node in the job's physical
+    /// view (the test's tasks name no node: theirs is `unknown`).
+    fn nodes_of(hub: &InsightHub, job: JobId) -> Vec<(String, Option<bool>)> {
+        hub.jobs[&job]
+            .views
+            .snapshot()
+            .physical()
+            .nodes
+            .into_iter()
+            .filter_map(|n| Some((n.node_id, Some(n.registration?.alive))))
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn registered_nodes_show_in_every_job_idle_or_dead_and_reach_its_log() {
+        let dir = temp_dir("nodes");
+        let hub = Arc::new(Mutex::new(InsightHub::new(Some(dir.clone()))));
+        // Node 1 registers before the job records anything, node 2 after.
+        hub.lock().node_changed(&node_row(1, true));
+        hub.lock().job_registered(JobId(1), "trainer");
+        accept_shipped(&hub, JobId(1), WorkerId(1), 0, &batch("t1", 5))
+            .await
+            .expect("accepted");
+        hub.lock().node_changed(&node_row(2, true));
+        // A load report changes nothing the views show: no record.
+        let mut reported = node_row(2, true);
+        reported.version = 9;
+        hub.lock().node_changed(&reported);
+        hub.lock().node_changed(&node_row(1, false));
+        let nodes = nodes_of(&hub.lock(), JobId(1));
+        assert_eq!(nodes.len(), 2, "{nodes:?}");
+        let alive: Vec<Option<bool>> = nodes.iter().map(|(_, a)| *a).collect();
+        assert!(alive.contains(&Some(false)) && alive.contains(&Some(true)));
+        // The job selector names the driver.
+        assert_eq!(HubSource(hub.clone()).jobs()[0].label, "job-1 · trainer");
+
+        // The log gets the node records with the next batch, in the order
+        // the views took them: replaying it shows the same nodes.
+        accept_shipped(&hub, JobId(1), WorkerId(1), 0, &batch("t2", 6))
+            .await
+            .expect("accepted");
+        let path = written(&hub, JobId(1)).await.expect("the job's log");
+        let log = read_log(&path).expect("a log");
+        let names: Vec<&str> = log.records.iter().map(|r| r.name).collect();
+        assert_eq!(
+            names,
+            [
+                "node.state",
+                "task.run",
+                "node.state",
+                "node.state",
+                "task.run"
+            ]
+        );
+        let mut replayed = Views::default();
+        replayed.accept(&log.records);
+        let replayed: Vec<(String, Option<bool>)> = replayed
+            .snapshot()
+            .physical()
+            .nodes
+            .into_iter()
+            .filter_map(|n| Some((n.node_id, Some(n.registration?.alive))))
+            .collect();
+        assert_eq!(replayed, nodes);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -1,0 +1,129 @@
+//! The physical view gives each actor instance the CPU time its calls took
+//! (the thread's CPU clock over each call), beside their running time: an
+//! actor that computes is told apart from one that sleeps for as long, with
+//! both in one worker process (one test per file: it installs the process's
+//! global subscriber).
+
+use ray_test_support::{embedded, recording};
+
+use std::time::Duration;
+
+use ray_core::prelude::*;
+use ray_core::ActorId;
+use ray_insight::views::{ActorUsage, PhysicalView};
+use ray_insight::Views;
+
+/// Computes (`crunch`) or sleeps (`nap`) on each call.
+#[remote]
+struct Job {
+    calls: u64,
+}
+
+#[remote]
+impl Job {
+    fn new() -> Self {
+        Job { calls: 0 }
+    }
+    /// A fixed amount of arithmetic: its CPU time does not depend on how
+    /// busy the machine is.
+    fn crunch(&mut self, rounds: u64) -> u64 {
+        self.calls += 1;
+        let mut x = self.calls;
+        for i in 0..rounds {
+            x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(i));
+        }
+        x
+    }
+    fn nap(&mut self, ms: u64) -> u64 {
+        self.calls += 1;
+        std::thread::sleep(Duration::from_millis(ms));
+        self.calls
+    }
+}
+
+/// The insight id of an actor (as its records name it).
+fn insight_id(id: ActorId) -> String {
+    let v = id.as_u128();
+    format!("actor-{:x}.{:x}", v >> 64, v as u64)
+}
+
+fn usage_of(physical: &PhysicalView, actor: &str) -> Option<ActorUsage> {
+    physical
+        .nodes
+        .iter()
+        .flat_map(|n| &n.workers)
+        .flat_map(|w| &w.actors)
+        .find(|a| a.actor_id == actor)
+        .map(|a| a.usage)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actor_that_computes_shows_cpu_time_and_one_that_sleeps_does_not() {
+    let collector = recording::record_globally();
+    let ray = embedded::runtime(2.0).await;
+    let cruncher = Job::remote(&ray).unwrap();
+    let sleeper = Job::remote(&ray).unwrap();
+    const CALLS: u64 = 5;
+    for _ in 0..CALLS {
+        let a = cruncher.crunch(5_000_000).unwrap();
+        let b = sleeper.nap(40).unwrap();
+        a.get().await.unwrap();
+        b.get().await.unwrap();
+    }
+    let (crunch_id, nap_id) = (insight_id(cruncher.id()), insight_id(sleeper.id()));
+    let mut views = Views::default();
+    recording::drain_until(&collector, &mut views, Duration::from_secs(30), |v| {
+        let physical = v.snapshot().physical();
+        [&crunch_id, &nap_id]
+            .iter()
+            .all(|id| usage_of(&physical, id).is_some_and(|u| u.runs == CALLS + 1))
+    })
+    .await;
+    ray.shutdown();
+    let physical = views.snapshot().physical();
+    let crunch = usage_of(&physical, &crunch_id).expect("the cruncher");
+    let nap = usage_of(&physical, &nap_id).expect("the sleeper");
+    assert_eq!(crunch.runs, CALLS + 1, "its calls and its constructor");
+    assert_eq!(nap.runs, CALLS + 1);
+    let crunch_cpu = crunch
+        .cpu_nanos
+        .expect("calls recorded directly carry CPU time");
+    let nap_cpu = nap
+        .cpu_nanos
+        .expect("calls recorded directly carry CPU time");
+    // Both ran a while; only one computed.
+    assert!(
+        nap.running_nanos >= CALLS * 40_000_000,
+        "the naps ran 40 ms each: {nap:?}"
+    );
+    assert!(
+        nap_cpu < nap.running_nanos / 4,
+        "sleeping is running without CPU: {nap:?}"
+    );
+    assert!(
+        crunch_cpu > 10 * nap_cpu,
+        "the cruncher's CPU time dwarfs the sleeper's: {crunch:?} vs {nap:?}"
+    );
+    // A thread's CPU time within a call cannot exceed the call's wall time
+    // (5 ms of slack: the reading that starts a call in a busy mailbox is
+    // the previous call's end).
+    assert!(crunch_cpu <= crunch.running_nanos + 5_000_000, "{crunch:?}");
+    // Both live in this one process: the per-process CPU % could not tell
+    // them apart.
+    let json = physical.to_json();
+    let actors: Vec<&serde_json::Value> = json["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|n| n["workers"].as_array().into_iter().flatten())
+        .flat_map(|w| w["actors"].as_array().into_iter().flatten())
+        .collect();
+    let cpu_ms = |id: &str| {
+        actors
+            .iter()
+            .find(|a| a["actor_id"] == id)
+            .and_then(|a| a["cpu_ms"].as_f64())
+            .expect("cpu_ms in the JSON")
+    };
+    assert!(cpu_ms(&crunch_id) > cpu_ms(&nap_id));
+}
