@@ -221,7 +221,6 @@ impl ActorCell {
 
     /// Runs queued calls until the mailbox is empty or the budget is spent.
     fn drain(self: Arc<Self>) {
-        let _cpu = crate::trace::DrainScope::enter();
         for _ in 0..DRAIN_BUDGET {
             let call = {
                 let mut mb = self.mailbox.lock();

@@ -26,11 +26,11 @@ pub(crate) enum RunSpan {
     #[cfg(feature = "insight")]
     Direct(#[allow(dead_code)] direct::DirectSpan),
     /// An actor's run, recorded directly with the CPU time its thread spent
-    /// on it: the close record carries `cpu_nanos`.
+    /// on it: the close record carries `cpu_nanos` (see [`cpu`]).
     #[cfg(feature = "insight")]
     Timed {
         span: Option<direct::DirectSpan>,
-        cpu_start: u64,
+        started: std::time::Instant,
     },
     Tracing(#[allow(dead_code)] tracing::span::EnteredSpan),
 }
@@ -38,35 +38,44 @@ pub(crate) enum RunSpan {
 #[cfg(feature = "insight")]
 impl Drop for RunSpan {
     fn drop(&mut self) {
-        if let RunSpan::Timed { span, cpu_start } = self {
-            let end = cpu::read();
-            cpu::mark(end);
+        if let RunSpan::Timed { span, started } = self {
+            let used = cpu::run_ended(started.elapsed());
             if let Some(span) = span.take() {
-                let used = end.saturating_sub(*cpu_start);
                 span.close_with(|f| f.push("cpu_nanos", FieldValue::U64(used)));
             }
         }
     }
 }
 
-/// The CPU time of actor runs: the calling thread's CPU clock read when a
-/// run ends, and when it starts unless the previous run of the same drain
-/// loop ended just before ([`DrainScope`]); one reading per call in a busy
-/// mailbox instead of two (a reading is a system call, ~0.3 µs here).
+/// The CPU time of actor runs, at next to no cost per call.
+///
+/// Reading a thread's CPU clock is a system call (about 0.3 µs here, a
+/// third of an actor call's whole cost), so a run does not read it at its
+/// start and end. Each thread keeps a *mark*: its CPU clock at its last
+/// reading. A run of [`LONG_RUN`] or more reads the clock once, at its end,
+/// and takes what the thread used since the mark, less what the shorter
+/// runs since then were counted at; a shorter run is counted at its wall
+/// time (at most what it can have used), with no reading. Between runs a
+/// pool thread only picks up work, so what it used there goes to the next
+/// run. A task's run (not measured) clears the mark; a run that finds no
+/// mark reads the clock at its start.
 #[cfg(feature = "insight")]
 mod cpu {
     use std::cell::Cell;
+    use std::time::Duration;
+
+    /// Runs at least this long read the CPU clock (one reading costs under
+    /// 1 % of such a run); shorter ones are counted at their wall time.
+    pub(super) const LONG_RUN: Duration = Duration::from_micros(50);
 
     thread_local! {
-        /// Inside a drain loop: the reading at the end of its last run (the
-        /// start of the next; what runs between them, taking the next call
-        /// from the mailbox, is that call's). `None` outside a loop.
-        static MARK: Cell<Option<u64>> = const { Cell::new(None) };
-        static IN_DRAIN: Cell<bool> = const { Cell::new(false) };
+        /// The thread's CPU clock at its last reading, and the wall time
+        /// of the short runs counted since; `None`: no usable reading.
+        static MARK: Cell<Option<(u64, u64)>> = const { Cell::new(None) };
     }
 
     /// This thread's CPU time in nanoseconds (0 if the clock cannot be read).
-    pub(super) fn read() -> u64 {
+    fn read() -> u64 {
         let mut ts = libc::timespec {
             tv_sec: 0,
             tv_nsec: 0,
@@ -83,57 +92,39 @@ mod cpu {
             .saturating_add(u64::try_from(ts.tv_nsec).unwrap_or(0))
     }
 
-    /// Where a run starting now starts: the loop's mark, else a reading.
-    pub(super) fn start() -> u64 {
-        MARK.with(Cell::take).unwrap_or_else(read)
-    }
-
-    /// A run ended at `end`: the next run of the loop starts there.
-    pub(super) fn mark(end: u64) {
-        if IN_DRAIN.with(Cell::get) {
-            MARK.with(|m| m.set(Some(end)));
-        }
-    }
-
-    pub(super) fn enter_drain() -> bool {
-        MARK.with(|m| m.set(None));
-        !IN_DRAIN.with(|d| d.replace(true))
-    }
-
-    pub(super) fn leave_drain() {
-        MARK.with(|m| m.set(None));
-        IN_DRAIN.with(|d| d.set(false));
-    }
-}
-
-/// A loop that runs an actor's queued calls back to back on this thread:
-/// while it lives, each recorded call's CPU time starts where the previous
-/// one ended (see the `cpu` module). Costs nothing when nothing records.
-pub(crate) struct DrainScope {
-    #[cfg(feature = "insight")]
-    outer: bool,
-}
-
-impl DrainScope {
-    /// Enters a drain loop (a nested one leaves the outer's state alone).
-    pub(crate) fn enter() -> Self {
-        #[cfg(feature = "insight")]
-        {
-            DrainScope {
-                outer: direct() && cpu::enter_drain(),
+    /// An actor run starts: it needs a mark to measure from.
+    pub(super) fn run_starts() {
+        MARK.with(|m| {
+            if m.get().is_none() {
+                m.set(Some((read(), 0)));
             }
-        }
-        #[cfg(not(feature = "insight"))]
-        DrainScope {}
+        });
     }
-}
 
-#[cfg(feature = "insight")]
-impl Drop for DrainScope {
-    fn drop(&mut self) {
-        if self.outer {
-            cpu::leave_drain();
-        }
+    /// An actor run that took `wall` ended: the CPU time it is counted at.
+    pub(super) fn run_ended(wall: Duration) -> u64 {
+        let wall_nanos = u64::try_from(wall.as_nanos()).unwrap_or(u64::MAX);
+        MARK.with(|m| match m.get() {
+            Some((mark, short)) if wall >= LONG_RUN => {
+                let now = read();
+                m.set(Some((now, 0)));
+                now.saturating_sub(mark)
+                    .saturating_sub(short)
+                    .min(wall_nanos)
+            }
+            Some((mark, short)) => {
+                m.set(Some((mark, short.saturating_add(wall_nanos))));
+                wall_nanos
+            }
+            // Cleared meanwhile (a task ran inside the call): its wall time.
+            None => wall_nanos,
+        })
+    }
+
+    /// Something not measured runs on this thread: the next run starts
+    /// from a fresh reading.
+    pub(super) fn forget() {
+        MARK.with(|m| m.set(None));
     }
 }
 
@@ -171,6 +162,7 @@ pub(crate) struct Run {
 pub(crate) fn task_run(run: Run, function: &'static str, attempt: u32) -> RunSpan {
     #[cfg(feature = "insight")]
     if direct() {
+        cpu::forget();
         return RunSpan::Direct(direct::open_span("task.run", "ray::task", |f| {
             id(f, "task_id", run.task.as_u128());
             name(f, "function", function);
@@ -214,7 +206,8 @@ pub(crate) fn actor_run(
         } else {
             "actor.create"
         };
-        let cpu_start = cpu::start();
+        cpu::run_starts();
+        let started = std::time::Instant::now();
         let span = direct::open_span(span_name, "ray::actor", |f| {
             id(f, "task_id", run.task.as_u128());
             id(f, "actor_id", actor);
@@ -229,7 +222,7 @@ pub(crate) fn actor_run(
         });
         return RunSpan::Timed {
             span: Some(span),
-            cpu_start,
+            started,
         };
     }
     let parent_task = run.parent.map(TaskId::as_u128);

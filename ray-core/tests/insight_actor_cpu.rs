@@ -104,9 +104,8 @@ async fn an_actor_that_computes_shows_cpu_time_and_one_that_sleeps_does_not() {
         crunch_cpu > 10 * nap_cpu,
         "the cruncher's CPU time dwarfs the sleeper's: {crunch:?} vs {nap:?}"
     );
-    // A thread's CPU time within a call cannot exceed the call's wall time
-    // (5 ms of slack: the reading that starts a call in a busy mailbox is
-    // the previous call's end).
+    // A call is never counted at more CPU than its wall time (5 ms of
+    // slack: the views time a run by its records, the runtime by its clock).
     assert!(crunch_cpu <= crunch.running_nanos + 5_000_000, "{crunch:?}");
     // Both live in this one process: the per-process CPU % could not tell
     // them apart.
