@@ -1,10 +1,12 @@
 //! The dashboard in a real browser: an embedded runtime runs W7 and then a
 //! program that deadlocks (two actors calling each other synchronously),
 //! serving its dashboard; headless Chromium opens each of the five tabs,
-//! the test checks what the page shows (node names, edge counts, the
-//! deadlock marked) and saves a screenshot of each tab under
-//! `target/tmp/dashboard-screenshots/`. A page asked for without the token
-//! is refused.
+//! the test checks what the page shows (node names, edge counts and the
+//! labels kept from overprinting, the bottleneck panel, the deadlock
+//! marked, flame frames by instance and folded into classes, Gantt states
+//! told apart and its arrows bundled, the job's name in the selector) and
+//! saves a screenshot of each tab under `target/tmp/dashboard-screenshots/`.
+//! A page asked for without the token is refused.
 //!
 //! Needs Chromium (`chromium`, `chromium-browser` or `google-chrome`, or the
 //! path in `CHROMIUM`); `.ci/run` installs it. Without one the test says so
@@ -44,6 +46,39 @@ fn chromium() -> Option<PathBuf> {
                 .find(|candidate| candidate.is_file())
         })
     })
+}
+
+/// The most edge labels the logical tab draws by default (its labels
+/// selector's first choice), and the most arrows the Gantt chart draws
+/// (`MAX_ARROWS` in app.js).
+const MAX_LABELS: u64 = 8;
+const MAX_ARROWS: u64 = 120;
+
+/// The part of `dom` from the attribute `start` (`id="x"`) up to `end`
+/// (the whole rest of the page when absent).
+fn element<'a>(dom: &'a str, start: &str, end: &str) -> &'a str {
+    let from = dom
+        .find(start)
+        .unwrap_or_else(|| panic!("no {start} in the page"));
+    let rest = &dom[from..];
+    &rest[..rest.find(end).unwrap_or(rest.len())]
+}
+
+/// What the job selector should show for `/api/jobs`' first job: its
+/// label (the driver program's name) and its id, as app.js's `jobText`.
+fn job_text(job: &serde_json::Value) -> String {
+    let id = job["job"].as_str().expect("a job id");
+    let label = job["label"].as_str().unwrap_or("").trim();
+    let text = if label.is_empty() || label == id {
+        id.to_owned()
+    } else {
+        format!("{label} · {id}")
+    };
+    if job["latest"] == true {
+        format!("{text} (latest)")
+    } else {
+        text
+    }
 }
 
 /// The number in `attr="N"` of `dom` (0 when absent).
@@ -160,35 +195,108 @@ async fn the_dashboard_shows_w7_and_a_deadlock_in_a_real_browser() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
+    let token = url.split("token=").nth(1).expect("a token in the URL");
+    let (status, jobs) = tokio::task::block_in_place(|| {
+        ray_test_support::http::get_url(&url, &format!("/api/jobs?token={token}"))
+    });
+    assert_eq!(status, 200, "{jobs}");
+    let jobs: serde_json::Value = serde_json::from_str(&jobs).expect("jobs as JSON");
+    let shown_job = job_text(&jobs[0]);
+
     let shots = screenshots();
     let mut report = Vec::new();
-    for tab in ["logical", "physical", "stack", "flame", "gantt"] {
+    // The flame graph twice: by instance (the default), then folded.
+    for tab in [
+        "logical",
+        "physical",
+        "stack",
+        "flame",
+        "flame?fold=class",
+        "gantt",
+    ] {
         let page = format!("{url}#{tab}");
-        let shot = shots.join(format!("{tab}.png"));
+        let shot = shots.join(format!("{}.png", tab.replace("?fold=", "-")));
         let dom = tokio::task::block_in_place(|| open_tab(&chromium, &page, &shot));
+        let panel = tab.split('?').next().expect("a tab");
         assert!(
-            dom.contains(&format!("id=\"panel-{tab}\"")),
+            dom.contains(&format!("id=\"panel-{panel}\"")),
             "the {tab} panel is missing"
+        );
+        // Every tab: the job selector names the job as /api/jobs does.
+        let selector = element(&dom, "id=\"job-select\"", "</select>");
+        assert!(
+            selector.contains(&format!(">{shown_job}</option>")),
+            "the job selector does not show {shown_job:?}: {selector}"
         );
         match tab {
             // The 12 actor instances of the tree's class, and the driver's
-            // one call into the root; process() edges carry counts.
+            // one call into the root; process() edges carry counts, the
+            // busiest labelled (no more than the labels selector's 8),
+            // widths with a legend. Above the graph, the bottlenecks: the
+            // instances with the most self time (leaves, named by
+            // instance) and the deadlock.
             "logical" => {
                 assert!(dom.contains("TreeNode"), "no TreeNode node in {tab}");
                 assert!(dom.contains("class=\"node"), "no graph nodes in {tab}");
-                assert!(dom.contains("×10"), "no ×10 edge label in {tab}");
+                let labels = dom.matches("class=\"edge-label\"").count() as u64;
+                assert!(
+                    (1..=MAX_LABELS).contains(&labels),
+                    "{labels} edge labels: the busiest only"
+                );
+                assert_eq!(data_count(&dom, "data-labels"), labels);
+                assert!(dom.contains("×1,000</text>"), "no ×1,000 edge label");
+                let edges = dom.matches("class=\"edge call").count() as u64;
+                assert!(edges > labels, "{edges} call edges, {labels} labelled");
+                assert!(dom.contains("class=\"lg-w\""), "no width legend");
+                let panel = element(&dom, "id=\"bottlenecks\"", "</details>");
+                let self_time = element(panel, "data-kind=\"self\"", "</section>");
+                assert!(
+                    self_time.contains("TreeNode[actor-"),
+                    "the bottlenecks do not name instances: {self_time}"
+                );
+                let deadlocks = element(panel, "data-kind=\"deadlocks\"", "</section>");
+                assert!(deadlocks.contains("DEADLOCK"), "{deadlocks}");
             }
             "physical" => {
                 assert!(dom.contains("phys-node"), "no node box in {tab}");
                 assert!(dom.contains("node-1"), "the node is not named in {tab}");
+                // Each actor with finished calls shows the CPU time they took.
+                let cpu: Vec<f64> = dom
+                    .split("data-cpu-ms=\"")
+                    .skip(1)
+                    .filter_map(|rest| rest.split('"').next()?.parse().ok())
+                    .collect();
+                assert!(
+                    !cpu.is_empty() && cpu.iter().all(|ms| *ms >= 0.0),
+                    "no actor shows its CPU time: {cpu:?}"
+                );
             }
             "stack" => {
                 assert!(dom.contains("DEADLOCK"), "the deadlock is not shown");
                 assert!(dom.contains("in-deadlock"), "no task marked in-deadlock");
                 assert!(dom.contains("ping") && dom.contains("pong"), "{tab}");
             }
-            "flame" => assert!(dom.contains("flame-frame"), "no flame graph frame"),
-            // One lane per actor and worker thread, the tree's slices drawn.
+            // By instance: frames name `TreeNode[actor-…].process`.
+            "flame" => {
+                let frames = data_count(&dom, "data-frames");
+                let instances = data_count(&dom, "data-instance-frames");
+                assert!(frames > 12, "{frames} flame frames");
+                assert!(instances >= 6, "{instances} frames name an instance");
+            }
+            // Folded: the same graph, no frame names an instance.
+            "flame?fold=class" => {
+                assert!(dom.contains("frames by class"), "the fold is not set");
+                let frames = data_count(&dom, "data-frames");
+                assert!(frames > 0, "no flame frames folded");
+                assert!(
+                    dom.contains("data-instance-frames=\"0\""),
+                    "a folded frame still names an instance"
+                );
+            }
+            // One lane per actor and worker thread, the tree's slices
+            // drawn; running and waiting (the parents blocked on their
+            // children's results) drawn apart with a legend; the arrows
+            // bundled, fewer than the calls.
             "gantt" => {
                 assert!(
                     data_count(&dom, "data-lanes") >= 12,
@@ -196,6 +304,24 @@ async fn the_dashboard_shows_w7_and_a_deadlock_in_a_real_browser() {
                 );
                 assert!(data_count(&dom, "data-slices") > 100, "few slices drawn");
                 assert!(dom.contains("TreeNode"), "no actor lane named in {tab}");
+                let legend = element(&dom, "id=\"gantt-legend\"", "id=\"gantt-info\"");
+                for state in ["st-running", "st-blocked", "st-submitted"] {
+                    assert!(legend.contains(state), "no {state} in the legend");
+                }
+                assert!(
+                    data_count(&dom, "data-drawn-running") > 0,
+                    "no running drawn"
+                );
+                assert!(
+                    data_count(&dom, "data-drawn-waiting") > 0,
+                    "no waiting drawn"
+                );
+                let arrows = data_count(&dom, "data-arrows");
+                assert!(
+                    (1..=MAX_ARROWS).contains(&arrows),
+                    "{arrows} arrows: bundled"
+                );
+                assert!(arrows < data_count(&dom, "data-flows"), "{arrows} arrows");
             }
             _ => unreachable!(),
         }
@@ -250,6 +376,10 @@ fn the_dashboard_shows_ten_thousand_actors_as_summaries() {
             shot.display()
         );
         assert!(!dom.contains("class=\"error\""), "{tab} shows an error");
+        assert!(
+            dom.contains(">job-1 (latest)</option>"),
+            "the job selector does not show job-1"
+        );
         match tab {
             "logical" => {
                 assert!(dom.contains("10,000 actors"), "the actor count is not said");
@@ -272,6 +402,7 @@ fn the_dashboard_shows_ten_thousand_actors_as_summaries() {
                 let slices = data_count(&dom, "data-slices");
                 assert!(lanes > 50, "{lanes} lanes");
                 assert!(slices > 0 && slices <= 2_000, "{slices} slices");
+                assert!(data_count(&dom, "data-arrows") <= MAX_ARROWS);
             }
             _ => unreachable!(),
         }

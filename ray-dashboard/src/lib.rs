@@ -17,12 +17,16 @@
 //!   - `/` — the page (every asset is compiled into the binary: no CDN,
 //!     works offline), with the access token written into it;
 //!   - `/api/jobs`, `/api/stats?job=J`,
-//!     `/api/view?job=J&view=V&format=F[&at=NANOS][&filter=k=v][&metric=M]`
-//!     (the same text `rayrs insight export` writes),
+//!     `/api/view?job=J&view=V&format=F[&at=NANOS][&filter=k=v][&metric=M][&fold=F]`
+//!     (the same text `rayrs insight export` writes; `fold=class` folds
+//!     the flame graph's actor instances into their classes, in every
+//!     format, see [`FlameFold`]),
 //!     `/api/flamediff?job=J&before=FOLDED` (a differential flame graph
 //!     against a baseline; or POST the baseline as the body),
-//!     `/api/summary?job=J&view=V[&at=..][&filter=..][&expand=CLASS][&from=NANOS&to=NANOS]`
-//!     (the view summarized for the browser: see [`summary`]), and
+//!     `/api/summary?job=J&view=V[&at=..][&filter=..][&expand=CLASS][&from=NANOS&to=NANOS][&top=N]`
+//!     (the view summarized for the browser: see [`summary`]; `top=N`
+//!     adds the bottleneck summary of `rayrs insight top` to the logical
+//!     view's), and
 //!   - `/api/events?job=J[&view=V&...]` (server-sent events every
 //!     [`EVENT_EVERY`]: the counters; with a view, its summary first and
 //!     then only keyed deltas of what changed, see [`summary::diff`]).
@@ -66,7 +70,7 @@ use std::path::{Path, PathBuf};
 
 use ray_insight::export::{ExportError, ExportFormat, ViewKind};
 use ray_insight::log::{read_log, LogError, Replay};
-use ray_insight::views::FlameMetric;
+use ray_insight::views::{FlameMetric, Snapshot};
 use ray_insight::{Sink, Views};
 use serde_json::Value;
 
@@ -81,10 +85,42 @@ pub use views_source::ViewsSource;
 pub struct JobEntry {
     /// Its id as the views name it (`job-1`, or `embedded`).
     pub job: String,
-    /// What the job selector shows.
+    /// What the job selector shows beside the id (the driver program's name).
     pub label: String,
     /// The job shown when none is asked for.
     pub latest: bool,
+}
+
+/// How the flame graph names actor calls: by instance, as the views record
+/// them (`Class[actor-1.7].method`, the default), or folded into their
+/// class (`Class.method`, the instances' times added up: see
+/// [`FlameView::by_class`](ray_insight::views::FlameView::by_class)).
+///
+/// The dashboard's `fold=instance` or `fold=class`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum FlameFold {
+    /// A frame per actor instance.
+    #[default]
+    Instance,
+    /// A frame per actor class.
+    Class,
+}
+
+impl FlameFold {
+    /// The fold's name in a query: `instance` or `class`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlameFold::Instance => "instance",
+            FlameFold::Class => "class",
+        }
+    }
+
+    /// The fold named `name` (see [`FlameFold::as_str`]), if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [FlameFold::Instance, FlameFold::Class]
+            .into_iter()
+            .find(|f| f.as_str() == name)
+    }
 }
 
 /// What a view request asks for.
@@ -102,6 +138,9 @@ pub struct ViewQuery {
     pub filter: Vec<(String, String)>,
     /// The flame graph's time.
     pub metric: FlameMetric,
+    /// The flame graph's frames: by actor instance or by class (other
+    /// views ignore it).
+    pub fold: FlameFold,
     /// Summarized for the browser (JSON, whatever `format` says), narrowed
     /// as these say; `None`: the full export.
     pub summary: Option<SummaryParams>,
@@ -190,6 +229,9 @@ pub fn render(views: &Views, log: Option<&Path>, query: &ViewQuery) -> Result<St
                     .map(|v| v.to_string())
                     .map_err(SourceError::from)
             }
+            None if query.view == ViewKind::Flame && query.fold == FlameFold::Class => {
+                flame_by_class(&snapshot, query.format, query.metric)
+            }
             None => ray_insight::export::export_with_metric(
                 &snapshot,
                 query.view,
@@ -211,6 +253,20 @@ pub fn render(views: &Views, log: Option<&Path>, query: &ViewQuery) -> Result<St
             Sink::accept(&mut replay, &contents.records);
             export(replay.views())
         }
+    }
+}
+
+/// The flame graph of `snapshot` with its instances folded into classes,
+/// as `format` (folded stacks or SVG, as the export writes them).
+fn flame_by_class(
+    snapshot: &Snapshot<'_>,
+    format: ExportFormat,
+    metric: FlameMetric,
+) -> Result<String, SourceError> {
+    let flame = snapshot.flame().by_class();
+    match ViewKind::Flame.check(format)? {
+        ExportFormat::Svg => Ok(flame.svg(metric).map_err(ExportError::from)?),
+        _ => Ok(flame.folded(metric)),
     }
 }
 

@@ -6,7 +6,7 @@ use std::num::ParseIntError;
 use ray_insight::export::{parse_metric, ExportError, ViewKind};
 use ray_insight::views::FlameMetric;
 
-use crate::{SummaryParams, ViewQuery};
+use crate::{FlameFold, SummaryParams, ViewQuery};
 
 /// A request's path and query parameters, percent-decoded.
 #[derive(Debug, Clone, Default)]
@@ -81,10 +81,25 @@ pub(crate) enum QueryError {
         /// Its end.
         to: u64,
     },
+    /// A flame fold that is neither `instance` nor `class`.
+    #[error("bad fold={value}: choose instance or class")]
+    Fold {
+        /// Its value.
+        value: String,
+    },
+    /// A bottleneck count that is not a number from 1 to [`MAX_TOP`].
+    #[error("bad top={value}: a number of rows from 1 to {MAX_TOP}")]
+    Top {
+        /// Its value.
+        value: String,
+    },
     /// A summary of the flame graph, which has none.
     #[error("the flame graph has no summary: ask /api/view for its svg")]
     FlameSummary,
 }
+
+/// The most rows of each kind a bottleneck summary (`top=N`) has.
+pub(crate) const MAX_TOP: usize = 50;
 
 /// `value` of parameter `name` as nanoseconds.
 fn nanos(name: &'static str, value: &str) -> Result<u64, QueryError> {
@@ -116,6 +131,12 @@ pub(crate) fn view_query(target: &Target) -> Result<ViewQuery, QueryError> {
         Some(m) => parse_metric(m)?,
         None => FlameMetric::SelfTime,
     };
+    let fold = match target.param("fold").filter(|f| !f.is_empty()) {
+        Some(f) => FlameFold::from_name(f).ok_or_else(|| QueryError::Fold {
+            value: f.to_owned(),
+        })?,
+        None => FlameFold::Instance,
+    };
     Ok(ViewQuery {
         job: target.job().map(str::to_owned),
         view,
@@ -123,6 +144,7 @@ pub(crate) fn view_query(target: &Target) -> Result<ViewQuery, QueryError> {
         at_nanos,
         filter,
         metric,
+        fold,
         summary: None,
     })
 }
@@ -143,6 +165,17 @@ pub(crate) fn summary_query(target: &Target) -> Result<ViewQuery, QueryError> {
             .map(str::to_owned),
         from_nanos: nanos("from")?,
         to_nanos: nanos("to")?,
+        top: match target.param("top").filter(|t| !t.is_empty()) {
+            Some(t) => Some(
+                t.parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=MAX_TOP).contains(n))
+                    .ok_or_else(|| QueryError::Top {
+                        value: t.to_owned(),
+                    })?,
+            ),
+            None => None,
+        },
     };
     if let (Some(from), Some(to)) = (params.from_nanos, params.to_nanos) {
         if from >= to {

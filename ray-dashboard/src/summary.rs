@@ -19,8 +19,18 @@
 //!   the [`SummaryLimits::gantt_lanes`] busiest lanes, and slices narrower
 //!   than a pixel column (1/[`SummaryLimits::gantt_columns`] of the window)
 //!   merged per lane, column and state into one slice that says how many
-//!   it stands for; at most [`SummaryLimits::gantt_slices`] slices and
-//!   [`SummaryLimits::gantt_flows`] flow arrows.
+//!   it stands for; at most [`SummaryLimits::gantt_slices`] slices. Flow
+//!   arrows are bundled: one per caller lane, callee lane and column of
+//!   the window (1/[`SummaryLimits::gantt_flow_columns`] of it) stands for
+//!   the calls between those lanes in it (`args.calls` of its `s` and `f`
+//!   events); at most [`SummaryLimits::gantt_flows`] bundles, the largest.
+//!
+//! With `top` ([`SummaryParams::top`]), the logical summary also carries
+//! the bottleneck summary of `rayrs insight top`
+//! ([`Snapshot::top`](ray_insight::views::Snapshot::top)) as
+//! `bottlenecks`: `self_time` and `waits` (`{frame, nanos, calls}`, the
+//! frames naming actor instances), `data` (`{from, to, from_key, to_key,
+//! bytes, gets}`) and `deadlocks` (one line each).
 //!
 //! Every summary says what it left out under `summary` (`"omitted"`
 //! counts), and every item of its arrays has an `id`, so that [`diff`]
@@ -39,9 +49,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde_json::{json, Map, Value};
 
 use ray_insight::export::ViewKind;
-use ray_insight::views::{
-    CallKind, GanttFlow, GanttSlice, GanttView, LogicalNode, LogicalView, Snapshot,
-};
+use ray_insight::views::{CallKind, LogicalNode, LogicalView, Snapshot, TopView};
+
+mod bottlenecks;
+mod gantt;
 
 /// How much of each view a summary keeps.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,8 +81,10 @@ pub struct SummaryLimits {
     pub gantt_columns: u64,
     /// Slices in the Gantt chart, after merging.
     pub gantt_slices: usize,
-    /// Flow arrows in the Gantt chart.
+    /// Flow arrows (bundles) in the Gantt chart.
     pub gantt_flows: usize,
+    /// Columns the Gantt window is divided into for bundling flow arrows.
+    pub gantt_flow_columns: u64,
 }
 
 impl Default for SummaryLimits {
@@ -93,6 +106,7 @@ impl Default for SummaryLimits {
             // the chart stays well under 1 MiB.
             gantt_slices: 2_000,
             gantt_flows: 400,
+            gantt_flow_columns: 100,
         }
     }
 }
@@ -106,6 +120,9 @@ pub struct SummaryParams {
     pub from_nanos: Option<u64>,
     /// Gantt: the window's end (default: now).
     pub to_nanos: Option<u64>,
+    /// Logical: with the bottleneck summary, this many of each kind (see
+    /// the module docs); `None`: without it.
+    pub top: Option<usize>,
 }
 
 /// Why a view has no summary.
@@ -131,10 +148,19 @@ pub fn summarize(
     limits: &SummaryLimits,
 ) -> Result<Value, SummaryError> {
     let mut out = match view {
-        ViewKind::Logical => logical(&snapshot.logical(), params, limits),
+        ViewKind::Logical => {
+            let view = snapshot.logical();
+            let mut out = logical(&view, params, limits);
+            if let Some(n) = params.top {
+                // The graph just built serves the summary too.
+                let top = TopView::from_views(&snapshot.flame(), &view, &snapshot.stacks(), n);
+                out["bottlenecks"] = bottlenecks::to_json(&top, &view);
+            }
+            out
+        }
         ViewKind::Physical => physical(snapshot.physical().to_json(), limits),
         ViewKind::Stack => stack(snapshot.stacks().to_json(), limits),
-        ViewKind::Gantt => gantt(&snapshot.gantt(), snapshot.now_nanos(), params, limits),
+        ViewKind::Gantt => gantt::gantt(&snapshot.gantt(), snapshot.now_nanos(), params, limits),
         ViewKind::Flame => return Err(SummaryError::Flame),
     };
     let stats = snapshot.stats();
@@ -384,6 +410,18 @@ fn physical(mut view: Value, limits: &SummaryLimits) -> Value {
                         .entry(a["class"].as_str().unwrap_or("?").to_owned())
                         .or_default() += 1;
                 }
+                // The busiest first (CPU time, then running time), so the
+                // ones listed are the ones to look at.
+                let busy = |a: &Value| {
+                    (
+                        a["cpu_ms"].as_f64().unwrap_or(0.0),
+                        a["running_ms"].as_f64().unwrap_or(0.0),
+                    )
+                };
+                actors.sort_by(|a, b| {
+                    let (a, b) = (busy(a), busy(b));
+                    b.0.total_cmp(&a.0).then(b.1.total_cmp(&a.1))
+                });
                 actors_total = actors.len();
                 omitted_actors += actors.len().saturating_sub(limits.actors_per_worker);
                 actors.truncate(limits.actors_per_worker);
@@ -502,153 +540,6 @@ fn stack(mut view: Value, limits: &SummaryLimits) -> Value {
     }
     view["summary"] = json!({"omitted": {"tasks": omitted}});
     view
-}
-
-// ===== gantt =====
-
-fn gantt(view: &GanttView, now: u64, params: &SummaryParams, limits: &SummaryLimits) -> Value {
-    let to = params.to_nanos.unwrap_or(now).max(1);
-    let from = params.from_nanos.unwrap_or(0).min(to - 1);
-    let overlaps = |s: &GanttSlice| s.start_nanos <= to && s.start_nanos + s.dur_nanos >= from;
-
-    // The busiest lanes in the window.
-    let mut busy: HashMap<u32, u64> = HashMap::new();
-    for s in view.slices.iter().filter(|s| overlaps(s)) {
-        let clipped = (s.start_nanos + s.dur_nanos).min(to) - s.start_nanos.max(from);
-        *busy.entry(s.lane).or_default() += clipped.max(1);
-    }
-    let mut lanes: Vec<(u32, u64)> = busy.into_iter().collect();
-    lanes.sort_by_key(|&(lane, t)| (std::cmp::Reverse(t), lane));
-    let lane_total = lanes.len();
-    lanes.truncate(limits.gantt_lanes);
-    let kept: HashSet<u32> = lanes.iter().map(|&(lane, _)| lane).collect();
-
-    // Slices narrower than a column are merged per lane, column and state;
-    // while that leaves more than the cap, the columns are widened.
-    let visible: Vec<&GanttSlice> = view
-        .slices
-        .iter()
-        .filter(|s| kept.contains(&s.lane) && overlaps(s))
-        .collect();
-    let in_window = visible.len();
-    let mut column = ((to - from) / limits.gantt_columns.max(1)).max(1);
-    let mut slices = merge_slices(&visible, from, column);
-    while slices.len() > limits.gantt_slices && column < to - from {
-        column = column.saturating_mul(2);
-        slices = merge_slices(&visible, from, column);
-    }
-    let slice_count = slices.len();
-    if slices.len() > limits.gantt_slices {
-        slices.sort_by_key(|s| std::cmp::Reverse(s.dur_nanos));
-        slices.truncate(limits.gantt_slices);
-    }
-    slices.sort_by_key(|s| (s.lane, s.start_nanos));
-
-    let flows: Vec<GanttFlow> = view
-        .flows
-        .iter()
-        .filter(|f| kept.contains(&f.from_lane) && kept.contains(&f.to_lane))
-        .filter(|f| f.to_nanos >= from && f.from_nanos <= to)
-        .take(limits.gantt_flows)
-        .cloned()
-        .collect();
-    let flows_in_window = view
-        .flows
-        .iter()
-        .filter(|f| f.to_nanos >= from && f.from_nanos <= to)
-        .count();
-    let reduced = GanttView {
-        lanes: view
-            .lanes
-            .iter()
-            .filter(|l| kept.contains(&l.lane))
-            .cloned()
-            .collect(),
-        slices,
-        flows,
-    };
-    let shown_slices = reduced.slices.len();
-    let shown_flows = reduced.flows.len();
-    let mut out = reduced.to_chrome_trace();
-    for event in out["traceEvents"].as_array_mut().into_iter().flatten() {
-        let id = format!(
-            "{}|{}|{}|{}|{}|{}|{}",
-            event["ph"].as_str().unwrap_or(""),
-            event["pid"],
-            event["tid"],
-            event["cat"].as_str().unwrap_or(""),
-            event["ts"],
-            event["args"]["task_id"].as_str().unwrap_or(""),
-            if event["ph"] == "X" || event["ph"] == "M" {
-                event["name"].to_string()
-            } else {
-                event["id"].to_string()
-            },
-        );
-        event["id"] = match event["ph"].as_str() {
-            // Flow events keep their numeric id: it pairs `s` with `f`.
-            Some("s" | "f") => event["id"].clone(),
-            _ => json!(id),
-        };
-        if event["ph"] == "s" || event["ph"] == "f" {
-            event["key"] = json!(id);
-        }
-    }
-    out["summary"] = json!({
-        "from_nanos": from,
-        "to_nanos": to,
-        "column_nanos": column,
-        "lanes": lane_total,
-        "slices_in_window": in_window,
-        "omitted": {
-            "lanes": lane_total - kept.len(),
-            "slices_merged": in_window.saturating_sub(slice_count),
-            "slices": slice_count - shown_slices,
-            "flows": flows_in_window - shown_flows,
-        },
-    });
-    out
-}
-
-/// `slices` with those shorter than `column` merged per lane, column (from
-/// `from`) and state into one slice that says how many it stands for (a
-/// slice alone in its cell keeps its task id).
-fn merge_slices(slices: &[&GanttSlice], from: u64, column: u64) -> Vec<GanttSlice> {
-    // By (lane, column, state): the merged slice, how many it stands for,
-    // and the first one's task id.
-    type Merged = (GanttSlice, u64, String);
-    let mut out = Vec::new();
-    let mut merged: BTreeMap<(u32, u64, &'static str), Merged> = BTreeMap::new();
-    for &s in slices {
-        if s.dur_nanos >= column {
-            out.push(s.clone());
-            continue;
-        }
-        let col = s.start_nanos.saturating_sub(from) / column;
-        let (m, n, _) = merged
-            .entry((s.lane, col, s.state.as_str()))
-            .or_insert_with(|| {
-                let mut first = s.clone();
-                let task_id = std::mem::take(&mut first.task_id);
-                (first, 0, task_id)
-            });
-        let end = (m.start_nanos + m.dur_nanos).max(s.start_nanos + s.dur_nanos);
-        m.start_nanos = m.start_nanos.min(s.start_nanos);
-        m.dur_nanos = end - m.start_nanos;
-        m.finished &= s.finished;
-        *n += 1;
-    }
-    for (m, n, task_id) in merged.into_values() {
-        let mut m = m;
-        if n > 1 {
-            m.detail = Some(format!("{n} slices merged"));
-            m.name = format!("{n} × {}", m.name);
-        } else {
-            m.task_id = task_id;
-        }
-        out.push(m);
-    }
-    out
 }
 
 // ===== deltas =====

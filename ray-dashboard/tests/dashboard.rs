@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ray_dashboard::{Dashboard, DashboardConfig, ViewsSource};
+use ray_insight::{FieldValue, Record, RecordKind, Sink, Views};
 use serde_json::Value;
 
 use ray_test_support::http::{get, post, request};
@@ -144,6 +145,184 @@ fn the_api_answers_views_stats_and_jobs_and_says_what_is_wrong() {
     assert_eq!(status, 405);
     let (status, _) = request(&dash, "garbage\r\n\r\n");
     assert_eq!(status, 400);
+}
+
+/// Two instances of `m::Worker` (`actor-1`, `actor-2`), each called once
+/// by the driver (`process`, 3 µs and 5 µs), as job `job-1`.
+fn two_instances() -> Arc<ViewsSource> {
+    let mut records = Vec::new();
+    let mut span = 0;
+    let mut push = |kind, at_nanos, fields: &[(&'static str, &str)], records: &mut Vec<Record>| {
+        span += u64::from(kind == RecordKind::SpanNew);
+        records.push(Record {
+            kind,
+            span,
+            parent: 0,
+            name: if kind == RecordKind::SpanNew {
+                "actor.call"
+            } else {
+                "closed"
+            },
+            target: "ray::actor",
+            at_nanos,
+            thread: 0,
+            fields: fields
+                .iter()
+                .map(|(k, v)| (*k, FieldValue::Str((*v).into())))
+                .collect(),
+        });
+    };
+    for (actor, task, start, micros) in [("actor-1", "t1", 1_000, 3), ("actor-2", "t2", 2_000, 5)] {
+        let call = [
+            ("task_id", task),
+            ("actor_id", actor),
+            ("class", "m::Worker"),
+            ("method", "process"),
+        ];
+        push(RecordKind::SpanNew, start, &call, &mut records);
+        push(
+            RecordKind::SpanClose,
+            start + micros * 1_000,
+            &[],
+            &mut records,
+        );
+    }
+    let mut views = Views::default();
+    views.accept(&records);
+    ViewsSource::new("job-1", views, None)
+}
+
+/// The flame graph names each actor instance unless `fold=class` folds
+/// them into their class, in folded stacks and SVG alike; a bad fold is
+/// a 400 that names the parameter.
+#[test]
+fn the_flame_graph_folds_instances_into_classes_when_asked() {
+    let dash = Dashboard::start(
+        DashboardConfig {
+            token: Some("sesame".into()),
+            ..DashboardConfig::default()
+        },
+        two_instances(),
+    )
+    .expect("the dashboard starts");
+    let by_instance = "driver;m::Worker[actor-1].process 3\ndriver;m::Worker[actor-2].process 5\n";
+    for query in ["", "&fold=", "&fold=instance"] {
+        let (status, folded) = get(
+            &dash,
+            &format!("/api/view?token=sesame&view=flame&format=folded{query}"),
+        );
+        assert_eq!((status, folded.as_str()), (200, by_instance), "{query:?}");
+    }
+    let (status, folded) = get(
+        &dash,
+        "/api/view?token=sesame&view=flame&format=folded&fold=class",
+    );
+    assert_eq!(
+        (status, folded.as_str()),
+        (200, "driver;m::Worker.process 8\n")
+    );
+    // Other metrics fold the same way.
+    let (status, running) = get(
+        &dash,
+        "/api/view?token=sesame&view=flame&format=folded&fold=class&metric=running",
+    );
+    assert_eq!(status, 200);
+    assert!(
+        running.contains("driver;m::Worker.process 8\n"),
+        "{running}"
+    );
+    assert!(!running.contains("[actor-"), "{running}");
+
+    let frame_titles = |svg: &str| -> Vec<String> {
+        svg.split("<title>")
+            .skip(1)
+            .filter_map(|t| t.split(" (").next())
+            .map(str::to_owned)
+            .collect()
+    };
+    let (status, svg) = get(&dash, "/api/view?token=sesame&view=flame&format=svg");
+    assert_eq!(status, 200);
+    let titles = frame_titles(&svg);
+    assert!(
+        titles.iter().any(|t| t == "m::Worker[actor-1].process")
+            && titles.iter().any(|t| t == "m::Worker[actor-2].process"),
+        "{titles:?}"
+    );
+    let (status, svg) = get(
+        &dash,
+        "/api/view?token=sesame&view=flame&format=svg&fold=class",
+    );
+    assert_eq!(status, 200);
+    let titles = frame_titles(&svg);
+    assert!(
+        titles.iter().any(|t| t == "m::Worker.process"),
+        "{titles:?}"
+    );
+    assert!(!titles.iter().any(|t| t.contains("[actor-")), "{titles:?}");
+
+    // Other views take the parameter and are unchanged by it.
+    let (status, _) = get(
+        &dash,
+        "/api/view?token=sesame&view=logical&format=json&fold=class",
+    );
+    assert_eq!(status, 200);
+    for bad in ["Class", "classes", "1"] {
+        let (status, body) = get(
+            &dash,
+            &format!("/api/view?token=sesame&view=flame&fold={bad}"),
+        );
+        assert_eq!(status, 400, "fold={bad}: {body}");
+        assert_eq!(
+            body.trim(),
+            format!("bad fold={bad}: choose instance or class")
+        );
+    }
+    // The diff of a flame graph against a baseline takes it too.
+    let (status, diff) = get(
+        &dash,
+        "/api/flamediff?token=sesame&fold=class&before=driver%3Bm%3A%3AWorker.process+4",
+    );
+    assert_eq!(status, 200, "{diff}");
+    let (status, body) = get(&dash, "/api/flamediff?token=sesame&fold=no&before=x+1");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("fold=no"), "{body}");
+}
+
+/// The logical summary carries the bottleneck summary when `top=N` asks
+/// for it (the first tab's panel), and says what is wrong with a bad N.
+#[test]
+fn the_logical_summary_carries_the_bottlenecks_when_asked() {
+    let dash = Dashboard::start(
+        DashboardConfig {
+            token: Some("sesame".into()),
+            ..DashboardConfig::default()
+        },
+        two_instances(),
+    )
+    .expect("the dashboard starts");
+    let (status, plain) = get(&dash, "/api/summary?token=sesame&view=logical");
+    assert_eq!(status, 200);
+    let plain: Value = serde_json::from_str(&plain).unwrap();
+    assert!(plain.get("bottlenecks").is_none(), "{plain}");
+    let (status, top) = get(&dash, "/api/summary?token=sesame&view=logical&top=1");
+    assert_eq!(status, 200, "{top}");
+    let top: Value = serde_json::from_str(&top).unwrap();
+    let b = &top["bottlenecks"];
+    assert_eq!(b["self_time"].as_array().map(Vec::len), Some(1), "{b}");
+    assert_eq!(b["self_time"][0]["frame"], "m::Worker[actor-2].process");
+    assert_eq!(b["self_time"][0]["nanos"], 5_000);
+    assert_eq!(b["self_time"][0]["calls"], 1);
+    assert_eq!(b["waits"], serde_json::json!([]));
+    assert_eq!(b["data"], serde_json::json!([]));
+    assert_eq!(b["deadlocks"], serde_json::json!([]));
+    for bad in ["0", "51", "many"] {
+        let (status, body) = get(
+            &dash,
+            &format!("/api/summary?token=sesame&view=logical&top={bad}"),
+        );
+        assert_eq!(status, 400, "top={bad}: {body}");
+        assert!(body.starts_with(&format!("bad top={bad}")), "{body}");
+    }
 }
 
 #[test]

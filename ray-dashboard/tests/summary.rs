@@ -2,8 +2,8 @@
 //! full views they narrow: the logical graph keeps every node and call count
 //! while it is small and collapses actor classes when it is large, the Gantt
 //! chart merges narrow slices without losing count of them and keeps the
-//! busiest lanes of the window asked for, and the stack view puts deadlocks
-//! first within its cap.
+//! busiest lanes of the window asked for and bundles its flow arrows, and
+//! the stack view puts deadlocks first within its cap.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -706,6 +706,92 @@ fn many_short_slices_are_merged_without_losing_count() {
         .iter()
         .all(|e| tids.contains(&e["tid"].as_u64().unwrap())));
     assert_eq!(events.iter().map(|e| stands_for(e)).sum::<u64>(), 50_000);
+}
+
+/// The `s` events of a Gantt summary: (id, calls it stands for, ts).
+fn flow_starts(summary: &Value) -> Vec<(u64, u64, f64)> {
+    let events = summary["traceEvents"].as_array().unwrap();
+    let starts: Vec<(u64, u64, f64)> = events
+        .iter()
+        .filter(|e| e["ph"] == "s")
+        .map(|e| {
+            let calls = e["args"]["calls"]
+                .as_u64()
+                .expect("a bundle counts its calls");
+            (e["id"].as_u64().unwrap(), calls, e["ts"].as_f64().unwrap())
+        })
+        .collect();
+    // Each bundle is an `s` and an `f` event sharing its id and count.
+    for (id, calls, _) in &starts {
+        let end = events
+            .iter()
+            .find(|e| e["ph"] == "f" && e["id"] == *id)
+            .expect("a bundle's end");
+        assert_eq!(end["args"]["calls"], *calls);
+    }
+    starts
+}
+
+/// A burst of 1,000 calls from the driver's lane to an actor's at the
+/// start, then 10 calls spread over 100 ms: the burst is one arrow that
+/// says it carries 1,000 calls, and the later calls keep theirs (the first
+/// calls no longer take every arrow); under a cap of 5 arrows the largest
+/// bundles are kept and the calls of the others are said to be left out.
+#[test]
+fn a_burst_of_calls_is_one_arrow_and_later_calls_keep_theirs() {
+    let mut s = Script::default();
+    let driver = s.open(
+        "task.run",
+        0,
+        0,
+        &[("task_id", "drv"), ("function", "m::main")],
+    );
+    s.create("w1", A, 100);
+    for i in 0..1_000u64 {
+        s.call(
+            &format!("b{i}"),
+            "w1",
+            A,
+            "burst",
+            Some("drv"),
+            1_000 + i * 200,
+        );
+    }
+    for i in 0..10u64 {
+        let at = 10_000_000 + i * 8_000_000;
+        s.call(&format!("l{i}"), "w1", A, "late", Some("drv"), at);
+    }
+    s.close(driver, 100_000_000);
+    let views = s.views(Limits::default());
+
+    let sum = summary(
+        &views,
+        ViewKind::Gantt,
+        &SummaryParams::default(),
+        &SummaryLimits::default(),
+    );
+    assert_keyed(&sum);
+    let starts = flow_starts(&sum);
+    assert_eq!(starts.len(), 11, "{starts:?}");
+    let burst: Vec<_> = starts.iter().filter(|(_, calls, _)| *calls > 1).collect();
+    assert_eq!(burst.len(), 1, "{starts:?}");
+    assert_eq!(burst[0].1, 1_000);
+    // Drawn at the burst's first call.
+    assert!((burst[0].2 - 1.0).abs() < 0.5, "{burst:?}");
+    assert!(starts.iter().filter(|(_, _, ts)| *ts >= 10_000.0).count() == 10);
+    let info = &sum["summary"];
+    assert_eq!(info["flows_in_window"], 1_010);
+    assert_eq!(info["omitted"]["flows"], 0);
+
+    let capped = SummaryLimits {
+        gantt_flows: 5,
+        ..SummaryLimits::default()
+    };
+    let sum = summary(&views, ViewKind::Gantt, &SummaryParams::default(), &capped);
+    let starts = flow_starts(&sum);
+    assert_eq!(starts.len(), 5);
+    assert_eq!(starts.iter().map(|(_, calls, _)| calls).sum::<u64>(), 1_004);
+    assert_eq!(sum["summary"]["omitted"]["flows"], 6);
 }
 
 /// 100 running tasks started first, then 600 blocked ones, then two actor

@@ -67,7 +67,8 @@ impl Source for EmbeddedSource {
     fn jobs(&self) -> Vec<JobEntry> {
         vec![JobEntry {
             job: EMBEDDED_JOB.into(),
-            label: "this process".into(),
+            // The program's name (the page adds the job's id).
+            label: super::program_name(&std::env::args().next().unwrap_or_default()),
             latest: true,
         }]
     }

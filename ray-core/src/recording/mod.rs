@@ -238,6 +238,17 @@ async fn flush_tokio_workers() {
     }
 }
 
+/// A driver's program as the job selector names it: the file name of its
+/// `argv[0]` (`?` when there is none).
+#[cfg(feature = "dashboard")]
+pub(crate) fn program_name(argv0: &str) -> String {
+    Path::new(argv0)
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "?".to_owned())
+}
+
 /// The process's recording, if installed.
 pub(crate) fn current() -> Option<Insight> {
     RECORDING.get().cloned()

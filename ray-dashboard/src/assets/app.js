@@ -291,6 +291,18 @@ async function loadStats() {
   try { onStats(await fetchJson('api/stats', { job: state.job })); } catch (e) { setGlobalMsg(errorHtml(e)); }
 }
 
+/** What the job selector shows for a job: its label (the driver program's name) and its id. */
+function jobText(j) {
+  const id = String(j.job), label = String(j.label || '').trim();
+  return label && label !== id ? `${label} · ${id}` : id;
+}
+
+/** The selector's tooltip: the whole text of the job shown (a long program name is cut in the box). */
+function showJobTitle() {
+  const sel = $('job-select'), opt = sel.selectedOptions[0];
+  sel.title = 'Job: ' + (opt ? opt.title : '');
+}
+
 /** Fills the job selector; the first time, shows `wanted` or the latest job. Later calls keep the job shown. */
 async function loadJobs(wanted) {
   let jobs;
@@ -302,10 +314,15 @@ async function loadJobs(wanted) {
   if (!Array.isArray(jobs)) jobs = [];
   const sel = $('job-select');
   sel.textContent = '';
-  for (const j of jobs) sel.appendChild(new Option(j.label || j.job, String(j.job)));
+  for (const j of jobs) {
+    const opt = new Option(jobText(j) + (j.latest ? ' (latest)' : ''), String(j.job));
+    opt.title = jobText(j);
+    sel.appendChild(opt);
+  }
   if (state.job !== null) {
-    if (!jobs.some((j) => String(j.job) === state.job)) sel.appendChild(new Option(state.job, state.job));
+    if (!jobs.some((j) => String(j.job) === state.job)) sel.appendChild(Object.assign(new Option(state.job, state.job), { title: state.job }));
     sel.value = state.job;
+    showJobTitle();
     return;
   }
   if (!jobs.length) {
@@ -315,6 +332,7 @@ async function loadJobs(wanted) {
   }
   const pick = jobs.find((j) => j.job === wanted) || jobs.find((j) => j.latest) || jobs[jobs.length - 1];
   sel.value = String(pick.job);
+  showJobTitle();
   changeJob(String(pick.job));
 }
 
@@ -343,7 +361,8 @@ function applyFilter() {
   refreshActive(false);
 }
 
-/** `#tab` or `#tab?at=SECONDS&job=J&filter=k%3Dv`. */
+/** `#tab` or `#tab?at=SECONDS&job=J&filter=k%3Dv`; also `metric=`, `fold=class` (flame), `labels=N` (logical),
+ *  `arrows=bundled|hover|off` (Gantt). */
 function parseHash() {
   const [name, query] = location.hash.replace(/^#/, '').split('?');
   return { name: name || 'logical', params: new URLSearchParams(query || '') };
@@ -355,10 +374,13 @@ function applyHashParams(params) {
     if (Number.isFinite(s) && s >= 0) { state.live = false; state.at = Math.round(s * 1e9); }
   }
   if (params.has('metric')) $('flame-metric').value = params.get('metric');
+  if (params.has('fold')) $('flame-fold').value = params.get('fold') === 'class' ? 'class' : 'instance';
+  if (params.has('labels')) $('logical-labels').value = params.get('labels');
+  if (params.has('arrows')) $('gantt-flows').value = params.get('arrows');
 }
 
 function initHeader() {
-  $('job-select').addEventListener('change', (e) => changeJob(e.target.value));
+  $('job-select').addEventListener('change', (e) => { showJobTitle(); changeJob(e.target.value); });
   $('filter-input').addEventListener('keydown', (e) => { if (e.key === 'Enter') applyFilter(); });
   let debounce = 0;
   const slider = $('time-slider');
@@ -389,10 +411,49 @@ function initHeader() {
 const logical = { data: null, nodes: new Map(), vb: null, content: null, fitted: false, selected: null, expand: null };
 const NODE_H = 28, ROW_H = 50, COL_GAP = 170, BAND_GAP = 48;
 
-/** Shows a logical summary: nodes (actor classes collapsed to one node each in large jobs), edges. */
+// The bottleneck summary (`rayrs insight top`) comes with the logical summary: this many rows of each kind.
+const BOTTLENECK_ROWS = 5;
+
+/** Shows a logical summary: nodes (actor classes collapsed to one node each in large jobs), edges, and
+ *  the bottlenecks above the graph. */
 function receiveLogical(d) {
   logical.data = d;
   renderLogical();
+  renderBottlenecks(d && d.bottlenecks);
+}
+
+/** `Class[actor-1.7].method` → `actor:actor-1.7` (the instance's node); a function's frame → `fn:NAME`. */
+function frameKey(frame) {
+  const m = /\[([^\]]+)\]\.[^.[\]]*$/.exec(String(frame));
+  return m ? 'actor:' + m[1] : 'fn:' + frame;
+}
+
+/** The bottleneck panel: the frames with the most self time and the longest waits, the largest data
+ *  edges and the deadlocks; what the graph draws links to its node. */
+function renderBottlenecks(b) {
+  const body = $('bottlenecks-body'), info = $('bottlenecks-info');
+  if (!b) { body.innerHTML = ''; info.textContent = ''; return; }
+  const link = (key, text) => (key && logical.nodes.has(key)
+    ? `<button class="linklike" data-goto="${esc(key)}" title="${esc(text)}">${esc(stripPaths(text))}</button>`
+    : `<span title="${esc(text)}">${esc(stripPaths(text))}</span>`);
+  const table = (rows, cells) => (rows.length
+    ? `<table>${rows.map((r) => `<tr>${cells(r)}</tr>`).join('')}</table>` : '<div class="note">none</div>');
+  const times = (n, what) => `${fmtCount(n)} ${what}${Number(n) === 1 ? '' : 's'}`;
+  const frames = (rows) => table(rows, (r) => `<td>${link(frameKey(r.frame), r.frame)}</td>`
+    + `<td class="num">${esc(fmtNanos(r.nanos))}</td><td class="num">${esc(times(r.calls, 'call'))}</td>`);
+  const data = (rows) => table(rows, (d) => `<td>${link(d.from_key, d.from)} → ${link(d.to_key, d.to)}</td>`
+    + `<td class="num">${esc(fmtBytes(d.bytes))}</td><td class="num">${esc(times(d.gets, 'get'))}</td>`);
+  const deadlocks = b.deadlocks || [];
+  body.innerHTML = `<section data-kind="self"><h3>Most self time</h3>${frames(b.self_time || [])}</section>`
+    + `<section data-kind="waits"><h3>Longest waits</h3>${frames(b.waits || [])}</section>`
+    + `<section data-kind="data"><h3>Largest data edges</h3>${data(b.data || [])}</section>`
+    + `<section data-kind="deadlocks"><h3>Deadlocks</h3>${deadlocks.length
+      ? deadlocks.map((d) => `<div class="bn-deadlock">DEADLOCK ${esc(stripPaths(d))}</div>`).join('')
+      : '<div class="note">none</div>'}</section>`;
+  const top = (b.self_time || [])[0];
+  info.textContent = [top ? `most self time: ${stripPaths(top.frame)} (${fmtNanos(top.nanos)})` : 'nothing finished yet',
+    deadlocks.length ? `${deadlocks.length} deadlock${deadlocks.length === 1 ? '' : 's'}` : ''].filter(Boolean).join(' · ');
+  info.classList.toggle('bn-deadlock', deadlocks.length > 0);
 }
 
 const nodeKey = (n) => String(n.key ?? n.id ?? n.name);
@@ -497,10 +558,12 @@ function renderLogical() {
   const left = [['call edges', om.call_edges], ['data edges', om.data_edges], ['nodes', om.nodes]].filter(([, n]) => n > 0)
     .map(([what, n]) => `${fmtCount(n)} ${what}`);
   $('logical-info').textContent = `${nodes.length} nodes, ${calls.length} call edges, ${datas.length} data edges`
+    + edgeLabelNote(calls.length + datas.length, Number($('logical-labels').value) || 0)
     + (sum.collapsed_classes ? ` · ${fmtCount(sum.actors)} actors: classes drawn as one node each (click one to expand it)` : '')
     + (logical.expand ? ` · expanded: ${shortName(logical.expand)}` : '')
     + (left.length ? ` · left out (the busiest kept): ${left.join(', ')}` : '');
   if (!nodes.length) {
+    renderWidthLegend(1, false);
     svg.appendChild(svgEl('text', { x: 20, y: 30, class: 'note' }, 'Nothing recorded for this job and time.'));
     logical.content = { x: 0, y: 0, w: 400, h: 100 };
     if (!logical.fitted) fitLogical();
@@ -525,7 +588,14 @@ function renderLogical() {
     layerCls.appendChild(g);
   }
 
-  // Parallel edges between the same pair bend apart; data edges bend the other way.
+  // Stroke widths grow with an edge's count, up to the busiest of its kind (the legend shows the calls'
+  // scale); data edges stay thinner, under the calls they go with.
+  const maxOf = (list) => Math.max(1, ...list.map((e) => Number(e.count) || 0));
+  const maxCount = { call: maxOf(calls), data: maxOf(datas) }, widest = { call: 6, data: 3 };
+  renderWidthLegend(maxCount.call, calls.length > 0);
+  // Parallel edges between the same pair bend apart; data edges bend the other way. Labels are
+  // placed afterwards, for the busiest edges only.
+  const drawn = [];
   const drawEdges = (list, kind) => {
     const groups = new Map();
     for (const e of list) { const k = e.from + '\u0000' + e.to; groups.set(k, (groups.get(k) || []).concat([e])); }
@@ -535,20 +605,22 @@ function renderLogical() {
         const geo = edgeGeometry(pos.get(e.from), pos.get(e.to), bend, kind === 'call' ? 0.5 : 0.3);
         const count = Number(e.count) || 0;
         const vague = logical.nodes.get(e.from).kind === 'unknown' ? ' from-unknown' : '';
-        const g = svgEl('g', { class: `edge ${kind}${vague}`, 'data-count': count, 'data-from': e.from, 'data-to': e.to });
-        const sw = Math.min(4, 1 + Math.log10(Math.max(1, count)) * 0.8);
-        g.appendChild(svgEl('path', { d: geo.d, 'stroke-width': sw.toFixed(2), 'marker-end': `url(#arr-${kind})` }));
-        const label = kind === 'call' ? `${shortName(e.name)} ×${count}` : `${fmtBytes(e.total_bytes)} ×${count}`;
-        g.appendChild(svgEl('text', { x: geo.lx, y: geo.ly - 3, 'text-anchor': 'middle' }, label));
+        const label = kind === 'call' ? `${shortName(e.name)} ×${fmtCount(count)}` : `${fmtBytes(e.total_bytes)} ×${fmtCount(count)}`;
+        const g = svgEl('g', { class: `edge ${kind}${vague}`, 'data-count': count, 'data-from': e.from, 'data-to': e.to,
+          'data-label': label, 'data-lx': geo.lx.toFixed(1), 'data-ly': (geo.ly - 3).toFixed(1) });
+        g.appendChild(svgEl('path', { class: 'hit', d: geo.d }));
+        g.appendChild(svgEl('path', { d: geo.d, 'stroke-width': edgeWidth(count, maxCount[kind], widest[kind]).toFixed(2), 'marker-end': `url(#arr-${kind})` }));
         g.appendChild(svgEl('title', {}, kind === 'call'
           ? `${e.name} (${e.kind || 'call'}) ×${count}: total ${fmtNanos(e.total_nanos)}, mean ${fmtNanos(e.mean_nanos)}, max ${fmtNanos(e.max_nanos)}`
           : `data ×${count}, ${fmtBytes(e.total_bytes)}: same node ${e.same_node ?? '?'}, cross node ${e.cross_node ?? '?'}, unknown ${e.unknown_locality ?? '?'}`));
         layerEdges.appendChild(g);
+        drawn.push({ g, count, kind });
       });
     }
   };
   drawEdges(calls, 'call');
   drawEdges(datas, 'data');
+  placeEdgeLabels(drawn, pos);
 
   for (const n of nodes) {
     const k = nodeKey(n), p = pos.get(k);
@@ -566,6 +638,58 @@ function renderLogical() {
   applyLogicalHighlight();
   if (logical.selected && logical.nodes.has(logical.selected)) showLogicalSide(logical.selected);
   else closeLogicalSide();
+}
+
+/** What the info line says of the labels when not every edge has one. */
+function edgeLabelNote(edges, want) {
+  if (edges <= want) return '';
+  return want ? ' · labels on the busiest edges (hover an edge, or select a node, for the others)' : ' · hover an edge for its label';
+}
+
+/** An edge's stroke width: 1 for one call, `widest` (6) for the busiest edge of its kind, on a log scale between. */
+const edgeWidth = (count, max, widest = 6) => 1 + (max > 1 ? (widest - 1) * Math.log(Math.max(1, count)) / Math.log(max) : 0);
+
+/** The stroke-width legend: a few counts from 1 to the busiest call edge's, each as wide as its edges. */
+function renderWidthLegend(max, any) {
+  const counts = any ? [...new Set([1, Math.round(Math.sqrt(max)), max])] : [];
+  $('logical-widths').innerHTML = counts.map((c) => `<span class="lg-w" style="border-top-width:${edgeWidth(c, max).toFixed(1)}px"></span>`
+    + `×${esc(fmtCount(c))}`).join('');
+}
+
+// Edge labels: the box a label takes, from its text's length (10px text).
+const LABEL_CHAR_W = 5.8, LABEL_H = 12;
+function labelBox(g) {
+  const w = g.getAttribute('data-label').length * LABEL_CHAR_W + 4;
+  const x = Number(g.getAttribute('data-lx')), y = Number(g.getAttribute('data-ly'));
+  return { x: x - w / 2, y: y - LABEL_H + 2, w, h: LABEL_H };
+}
+const boxesOverlap = (a, b) => a.x < b.x + b.w && b.x < a.x + a.w && a.y < b.y + b.h && b.y < a.y + a.h;
+
+/** Labels the busiest edges (as many as the labels selector says; call edges before data edges, whose
+ *  counts are of gets), skipping any whose label would cover another label or a node: with a dozen
+ *  actors, labels on every edge overprint each other. */
+function placeEdgeLabels(drawn, pos) {
+  const want = Number($('logical-labels').value) || 0;
+  const taken = [...pos.values()].map((p) => ({ x: p.x, y: p.y, w: p.w, h: p.h }));
+  const order = [...drawn].sort((a, b) => (a.kind === b.kind ? 0 : a.kind === 'call' ? -1 : 1) || b.count - a.count);
+  let placed = 0;
+  for (const { g } of order) {
+    if (placed >= want) break;
+    if (g.classList.contains('from-unknown')) continue;
+    const box = labelBox(g);
+    if (taken.some((t) => boxesOverlap(t, box))) continue;
+    taken.push(box);
+    addEdgeLabel(g, 'edge-label');
+    placed++;
+  }
+  $('logical-svg').dataset.labels = String(placed);   // for tests and tools
+}
+
+/** Writes `g`'s label on it (class `cls`), unless it has one. */
+function addEdgeLabel(g, cls) {
+  if (g.querySelector('text')) return;
+  g.appendChild(svgEl('text', { class: cls, x: g.getAttribute('data-lx'), y: g.getAttribute('data-ly'), 'text-anchor': 'middle' },
+    g.getAttribute('data-label')));
 }
 
 function setViewBox(vb) { logical.vb = vb; $('logical-svg').setAttribute('viewBox', `${vb.x} ${vb.y} ${vb.w} ${vb.h}`); }
@@ -590,6 +714,9 @@ function applyLogicalHighlight() {
     const touches = sel && (f === sel || t === sel);
     if (touches) { neighbours.add(f); neighbours.add(t); }
     g.classList.toggle('hot', Boolean(touches));
+    // The selected node's edges say their counts, whether or not they are among the busiest.
+    for (const label of g.querySelectorAll('text.hot-label')) if (!touches) label.remove();
+    if (touches) addEdgeLabel(g, 'edge-label hot-label');
     g.classList.toggle('dim', Boolean((q && !matched.has(f) && !matched.has(t)) || (sel && !touches)));
   }
   for (const g of svg.querySelectorAll('.node')) {
@@ -690,6 +817,20 @@ function initLogical() {
     const vb = logical.vb;
     setViewBox({ x: p.x - (p.x - vb.x) * f, y: p.y - (p.y - vb.y) * f, w: vb.w * f, h: vb.h * f });
   }, { passive: false });
+  // Hovering an edge shows its label while the pointer is on it.
+  svg.addEventListener('pointerover', (e) => {
+    const g = e.target.closest && e.target.closest('.edge');
+    if (g) addEdgeLabel(g, 'edge-label transient');
+  });
+  svg.addEventListener('pointerout', (e) => {
+    const g = e.target.closest && e.target.closest('.edge');
+    if (g && !(e.relatedTarget && g.contains(e.relatedTarget))) for (const label of g.querySelectorAll('text.transient')) label.remove();
+  });
+  $('logical-labels').addEventListener('change', () => { if (logical.data) renderLogical(); });
+  $('bottlenecks-body').addEventListener('click', (e) => {
+    const go = e.target.closest('[data-goto]');
+    if (go) selectLogicalNode(go.getAttribute('data-goto'));
+  });
   $('logical-search').addEventListener('input', applyLogicalHighlight);
   $('logical-fit').addEventListener('click', fitLogical);
   $('logical-show-data').addEventListener('change', () => { if (logical.data) renderLogical(); });
@@ -709,10 +850,13 @@ function initLogical() {
 
 defineTab('logical', () => loadSummary('logical'), {
   extraKey: () => logical.expand || '',
-  summaryExtra: () => ({ expand: logical.expand }),
+  summaryExtra: () => ({ expand: logical.expand, top: BOTTLENECK_ROWS }),
   current: () => logical.data,
   receive: receiveLogical,
-  clear: () => { logical.data = null; $('logical-svg').textContent = ''; closeLogicalSide(); $('logical-info').textContent = ''; } });
+  clear: () => {
+    logical.data = null; $('logical-svg').textContent = ''; closeLogicalSide(); $('logical-info').textContent = '';
+    renderBottlenecks(null);
+  } });
 
 // ===== Tab 2: Physical — nodes → workers → actors and running tasks =====
 const phys = { data: null };
@@ -789,8 +933,11 @@ function renderPhysical() {
       const labels = workerLabels(w);
       const listed = (w.actors || []).length, total = w.actors_total ?? listed;
       const classes = Object.entries(w.actor_classes || {}).map(([c, k]) => `${shortName(c)} ×${fmtCount(k)}`).join(', ');
-      const actors = (w.actors || []).map((a) => `<span class="phys-actor" title="${esc(a.class)} ${esc(a.actor_id)}">`
-        + `${esc(shortName(a.class))} ${esc(a.actor_id)}</span>`).join('')
+      // Busiest first (the summary sorts them): CPU time of its calls, and running time.
+      const usage = (a) => (a.runs ? ` · ${a.cpu_ms != null ? 'CPU ' + fmtNanos(a.cpu_ms * 1e6) + ' / ' : ''}`
+        + `running ${fmtNanos((a.running_ms || 0) * 1e6)} · ${fmtCount(a.runs)} runs` : '');
+      const actors = (w.actors || []).map((a) => `<span class="phys-actor" data-cpu-ms="${esc(a.cpu_ms ?? '')}" title="${esc(a.class)} ${esc(a.actor_id)}${esc(usage(a))}">`
+        + `${esc(shortName(a.class))} ${esc(a.actor_id)}${a.cpu_ms != null ? ` <b>${esc(fmtNanos(a.cpu_ms * 1e6))}</b>` : ''}</span>`).join('')
         + (total > listed ? `<span class="note more">+${fmtCount(total - listed)} more actors (${esc(classes)})</span>` : '');
       const moreRunning = (w.running_total ?? 0) - (w.running || []).length;
       const running = (w.running || []).map((r) => `<span class="phys-task" title="${esc(r.task_id)} ${esc(r.name)}">`
@@ -802,8 +949,11 @@ function renderPhysical() {
         ${sparkline(w.samples)}${labelsHtml(labels)}
         <div>${actors}</div><div>${running}</div></div>`;
     }).join('');
-    return `<div class="phys-node" data-node="${esc(n.node_id)}">
-      <h2>${esc(n.node_id)}</h2>
+    // What the head said of it: dead (with why), or registered and idle.
+    const state = n.alive === false ? `<span class="phys-dead" title="${esc(n.death_cause || '')}">dead${n.death_cause ? ': ' + esc(truncate(n.death_cause, 60)) : ''}</span>`
+      : n.alive === true && !(n.workers || []).length ? '<span class="note">idle</span>' : '';
+    return `<div class="phys-node${n.alive === false ? ' dead' : ''}" data-node="${esc(n.node_id)}" data-alive="${esc(n.alive ?? '')}">
+      <h2>${esc(n.node_id)}${n.address ? ` <span class="mono note">${esc(n.address)}</span>` : ''} ${state}</h2>
       <div class="phys-totals">${parts.join(' · ')}${res ? ` · resources <b>${res}</b>` : ''}</div>
       ${bundles ? `<div class="phys-bundles">placement groups: ${bundles}</div>` : ''}
       <div class="phys-workers">${ws || '<span class="note">no workers</span>'}${(n.workers_total ?? 0) > (n.workers || []).length
@@ -898,13 +1048,13 @@ defineTab('stack', () => loadSummary('stack'), {
   clear: () => { stack.data = null; $('stack-body').innerHTML = ''; $('stack-info').textContent = ''; },
 });
 
-// ===== Tab 4: Flame — inferno SVG in an iframe; baseline and diff mode =====
-const flame = { mode: 'normal', baseline: null, baselineAt: '', baselineMetric: null, blobUrl: null };
+// ===== Tab 4: Flame — inferno SVG in an iframe, by actor instance or class; baseline and diff mode =====
+const flame = { mode: 'normal', baseline: null, baselineAt: '', baselineMetric: null, blobUrl: null, frames: 0 };
 
 /** The flame graph's URL; in diff mode the server's SVG (the baseline posted in the body) as a blob URL. */
 async function flameFrameUrl() {
   const metric = $('flame-metric').value;
-  if (flame.mode !== 'diff') return apiUrl('api/view', viewParams('flame', 'svg', { metric }));
+  if (flame.mode !== 'diff') return apiUrl('api/view', viewParams('flame', 'svg', { metric, fold: $('flame-fold').value }));
   // Now against the baseline, in the baseline's metric.
   const p = viewParams(null, null, { metric: flame.baselineMetric || metric });
   delete p.view; delete p.format;
@@ -940,7 +1090,19 @@ function loadFrame(frame, url) {
 
 async function loadFlame() {
   await loadFrame($('flame-frame'), await flameFrameUrl());
+  countFlameFrames();
   updateFlameUi();
+}
+
+/** Counts the frames drawn (for the info line), and those naming an actor instance (`Class[actor].method`),
+ *  onto the iframe (`data-frames`, `data-instance-frames`) for tests and tools. */
+function countFlameFrames() {
+  const frame = $('flame-frame');
+  let titles = [];
+  try { titles = [...frame.contentDocument.querySelectorAll('#frames g > title')].map((t) => t.textContent); } catch (e) { /* not readable */ }
+  const instances = titles.filter((t) => /\w\[[^\]]+\]\./.test(t)).length;
+  Object.assign(frame.dataset, { frames: titles.length, instanceFrames: instances });
+  flame.frames = titles.length;
 }
 
 /** True while the user has zoomed or searched inside the flame graph (live refresh would reset it). */
@@ -954,7 +1116,9 @@ function flameInteracting() {
 function updateFlameUi() {
   $('flame-diff').disabled = !flame.baseline || flame.mode === 'diff';
   $('flame-normal').disabled = flame.mode !== 'diff';
+  const fold = flame.mode === 'diff' ? 'by class' : $('flame-fold').value === 'class' ? 'by class' : 'by instance';
   $('flame-info').textContent = (flame.mode === 'diff' ? 'diff vs baseline (red: grew, blue: shrank)' : 'click a frame to zoom, Ctrl+F to search')
+    + ` · ${flame.frames ? fmtCount(flame.frames) + ' ' : ''}frames ${fold}`
     + (flame.baseline ? ` · baseline: ${flame.baselineAt}` : '');
 }
 
@@ -974,6 +1138,7 @@ async function takeBaseline() {
 
 function initFlame() {
   $('flame-metric').addEventListener('change', () => refreshActive(false));
+  $('flame-fold').addEventListener('change', () => { updateFlameUi(); refreshActive(false); });
   $('flame-baseline').addEventListener('click', takeBaseline);
   $('flame-diff').addEventListener('click', () => { if (flame.baseline) { flame.mode = 'diff'; updateFlameUi(); refreshActive(false); } });
   $('flame-normal').addEventListener('click', () => { flame.mode = 'normal'; updateFlameUi(); refreshActive(false); });
@@ -982,21 +1147,34 @@ function initFlame() {
 
 defineTab('flame', loadFlame, {
   minGap: 3000,
-  extraKey: () => `${$('flame-metric').value}|${flame.mode}|${flame.mode === 'diff' ? flame.baselineAt : ''}`,
+  extraKey: () => `${$('flame-metric').value}|${$('flame-fold').value}|${flame.mode}|${flame.mode === 'diff' ? flame.baselineAt : ''}`,
   canLiveRefresh: () => !flameInteracting(),
   clear: () => { $('flame-frame').removeAttribute('src'); },
 });
 
 // ===== Tab 5: Gantt — lanes of slices on a canvas, flow arrows, zoom and pan =====
-const gantt = { data: null, windowTimer: 0, rows: [], flows: [], slices: 0, minTs: 0, maxTs: 1, height: 0, view: null, vy: 0, fitted: true, drawPending: 0, drag: null, note: '' };
-const LANE_H = 20, PROC_H = 18, AXIS_H = 24, LABEL_W = 230, MAX_FLOWS = 800;
-// Drawn in this order: queued states (thinner bars) over running/blocked.
-const STATE_COLOURS = { running: '#5cb85c', blocked: '#e0604f', other: '#8aa2c8', submitted: '#9fb0c6', scheduled: '#f0b54d' };
+// `hover`: the slice under the pointer, whose own arrows are drawn highlighted.
+const gantt = { data: null, windowTimer: 0, rows: [], flows: [], slices: 0, minTs: 0, maxTs: 1, height: 0, view: null, vy: 0, fitted: true, drawPending: 0, drag: null, note: '', hover: null };
+const LANE_H = 20, PROC_H = 18, AXIS_H = 24, LABEL_W = 230;
+// Arrows: bundled per pair of lanes and FLOW_BUCKET_PX of the time axis; at most MAX_ARROWS (the largest bundles).
+const FLOW_BUCKET_PX = 60, MAX_ARROWS = 120;
+// How each state is drawn, in this order, so that what a lane is doing reads at a glance: queued
+// (submitted) and scheduled calls as light outlined bars underneath, running calls a saturated green
+// over them, and time blocked in a get/wait (nested in its running call) hatched amber on top.
+// `inset`: pixels left free above and below the bar in its lane; `label`: named where wide enough.
+// As the legend in index.html (app.css).
+const STATE_STYLES = {
+  submitted: { fill: '#eef1f5', stroke: '#9aa6b6', inset: 5, text: 'queued (submitted)' },
+  scheduled: { fill: '#dfe7f7', stroke: '#7f95c0', inset: 5, text: 'scheduled' },
+  other: { fill: '#8aa2c8', inset: 3, text: 'other' },
+  running: { fill: '#2e9e4f', inset: 2, text: 'running', label: true },
+  blocked: { fill: '#f5b041', hatch: '#b9770e', inset: 2, text: 'waiting (get/wait)', label: true },
+};
 
 /** The slice's state: its `cat`, else its name's prefix (`submitted X`, `scheduled X`, `wait X`). */
 function sliceState(e) {
   const c = String(e.cat || ''), n = String(e.name || '');
-  if (STATE_COLOURS[c] && c !== 'other') return c;
+  if (STATE_STYLES[c] && c !== 'other') return c;
   const m = /^(submitted|scheduled|wait|blocked)\b/.exec(n);
   return m ? (m[1] === 'wait' ? 'blocked' : m[1]) : c === '' ? 'running' : 'other';
 }
@@ -1024,7 +1202,8 @@ function parseTrace(d) {
       maxTs = Math.max(maxTs, ts + dur);
       count++;
     } else if (e.ph === 's' || e.ph === 'f') {
-      (e.ph === 's' ? starts : ends).set(String(e.id), { lane: lane(e.pid, e.tid), ts: Number(e.ts) || 0 });
+      // The server bundles arrows: `args.calls` is how many calls one stands for.
+      (e.ph === 's' ? starts : ends).set(String(e.id), { lane: lane(e.pid, e.tid), ts: Number(e.ts) || 0, n: Number(e.args && e.args.calls) || 1 });
     }
   }
   // Rows: a header per process (node) when there are names or several, then its lanes.
@@ -1039,7 +1218,7 @@ function parseTrace(d) {
     rows.push({ lane: l, y, h: LANE_H });
     y += LANE_H;
   }
-  const flows = [...starts].filter(([id]) => ends.has(id)).map(([id, s]) => ({ a: s.lane, at: s.ts, b: ends.get(id).lane, bt: ends.get(id).ts }));
+  const flows = [...starts].filter(([id]) => ends.has(id)).map(([id, s]) => ({ a: s.lane, at: s.ts, b: ends.get(id).lane, bt: ends.get(id).ts, n: s.n }));
   if (!Number.isFinite(minTs)) { minTs = 0; maxTs = 1; }
   return { rows, flows, slices: count, minTs, maxTs: Math.max(maxTs, minTs + 1), height: y };
 }
@@ -1047,6 +1226,7 @@ function parseTrace(d) {
 /** Shows a Gantt summary (a Chrome trace: the busiest lanes, sub-pixel slices merged by the server). */
 function receiveGantt(d) {
   gantt.data = d;
+  gantt.hover = null;
   Object.assign(gantt, parseTrace(d));
   if (gantt.fitted || !gantt.view) fitGantt(); else requestGanttDraw();
   const lanes = gantt.rows.filter((r) => r.lane).length, c = $('gantt-canvas');
@@ -1055,8 +1235,9 @@ function receiveGantt(d) {
   if (om.slices_merged > 0) notes.push(`${fmtCount(sum.slices_in_window)} slices in the window, those under ${fmtNanos(sum.column_nanos)} merged`);
   if (om.lanes > 0) notes.push(`${fmtCount(om.lanes)} quieter lanes left out`);
   if (om.slices > 0) notes.push(`${fmtCount(om.slices)} short slices left out`);
-  if (om.flows > 0) notes.push(`${fmtCount(om.flows)} flows left out`);
-  $('gantt-info').textContent = `${lanes} lanes, ${fmtCount(gantt.slices)} slices, ${fmtCount(gantt.flows.length)} flows`
+  if (om.flows > 0) notes.push(`${fmtCount(om.flows)} calls' arrows left out`);
+  const calls = gantt.flows.reduce((sum, f) => sum + f.n, 0);
+  $('gantt-info').textContent = `${lanes} lanes, ${fmtCount(gantt.slices)} slices, ${fmtCount(calls)} calls in ${fmtCount(gantt.flows.length)} arrows`
     + (notes.length ? ' · ' + notes.join(' · ') : '');
   Object.assign(c.dataset, { lanes, slices: gantt.slices, flows: gantt.flows.length });   // for tests and tools
   c.setAttribute('aria-label', 'Gantt lanes: ' + gantt.rows.filter((r) => r.lane).map((r) => r.lane.name || r.lane.tid).join(', '));
@@ -1119,11 +1300,12 @@ function drawGantt() {
   gantt.vy = Math.max(0, Math.min(gantt.vy, gantt.height - (H - AXIS_H)));
   const top = AXIS_H - gantt.vy;
 
-  // Lanes and slices: rectangles batched per state (in STATE_COLOURS order), slices narrower
-  // than a pixel merged into one mark per pixel column, labels where they do not overlap.
+  // Lanes and slices: rectangles batched per state (drawn in STATE_STYLES order), slices narrower
+  // than a pixel merged into one mark per pixel column, labels where they do not overlap, and a
+  // thin gap where one running call follows another, so that back-to-back calls stay apart.
   ctx.save();
   ctx.beginPath(); ctx.rect(0, AXIS_H, W, H - AXIS_H); ctx.clip();
-  const batch = Object.fromEntries(Object.keys(STATE_COLOURS).map((k) => [k, []])), labels = [];
+  const batch = Object.fromEntries(Object.keys(STATE_STYLES).map((k) => [k, []])), labels = [], gaps = [];
   gantt.rows.forEach((row, i) => {
     const y = top + row.y;
     if (y + row.h < AXIS_H || y > H) return;
@@ -1134,7 +1316,7 @@ function drawGantt() {
     for (let j = lowerBound(sl, vs - row.lane.maxDur); j < sl.length && sl[j].ts <= ve; j++) {
       const s = sl[j], x0 = X(s.ts), x1 = X(s.ts + s.dur);
       if (x1 < LABEL_W) continue;
-      const inset = s.st === 'submitted' || s.st === 'scheduled' ? 5 : 2;
+      const inset = (STATE_STYLES[s.st] || STATE_STYLES.other).inset;
       if (x1 - x0 < 1) {
         const px = Math.floor(x0);
         if (px !== lastPx) { lastPx = px; batch[s.st].push(px, y + inset, 1, row.h - 2 * inset); }
@@ -1142,43 +1324,61 @@ function drawGantt() {
       }
       const a = Math.max(x0, LABEL_W), b = Math.min(x1, W);
       batch[s.st].push(a, y + inset, b - a, row.h - 2 * inset);
-      if (b - a > 44 && a >= labelEnd && inset === 2) { labels.push([a, y, b - a, row.h, s.name]); labelEnd = b; }
+      if (s.st === 'running' && b - a > 4 && x0 >= LABEL_W) gaps.push(a, y + inset, row.h - 2 * inset);
+      if (b - a > 44 && a >= labelEnd && STATE_STYLES[s.st].label) { labels.push([a, y, b - a, row.h, s.name]); labelEnd = b; }
     }
   });
-  let drawn = 0;
+  const hatch = hatchPattern(ctx);
+  const drawnBy = {};
   for (const [st, r] of Object.entries(batch)) {
-    ctx.fillStyle = STATE_COLOURS[st];
+    const style = STATE_STYLES[st];
     ctx.beginPath();
     for (let k = 0; k < r.length; k += 4) ctx.rect(r[k], r[k + 1], r[k + 2], r[k + 3]);
-    ctx.fill();
-    drawn += r.length / 4;
+    ctx.fillStyle = style.fill; ctx.fill();
+    if (style.hatch && hatch) { ctx.fillStyle = hatch; ctx.fill(); }
+    if (style.stroke) {
+      ctx.beginPath();
+      for (let k = 0; k < r.length; k += 4) if (r[k + 2] >= 3) ctx.rect(r[k] + 0.5, r[k + 1] + 0.5, r[k + 2] - 1, r[k + 3] - 1);
+      ctx.strokeStyle = style.stroke; ctx.lineWidth = 1; ctx.stroke();
+    }
+    if (st === 'running') {
+      ctx.fillStyle = 'rgba(255, 255, 255, 0.85)';
+      for (let k = 0; k < gaps.length; k += 3) ctx.fillRect(gaps[k], gaps[k + 1], 1, gaps[k + 2]);
+    }
+    drawnBy[st] = r.length / 4;
   }
-  ctx.fillStyle = '#111';
+  const drawn = Object.values(drawnBy).reduce((a, b) => a + b, 0);
+  // Dark text on a light halo: readable on green and on hatched amber alike.
+  ctx.lineWidth = 3; ctx.lineJoin = 'round'; ctx.strokeStyle = 'rgba(255, 255, 255, 0.8)'; ctx.fillStyle = '#111';
   for (const [a, y, w, h, name] of labels) {
     ctx.save();
     ctx.beginPath(); ctx.rect(a + 2, y, w - 4, h); ctx.clip();
+    ctx.strokeText(stripPaths(name), a + 3, y + h / 2 + 0.5);
     ctx.fillText(stripPaths(name), a + 3, y + h / 2 + 0.5);
     ctx.restore();
   }
 
-  // Flow arrows (caller's slice → callee's slice).
+  // Flow arrows (caller's slice → callee's slice), bundled; the hovered slice's own on top.
   gantt.note = '';
-  if ($('gantt-flows').checked && gantt.flows.length) {
-    const visible = gantt.flows.filter((f) => Math.max(f.at, f.bt) >= vs && Math.min(f.at, f.bt) <= ve);
-    if (visible.length > MAX_FLOWS) {
-      gantt.note = `${fmtCount(visible.length)} flows in view: zoom in to see arrows`;
-    } else {
-      ctx.strokeStyle = 'rgba(40, 50, 70, 0.45)'; ctx.fillStyle = 'rgba(40, 50, 70, 0.6)'; ctx.lineWidth = 1;
-      for (const f of visible) {
-        const x1 = X(f.at), y1 = top + f.a.y + LANE_H / 2, x2 = X(f.bt), y2 = top + f.b.y + LANE_H / 2, mx = (x1 + x2) / 2;
-        ctx.beginPath(); ctx.moveTo(x1, y1); ctx.bezierCurveTo(mx, y1, mx, y2, x2, y2); ctx.stroke();
-        const ang = Math.atan2(y2 - y1, Math.max(1, x2 - x1) * 0.3);
-        ctx.beginPath(); ctx.moveTo(x2, y2);
-        ctx.lineTo(x2 - 6 * Math.cos(ang - 0.4), y2 - 6 * Math.sin(ang - 0.4));
-        ctx.lineTo(x2 - 6 * Math.cos(ang + 0.4), y2 - 6 * Math.sin(ang + 0.4)); ctx.fill();
-      }
+  const mode = $('gantt-flows').value;
+  let arrows = 0;
+  if (mode !== 'off' && gantt.flows.length) {
+    const inView = (f) => Math.max(f.at, f.bt) >= vs && Math.min(f.at, f.bt) <= ve;
+    const geo = { X, top };
+    if (mode === 'bundled') {
+      const bundles = bundleArrows(gantt.flows.filter(inView), X);
+      const shown = bundles.slice(0, MAX_ARROWS);
+      if (bundles.length > shown.length) gantt.note = `${fmtCount(bundles.length)} arrows in view: the ${MAX_ARROWS} largest drawn, zoom in for the rest`;
+      arrows += drawArrows(ctx, shown, geo, 'rgba(40, 50, 70, 0.38)', 'rgba(40, 50, 70, 0.55)');
+    }
+    const h = gantt.hover;
+    if (h) {
+      const own = gantt.flows.filter((f) => inView(f) && ((f.b === h.lane && f.bt >= h.s.ts && f.bt <= h.s.ts + h.s.dur)
+        || (f.a === h.lane && f.at >= h.s.ts && f.at <= h.s.ts + h.s.dur)));
+      arrows += drawArrows(ctx, bundleArrows(own, X).slice(0, MAX_ARROWS), geo, 'rgba(47, 111, 222, 0.9)', 'rgba(47, 111, 222, 1)');
     }
   }
+  gantt.arrows = arrows;
 
   // Lane labels over the left gutter.
   ctx.fillStyle = '#fbfcfd'; ctx.fillRect(0, AXIS_H, LABEL_W, H - AXIS_H);
@@ -1207,6 +1407,59 @@ function drawGantt() {
   if (!gantt.slices) ctx.fillText('No slice for this job, time and filter.', LABEL_W + 12, AXIS_H + 20);
   $('gantt-view').textContent = `${fmtMicros(ve - vs)} shown${gantt.note ? ' · ' + gantt.note : ''}`;
   gantt.drawn = drawn;
+  // What was drawn, for tests and tools: marks per state, and arrows.
+  Object.assign(canvas.dataset, { drawnRunning: drawnBy.running, drawnWaiting: drawnBy.blocked,
+    drawnQueued: drawnBy.submitted + drawnBy.scheduled, arrows });
+}
+
+/** The amber's hatching: dark diagonal strokes on a transparent tile, repeated. */
+function hatchPattern(ctx) {
+  if (!gantt.hatchTile) {
+    const tile = document.createElement('canvas');
+    tile.width = tile.height = 6;
+    const t = tile.getContext('2d');
+    t.strokeStyle = STATE_STYLES.blocked.hatch; t.lineWidth = 1.5;
+    t.beginPath(); t.moveTo(-1, 7); t.lineTo(7, -1); t.moveTo(5, 7); t.lineTo(7, 5); t.moveTo(-1, 1); t.lineTo(1, -1); t.stroke();
+    gantt.hatchTile = tile;
+  }
+  return ctx.createPattern(gantt.hatchTile, 'repeat');
+}
+
+/** Flows bundled per (caller lane, callee lane, FLOW_BUCKET_PX column of the call): one arrow, from the
+ *  earliest flow of the bundle, standing for all their calls (`n`). Largest first. */
+function bundleArrows(flows, X) {
+  const bundles = new Map();
+  for (const f of flows) {
+    const k = `${f.a.pid}:${f.a.tid}>${f.b.pid}:${f.b.tid}@${Math.floor(X(f.at) / FLOW_BUCKET_PX)}`;
+    const b = bundles.get(k);
+    if (!b) bundles.set(k, Object.assign({}, f));
+    else { if (f.at < b.at) Object.assign(b, { at: f.at, bt: f.bt }); b.n += f.n; }
+  }
+  return [...bundles.values()].sort((p, q) => q.n - p.n || p.at - q.at);
+}
+
+/** Draws `bundles` as curved arrows, thicker the more calls they carry, with `×N` beside those of several
+ *  calls (where there is room); the number drawn. */
+function drawArrows(ctx, bundles, { X, top }, stroke, fill) {
+  ctx.strokeStyle = stroke; ctx.fillStyle = fill;
+  let lastLabel = -Infinity;
+  const counts = [];
+  for (const f of bundles) {
+    const x1 = X(f.at), y1 = top + f.a.y + LANE_H / 2, x2 = X(f.bt), y2 = top + f.b.y + LANE_H / 2, mx = (x1 + x2) / 2;
+    ctx.lineWidth = Math.min(3, 1 + Math.log2(f.n) * 0.4);
+    ctx.beginPath(); ctx.moveTo(x1, y1); ctx.bezierCurveTo(mx, y1, mx, y2, x2, y2); ctx.stroke();
+    const ang = Math.atan2(y2 - y1, Math.max(1, x2 - x1) * 0.3);
+    ctx.beginPath(); ctx.moveTo(x2, y2);
+    ctx.lineTo(x2 - 6 * Math.cos(ang - 0.4), y2 - 6 * Math.sin(ang - 0.4));
+    ctx.lineTo(x2 - 6 * Math.cos(ang + 0.4), y2 - 6 * Math.sin(ang + 0.4)); ctx.fill();
+    if (f.n > 1 && Math.abs(x2 - lastLabel) > 28) { counts.push(['×' + fmtCount(f.n), x2 + 3, y2 - 6]); lastLabel = x2; }
+  }
+  // The counts last, dark on a light halo, over every arrow.
+  ctx.save();
+  ctx.lineWidth = 3; ctx.lineJoin = 'round'; ctx.strokeStyle = 'rgba(255, 255, 255, 0.85)'; ctx.fillStyle = '#1d2330';
+  for (const [text, x, y] of counts) { ctx.strokeText(text, x, y); ctx.fillText(text, x, y); }
+  ctx.restore();
+  return bundles.length;
 }
 
 function ganttHit(x, y) {
@@ -1229,10 +1482,15 @@ function ganttHit(x, y) {
 function showGanttTip(x, y) {
   const tip = $('gantt-tip');
   const hit = gantt.drag ? null : ganttHit(x, y);
+  // The hovered slice's arrows are drawn highlighted: redraw when it changes.
+  if ((hit && hit.s) !== (gantt.hover && gantt.hover.s)) {
+    gantt.hover = hit;
+    if ($('gantt-flows').value !== 'off') requestGanttDraw();
+  }
   if (!hit) { tip.hidden = true; return; }
   const { s, lane } = hit;
   const a = s.args || {};
-  tip.innerHTML = `<b>${esc(s.name)}</b><br>${esc(s.st)} · ${esc(fmtMicros(s.dur))}${a.finished === false ? ' (still open)' : ''}`
+  tip.innerHTML = `<b>${esc(s.name)}</b><br>${esc((STATE_STYLES[s.st] || STATE_STYLES.other).text)} · ${esc(fmtMicros(s.dur))}${a.finished === false ? ' (still open)' : ''}`
     + `<br>start ${esc(fmtMicros(s.ts))} · ${esc(lane.name || lane.tid)}`
     + (a.task_id ? `<br>task ${esc(a.task_id)}` : '')
     + (a.objects ? `<br>objects ${esc(typeof a.objects === 'object' ? JSON.stringify(a.objects) : a.objects)}` : '');
@@ -1288,7 +1546,10 @@ function initGantt() {
   };
   canvas.addEventListener('pointerup', end);
   canvas.addEventListener('pointercancel', end);
-  canvas.addEventListener('pointerleave', () => { $('gantt-tip').hidden = true; });
+  canvas.addEventListener('pointerleave', () => {
+    $('gantt-tip').hidden = true;
+    if (gantt.hover) { gantt.hover = null; requestGanttDraw(); }
+  });
   $('gantt-fit').addEventListener('click', () => { fitGantt(); ganttWindowChanged(); });
   $('gantt-flows').addEventListener('change', requestGanttDraw);
   if (typeof ResizeObserver !== 'undefined') new ResizeObserver(requestGanttDraw).observe(wrap);
@@ -1302,7 +1563,7 @@ defineTab('gantt', () => loadSummary('gantt'), {
   receive: receiveGantt,
   minGap: 3000,
   onShow: requestGanttDraw,
-  clear: () => { Object.assign(gantt, { data: null, rows: [], flows: [], slices: 0, height: 0 }); $('gantt-info').textContent = ''; requestGanttDraw(); },
+  clear: () => { Object.assign(gantt, { data: null, rows: [], flows: [], slices: 0, height: 0, hover: null }); $('gantt-info').textContent = ''; requestGanttDraw(); },
 });
 
 // ===== Start =====

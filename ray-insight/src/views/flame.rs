@@ -135,19 +135,20 @@ impl FlameAgg {
             .into_iter()
             .map(|(path, s)| {
                 let children_nanos = children.get(&path).copied().unwrap_or(0);
-                let running_nanos = s.total_nanos - s.waiting_nanos.min(s.total_nanos);
+                // An ancestor with no finished span of its own (the
+                // driver, a caller still running) did nothing here: its
+                // total is its children's, not its running time.
+                let running_nanos = if s.count == 0 {
+                    0
+                } else {
+                    s.total_nanos - s.waiting_nanos.min(s.total_nanos)
+                };
                 FlameFrame {
                     path: paths.render(path),
                     count: s.count,
                     total_nanos: s.total_nanos,
-                    // An ancestor with no finished span of its own (the
-                    // driver, a caller still running) did nothing here.
                     // Its user spans are frames of their own.
-                    self_nanos: if s.count == 0 {
-                        0
-                    } else {
-                        running_nanos.saturating_sub(s.inner_nanos)
-                    },
+                    self_nanos: running_nanos.saturating_sub(s.inner_nanos),
                     children_nanos,
                     waiting_nanos: s.waiting_nanos,
                     running_nanos,
@@ -212,7 +213,8 @@ pub struct FlameFrame {
     pub children_nanos: u64,
     /// Time these spans spent inside `wait` spans.
     pub waiting_nanos: u64,
-    /// `total_nanos` − `waiting_nanos`.
+    /// `total_nanos` − `waiting_nanos`; 0 for an ancestor with no finished
+    /// span of its own.
     pub running_nanos: u64,
 }
 

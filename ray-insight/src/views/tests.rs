@@ -249,13 +249,16 @@ fn worker_tree_flame_totals_are_span_sums_and_self_is_running_time() {
     assert_eq!(parent.waiting_nanos, 800_000);
     assert_eq!(parent.running_nanos, 200_000);
     for frame in by_instance.frames.iter().chain(&flame.frames) {
-        let own = if frame.count == 0 {
-            0
-        } else {
-            frame.running_nanos
-        };
-        assert_eq!(frame.self_nanos, own, "{}", frame.path);
+        assert_eq!(frame.self_nanos, frame.running_nanos, "{}", frame.path);
     }
+    // The driver ran nothing recorded: no running time of its own, so the
+    // running metric's folded lines do not count its children twice.
+    let driver = flame.frame("driver").expect("the root");
+    assert_eq!((driver.count, driver.running_nanos), (0, 0));
+    assert!(!flame
+        .folded(FlameMetric::Running)
+        .lines()
+        .any(|l| l.starts_with("driver ")));
     let creates = flame
         .frame(&format!("driver;{WORKER}.new"))
         .expect("creates");

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::snapshot::Snapshot;
+use super::{FlameView, LogicalView, StackView};
 
 /// One call frame's total over every path it ends: `Class[actor].method`
 /// for an actor instance's method, the function's name for a task.
@@ -50,8 +51,22 @@ pub struct TopView {
 impl Snapshot<'_> {
     /// The `n` heaviest of each kind (see [`TopView`]).
     pub fn top(&self, n: usize) -> TopView {
+        TopView::from_views(&self.flame(), &self.logical(), &self.stacks(), n)
+    }
+}
+
+impl TopView {
+    /// The `n` heaviest of each kind from views already built of one
+    /// snapshot (what [`Snapshot::top`] builds them for): a caller that
+    /// has the logical view at hand need not build it twice.
+    pub fn from_views(
+        flame: &FlameView,
+        logical: &LogicalView,
+        stacks: &StackView,
+        n: usize,
+    ) -> TopView {
         let mut by_frame: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
-        for f in self.flame().frames {
+        for f in &flame.frames {
             if f.count == 0 {
                 continue;
             }
@@ -77,10 +92,9 @@ impl Snapshot<'_> {
         };
         let self_time = heaviest(|s| s.0);
         let waits = heaviest(|s| s.1);
-        let mut data: Vec<TopData> = self
-            .logical()
+        let mut data: Vec<TopData> = logical
             .data_edges
-            .into_iter()
+            .iter()
             .filter(|e| e.total_bytes > 0)
             .map(|e| TopData {
                 from: e.from.to_string(),
@@ -95,8 +109,7 @@ impl Snapshot<'_> {
                 .then_with(|| (&a.from, &a.to).cmp(&(&b.from, &b.to)))
         });
         data.truncate(n);
-        let deadlocks = self
-            .stacks()
+        let deadlocks = stacks
             .deadlocks
             .iter()
             .map(|d| {

@@ -183,8 +183,10 @@ impl InsightHub {
     /// Job `job`, run by the program `driver`, registered now: its time
     /// line starts here.
     pub(crate) fn job_registered(&mut self, job: JobId, driver: &str) {
-        self.started
-            .insert(job, (unix_nanos_now(), driver.to_owned()));
+        self.started.insert(
+            job,
+            (unix_nanos_now(), crate::recording::program_name(driver)),
+        );
         while self.started.len() > MAX_JOBS {
             self.started.pop_first();
         }
@@ -391,6 +393,7 @@ pub(crate) fn export(
             at_nanos,
             filter,
             metric,
+            fold: dashboard::FlameFold::Instance,
             summary: None,
         },
     )?)
@@ -463,10 +466,8 @@ impl Source for HubSource {
             .rev()
             .map(|(job, state)| DashboardJob {
                 job: job.to_string(),
-                label: match &state.driver {
-                    Some(driver) => format!("{job} · {driver}"),
-                    None => job.to_string(),
-                },
+                // The driver's program (the page adds the job's id).
+                label: state.driver.clone().unwrap_or_else(|| job.to_string()),
                 latest: Some(*job) == latest,
             })
             .collect()
@@ -629,7 +630,7 @@ mod tests {
         let alive: Vec<Option<bool>> = nodes.iter().map(|(_, a)| *a).collect();
         assert!(alive.contains(&Some(false)) && alive.contains(&Some(true)));
         // The job selector names the driver.
-        assert_eq!(HubSource(hub.clone()).jobs()[0].label, "job-1 · trainer");
+        assert_eq!(HubSource(hub.clone()).jobs()[0].label, "trainer");
 
         // The log gets the node records with the next batch, in the order
         // the views took them: replaying it shows the same nodes.
