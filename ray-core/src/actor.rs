@@ -115,7 +115,7 @@ impl ActorCell {
         }
         let args = self.ctor_args.lock().take().unwrap_or_default();
         let task = TaskId::new(self.id.owner, self.id.seq);
-        let _span = crate::trace::actor_run(
+        let mut span = crate::trace::actor_run(
             crate::trace::Run {
                 task,
                 parent: self.creator,
@@ -143,6 +143,9 @@ impl ActorCell {
                 cause,
             })
         });
+        if let Err(e) = &outcome {
+            span.failed(e);
+        }
         match outcome {
             Ok(state) => {
                 let spawn = {
@@ -240,7 +243,7 @@ impl ActorCell {
 
     fn run_call(self: &Arc<Self>, call: ActorCall) {
         let rt = &self.rt;
-        let _span = crate::trace::actor_run(
+        let mut span = crate::trace::actor_run(
             crate::trace::Run {
                 task: call.trace,
                 parent: call.parent,
@@ -270,6 +273,9 @@ impl ActorCell {
                 }
             })
         });
+        if let Err(e) = &outcome {
+            span.failed(e);
+        }
         if self.is_dead() {
             // Killed while this call ran: its state goes now.
             let state = self.state.try_write().and_then(|mut s| s.take());

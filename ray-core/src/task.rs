@@ -233,7 +233,7 @@ impl Runtime {
     /// run next: the thread that frees a CPU takes the next task without a
     /// round trip through the pool's queue.
     pub(crate) fn run_task(self: &Arc<Self>, mut spec: TaskSpec) -> Option<Dispatch> {
-        let _span = crate::trace::task_run(
+        let mut span = crate::trace::task_run(
             crate::trace::Run {
                 task: spec.trace_id(),
                 parent: spec.parent,
@@ -256,6 +256,9 @@ impl Runtime {
                 })
             },
         );
+        if let Err(e) = &outcome {
+            span.failed(e);
+        }
         match outcome {
             Err(e) if spec.attempt < spec.max_retries && spec.retry_exceptions.covers(&e) => {
                 spec.attempt += 1;

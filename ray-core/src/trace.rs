@@ -23,25 +23,75 @@ fn direct() -> bool {
 /// A run of a task, an actor call or a constructor, open until dropped.
 #[must_use = "the run's span closes when this drops"]
 pub(crate) enum RunSpan {
+    /// Recorded directly; its close record carries `error` if the run
+    /// failed, and for an actor's run (`started`) the CPU time its thread
+    /// spent on it, `cpu_nanos` (see [`cpu`]).
     #[cfg(feature = "insight")]
-    Direct(#[allow(dead_code)] direct::DirectSpan),
-    /// An actor's run, recorded directly with the CPU time its thread spent
-    /// on it: the close record carries `cpu_nanos` (see [`cpu`]).
-    #[cfg(feature = "insight")]
-    Timed {
+    Direct {
         span: Option<direct::DirectSpan>,
-        started: std::time::Instant,
+        started: Option<std::time::Instant>,
+        error: Option<String>,
     },
-    Tracing(#[allow(dead_code)] tracing::span::EnteredSpan),
+    Tracing(tracing::span::EnteredSpan),
+}
+
+impl RunSpan {
+    /// The run failed with `error` (an error or a panic of the call): its
+    /// close says so, for the views to count it failed.
+    pub(crate) fn failed(&mut self, error: &dyn std::fmt::Display) {
+        match self {
+            #[cfg(feature = "insight")]
+            RunSpan::Direct {
+                span: Some(span),
+                error: slot,
+                ..
+            } if span.id() != 0 => *slot = Some(bounded(error.to_string())),
+            #[cfg(feature = "insight")]
+            RunSpan::Direct { .. } => {}
+            RunSpan::Tracing(span) => {
+                span.record("error", tracing::field::display(error));
+            }
+        }
+    }
+}
+
+/// The most of an error's text a record keeps, in bytes.
+#[cfg(feature = "insight")]
+const MAX_ERROR_BYTES: usize = 256;
+
+/// `text` cut to at most [`MAX_ERROR_BYTES`] (on a character boundary).
+#[cfg(feature = "insight")]
+fn bounded(mut text: String) -> String {
+    if text.len() > MAX_ERROR_BYTES {
+        let mut end = MAX_ERROR_BYTES;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
 }
 
 #[cfg(feature = "insight")]
 impl Drop for RunSpan {
     fn drop(&mut self) {
-        if let RunSpan::Timed { span, started } = self {
-            let used = cpu::run_ended(started.elapsed());
+        if let RunSpan::Direct {
+            span,
+            started,
+            error,
+        } = self
+        {
+            let used = started.map(|s| cpu::run_ended(s.elapsed()));
             if let Some(span) = span.take() {
-                span.close_with(|f| f.push("cpu_nanos", FieldValue::U64(used)));
+                span.close_with(|f| {
+                    if let Some(used) = used {
+                        f.push("cpu_nanos", FieldValue::U64(used));
+                    }
+                    if let Some(error) = error.take() {
+                        f.push("error", FieldValue::Str(error.into()));
+                    }
+                });
             }
         }
     }
@@ -163,7 +213,7 @@ pub(crate) fn task_run(run: Run, function: &'static str, attempt: u32) -> RunSpa
     #[cfg(feature = "insight")]
     if direct() {
         cpu::forget();
-        return RunSpan::Direct(direct::open_span("task.run", "ray::task", |f| {
+        let span = direct::open_span("task.run", "ray::task", |f| {
             id(f, "task_id", run.task.as_u128());
             name(f, "function", function);
             if attempt > 0 {
@@ -173,7 +223,12 @@ pub(crate) fn task_run(run: Run, function: &'static str, attempt: u32) -> RunSpa
                 id(f, "parent_task", parent.as_u128());
             }
             place(f, run.node, run.worker);
-        }));
+        });
+        return RunSpan::Direct {
+            span: Some(span),
+            started: None,
+            error: None,
+        };
     }
     RunSpan::Tracing(
         tracing::trace_span!(
@@ -186,6 +241,7 @@ pub(crate) fn task_run(run: Run, function: &'static str, attempt: u32) -> RunSpa
             parent_task = run.parent.map(TaskId::as_u128),
             node_id = run.node.0,
             worker_id = run.worker.0,
+            error = tracing::field::Empty,
         )
         .entered(),
     )
@@ -220,9 +276,10 @@ pub(crate) fn actor_run(
             }
             place(f, run.node, run.worker);
         });
-        return RunSpan::Timed {
+        return RunSpan::Direct {
             span: Some(span),
-            started,
+            started: Some(started),
+            error: None,
         };
     }
     let parent_task = run.parent.map(TaskId::as_u128);
@@ -237,6 +294,7 @@ pub(crate) fn actor_run(
             parent_task,
             node_id = run.node.0,
             worker_id = run.worker.0,
+            error = tracing::field::Empty,
         ),
         None => tracing::trace_span!(
             target: "ray::actor",
@@ -247,6 +305,7 @@ pub(crate) fn actor_run(
             parent_task,
             node_id = run.node.0,
             worker_id = run.worker.0,
+            error = tracing::field::Empty,
         ),
     };
     RunSpan::Tracing(span.entered())

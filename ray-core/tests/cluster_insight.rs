@@ -9,9 +9,17 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use ray_core::insight::InsightOptions;
-use ray_core::{Cluster, Config};
+use ray_core::prelude::*;
+use ray_core::{Cluster, Config, NodeId};
 use ray_test_support::insight_job::{self, edge};
 use serde_json::Value;
+
+/// Sleeps `ms` milliseconds: a call that is still running when its node dies.
+#[remote]
+fn sleepy(ms: u64) -> u64 {
+    std::thread::sleep(Duration::from_millis(ms));
+    ms
+}
 
 fn json(text: &str) -> Value {
     serde_json::from_str(text).expect("the head exports valid JSON")
@@ -140,12 +148,51 @@ async fn the_head_builds_one_jobs_views_from_every_process_and_replays_its_log()
         .unwrap_err();
     assert!(err.to_string().contains("svg"), "{err}");
 
-    // A node that joins and runs nothing of the job still shows, alive;
-    // once killed, it shows dead with the head's reason.
-    let idle = cluster.add_node().await.expect("a third node joins");
+    // A node that joins and runs nothing of the job still shows, alive.
+    let before: BTreeSet<u64> = ray.nodes().await.unwrap().iter().map(|n| n.id.0).collect();
+    let third = cluster.add_node().await.expect("a third node joins");
     let physical = poll_physical(&cluster, |nodes| registered(nodes, true) == 3).await;
     assert_eq!(registered(&physical, true), 3, "{physical:#?}");
-    cluster.kill_node(idle);
+    let idle = physical
+        .iter()
+        .find(|n| n["alive"] == true && n["workers"].as_array().is_none_or(Vec::is_empty))
+        .unwrap_or_else(|| panic!("an idle registered node in {physical:#?}"));
+    assert_eq!(idle["running_tasks"], 0);
+
+    // A call running there when the node is killed ends as failed, and the
+    // node shows dead with the head's reason.
+    let new_node = ray
+        .nodes()
+        .await
+        .unwrap()
+        .iter()
+        .map(|n| n.id.0)
+        .find(|id| !before.contains(id))
+        .expect("the third node's id");
+    // The driver's view of the cluster learns of the node shortly after the
+    // head does: until then the pinned call is refused as infeasible.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let doomed = loop {
+        let submitted = sleepy::options()
+            .node_affinity(NodeId(new_node), false)
+            .max_retries(0)
+            .remote(&ray, 600_000);
+        match submitted {
+            Ok(doomed) => break doomed,
+            Err(e) if Instant::now() < deadline => {
+                assert!(matches!(e, ray_core::Error::Infeasible { .. }), "{e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("the third node never became usable: {e}"),
+        }
+    };
+    let logical = poll_logical(&cluster, |l| edge_field(l, "::sleepy", "running") == 1).await;
+    assert_eq!(
+        edge_field(&logical, "::sleepy", "running"),
+        1,
+        "{logical:#}"
+    );
+    cluster.kill_node(third);
     let physical = poll_physical(&cluster, |nodes| registered(nodes, false) == 1).await;
     assert_eq!(registered(&physical, true), 2, "{physical:#?}");
     let dead = physical
@@ -156,9 +203,45 @@ async fn the_head_builds_one_jobs_views_from_every_process_and_replays_its_log()
         dead["death_cause"].as_str().is_some_and(|c| !c.is_empty()),
         "{dead:#}"
     );
-    assert!(dead["workers"].as_array().is_none_or(Vec::is_empty));
+    assert_eq!(dead["running_tasks"], 0, "{dead:#}");
+    let logical = poll_logical(&cluster, |l| edge_field(l, "::sleepy", "failed") == 1).await;
+    assert_eq!(edge_field(&logical, "::sleepy", "failed"), 1, "{logical:#}");
+    assert_eq!(
+        edge_field(&logical, "::sleepy", "running"),
+        0,
+        "{logical:#}"
+    );
+    drop(doomed);
     drop(tallies);
     ray.shutdown();
+}
+
+/// Field `field` of the call edge whose name ends with `name` (0 if none).
+fn edge_field(logical: &Value, name: &str, field: &str) -> u64 {
+    logical["call_edges"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["name"].as_str().is_some_and(|n| n.ends_with(name)))
+        .filter_map(|e| e[field].as_u64())
+        .sum()
+}
+
+/// The head's logical view, once `done` holds of it (or after 30 s).
+async fn poll_logical(cluster: &Cluster, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let logical = json(
+            &cluster
+                .insight_export(None, "logical", "json", None, None)
+                .await
+                .expect("the head exports the logical view"),
+        );
+        if done(&logical) || Instant::now() > deadline {
+            return logical;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// How many of `nodes` the head registered, alive or dead as `alive` says.

@@ -20,7 +20,7 @@ use tracing::{Event, Metadata, Subscriber};
 use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::registry::{LookupSpan, SpanRef};
 
-use crate::queue::Shared;
+use crate::queue::{PartialBatch, Shared, STALE_NANOS};
 use crate::record::{FieldCollector, Fields, Record, RecordKind};
 use crate::sink::Collector;
 
@@ -101,6 +101,7 @@ impl InsightLayer {
         let shared = Arc::new(Shared::new(
             config.batch_size.max(1),
             config.max_queued_batches,
+            epoch,
             epoch_unix_nanos,
         ));
         let layer = InsightLayer {
@@ -189,7 +190,8 @@ pub(crate) fn append(
             Kind::Event => (RecordKind::Event, 0),
         };
         let buffer = state.buffer_for(shared);
-        buffer.records.push(Record {
+        let mut records = buffer.records.lock();
+        records.push(Record {
             kind,
             span,
             parent,
@@ -199,10 +201,10 @@ pub(crate) fn append(
             thread,
             fields: Fields::new(),
         });
-        if let Some(record) = buffer.records.last_mut() {
+        if let Some(record) = records.last_mut() {
             fill(&mut record.fields);
         }
-        buffer.flush_if_due(at_nanos);
+        flush_if_due(shared, &mut records, at_nanos);
         Some(span)
     });
     let span = appended.ok().flatten();
@@ -362,10 +364,6 @@ pub(crate) fn flush_thread_buffer_for(shared: &Arc<Shared>) {
     });
 }
 
-/// A thread's partial batch is handed over at its next record once its
-/// oldest record is this old (nanoseconds).
-const MAX_BATCH_AGE_NANOS: u64 = 100_000_000;
-
 /// Source of per-thread indexes, in the order threads first record.
 static NEXT_THREAD_INDEX: AtomicU32 = AtomicU32::new(0);
 
@@ -423,7 +421,7 @@ impl ThreadState {
                 self.forget_gone_layers();
                 self.buffers.push(ThreadBuffer {
                     shared: Arc::clone(shared),
-                    records: Vec::with_capacity(shared.batch_size()),
+                    records: shared.new_partial(),
                 });
                 self.buffers.len() - 1
             }
@@ -440,24 +438,24 @@ impl ThreadState {
 /// One thread's partial batch for one layer.
 struct ThreadBuffer {
     shared: Arc<Shared>,
-    records: Vec<Record>,
+    /// Shared with the collector, which takes it when the thread leaves it
+    /// stale (see [`PartialBatch`]).
+    records: PartialBatch,
 }
 
 impl ThreadBuffer {
     fn flush(&mut self) {
-        self.shared.hand_off(&mut self.records);
+        self.shared.hand_off(&mut self.records.lock());
     }
+}
 
-    /// Hands the batch over when it is full, or when its oldest record has
-    /// waited long (so a thread that records rarely is not hours behind);
-    /// `now` is the newest record's time.
-    fn flush_if_due(&mut self, now: u64) {
-        let oldest = self.records.first().map_or(now, |r| r.at_nanos);
-        if self.records.len() >= self.shared.batch_size()
-            || now.saturating_sub(oldest) >= MAX_BATCH_AGE_NANOS
-        {
-            self.flush();
-        }
+/// Hands `records` over when the batch is full, or when its oldest record
+/// has waited long (so a thread that records rarely is not hours behind);
+/// `now` is the newest record's time.
+fn flush_if_due(shared: &Shared, records: &mut Vec<Record>, now: u64) {
+    let oldest = records.first().map_or(now, |r| r.at_nanos);
+    if records.len() >= shared.batch_size() || now.saturating_sub(oldest) >= STALE_NANOS {
+        shared.hand_off(records);
     }
 }
 

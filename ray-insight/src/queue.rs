@@ -9,6 +9,8 @@
 use std::collections::VecDeque;
 use std::mem;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
@@ -20,6 +22,20 @@ const MAX_SPARE_BATCHES: usize = 64;
 
 /// Preallocation limit for the queue itself; it grows past this on demand.
 const MAX_PREALLOCATED_SLOTS: usize = 1024;
+
+/// A thread's partial batch: written by its thread, record by record, under
+/// an uncontended lock; shared with the collector so that what a thread
+/// wrote before it blocked (a long call, a sleep, a wait in user code) is
+/// handed over without it ([`Shared::take_batches`]).
+pub(crate) type PartialBatch = Arc<Mutex<Vec<Record>>>;
+
+/// A partial batch whose oldest record is this old (nanoseconds) is taken
+/// from its thread by the collector (a thread still recording hands it over
+/// itself at the same age, at its next record).
+pub(crate) const STALE_NANOS: u64 = 100_000_000;
+
+/// The collector looks for stale partial batches at most this often.
+const SWEEP_EVERY_NANOS: u64 = 50_000_000;
 
 /// State shared by one layer, the per-thread buffers that record for it, and
 /// its collector.
@@ -38,6 +54,13 @@ pub(crate) struct Shared {
     /// Wall-clock time of the layer's epoch (`at_nanos == 0`), in
     /// nanoseconds since the Unix epoch.
     epoch_unix_nanos: u64,
+    /// The layer's epoch, the clock of records' `at_nanos`.
+    epoch: Instant,
+    /// Every thread's partial batch for this layer (gone threads' are
+    /// pruned at each sweep).
+    partials: Mutex<Vec<Weak<Mutex<Vec<Record>>>>>,
+    /// When the next sweep for stale partial batches may run (`at_nanos`).
+    next_sweep: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -47,7 +70,12 @@ struct Queue {
 }
 
 impl Shared {
-    pub(crate) fn new(batch_size: usize, max_queued_batches: usize, epoch_unix_nanos: u64) -> Self {
+    pub(crate) fn new(
+        batch_size: usize,
+        max_queued_batches: usize,
+        epoch: Instant,
+        epoch_unix_nanos: u64,
+    ) -> Self {
         Self {
             queue: Mutex::new(Queue {
                 batches: VecDeque::with_capacity(max_queued_batches.min(MAX_PREALLOCATED_SLOTS)),
@@ -59,6 +87,44 @@ impl Shared {
             dropped: AtomicU64::new(0),
             layer_gone: AtomicBool::new(false),
             epoch_unix_nanos,
+            epoch,
+            partials: Mutex::new(Vec::new()),
+            next_sweep: AtomicU64::new(0),
+        }
+    }
+
+    /// A new thread's partial batch, known to the collector.
+    pub(crate) fn new_partial(&self) -> PartialBatch {
+        let partial = Arc::new(Mutex::new(Vec::with_capacity(self.batch_size)));
+        self.partials.lock().push(Arc::downgrade(&partial));
+        partial
+    }
+
+    /// Hands over the partial batches whose oldest record is older than
+    /// [`STALE_NANOS`], from threads that have not recorded since (they
+    /// would have handed it over themselves). A batch its thread is writing
+    /// to right now is left to it. Runs at most every 50 ms.
+    fn sweep_stale(&self) {
+        let now = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        if now < self.next_sweep.load(Ordering::Relaxed) {
+            return;
+        }
+        self.next_sweep
+            .store(now.saturating_add(SWEEP_EVERY_NANOS), Ordering::Relaxed);
+        let partials: Vec<PartialBatch> = {
+            let mut all = self.partials.lock();
+            all.retain(|p| p.strong_count() > 0);
+            all.iter().filter_map(Weak::upgrade).collect()
+        };
+        for partial in partials {
+            if let Some(mut records) = partial.try_lock() {
+                let stale = records
+                    .first()
+                    .is_some_and(|r| now.saturating_sub(r.at_nanos) >= STALE_NANOS);
+                if stale {
+                    self.hand_off(&mut records);
+                }
+            }
         }
     }
 
@@ -131,8 +197,10 @@ impl Shared {
         self.dropped.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Takes every queued batch, oldest first.
+    /// Takes every queued batch, oldest first, after queueing the stale
+    /// partial batches of threads that stopped recording.
     pub(crate) fn take_batches(&self) -> VecDeque<Vec<Record>> {
+        self.sweep_stale();
         mem::take(&mut self.queue.lock().batches)
     }
 
@@ -176,7 +244,7 @@ mod tests {
 
     #[test]
     fn full_queue_drops_and_counts_the_whole_batch() {
-        let shared = Shared::new(4, 1, 0);
+        let shared = Shared::new(4, 1, Instant::now(), 0);
         let mut first = batch(4);
         shared.hand_off(&mut first);
         let mut second = batch(3);
@@ -189,7 +257,7 @@ mod tests {
 
     #[test]
     fn recycled_buffers_are_reused_by_the_next_hand_off() {
-        let shared = Shared::new(4, 2, 0);
+        let shared = Shared::new(4, 2, Instant::now(), 0);
         let mut b = batch(4);
         shared.hand_off(&mut b);
         for drained in shared.take_batches() {
@@ -204,7 +272,7 @@ mod tests {
 
     #[test]
     fn small_batches_join_the_newest_batch_and_keep_their_order() {
-        let shared = Shared::new(8, 1, 0);
+        let shared = Shared::new(8, 1, Instant::now(), 0);
         let mut first = batch(2);
         let capacity = first.capacity();
         shared.hand_off(&mut first);

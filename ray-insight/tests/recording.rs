@@ -313,6 +313,37 @@ fn thread_exit_hands_off_the_partial_batch() {
 }
 
 #[test]
+fn a_thread_that_blocks_after_recording_has_its_records_taken_by_the_collector() {
+    let (layer, collector) = layer(256, 16);
+    let dispatch = Dispatch::new(Registry::default().with(layer));
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let blocked = thread::spawn(move || {
+        tracing::dispatcher::with_default(&dispatch, || {
+            // A call starts, then blocks in user code (a long sleep, a
+            // lock): the thread records nothing more for as long.
+            tracing::info!(target: "ray_core::task", "started");
+            released.recv().expect("released");
+        });
+    });
+    // The collector takes the stale partial batch without the thread.
+    let mut sink = MemorySink::new(16);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while sink.records().is_empty() && std::time::Instant::now() < deadline {
+        thread::sleep(std::time::Duration::from_millis(20));
+        collector.drain_into(&mut sink);
+    }
+    let names: Vec<&str> = sink.records().iter().map(|r| r.name).collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert!(!blocked.is_finished(), "the thread was still blocked");
+    release.send(()).expect("the thread waits");
+    blocked.join().expect("recording thread panicked");
+    // Taken once: the thread's exit hands over nothing more.
+    collector.drain_into(&mut sink);
+    assert_eq!(sink.records().len(), 1);
+    assert_eq!(collector.recorded(), 1);
+}
+
+#[test]
 fn a_field_whose_debug_emits_an_event_is_recorded_without_panicking() {
     struct Chatty;
     impl std::fmt::Debug for Chatty {

@@ -4,10 +4,10 @@
 use std::sync::Arc;
 
 use super::gantt::StoredSlice;
-use super::logical::Locality;
-use super::model::{frame_name, id_of, Id, LabelSetId, LaneId, PathId, PathTable};
+use super::logical::{CallKey, Locality};
+use super::model::{frame_name, id_of, FifoMap, Id, LabelSetId, LaneId, PathId, PathTable};
 use super::physical::{ActorInfo, ActorUsage, GroupInfo, NodeRegistration, ProcessFields};
-use super::task::{LiveTask, OpenWait, Orphan, RecentTask};
+use super::task::{LiveTask, OpenWait, Orphan, RecentTask, TaskState};
 use super::{CallKind, LogicalNode, SliceState, Views};
 use crate::record::{FieldValue, Record, RecordKind};
 use crate::sink::Sink;
@@ -53,6 +53,15 @@ struct CallerInfo {
     path: Option<PathId>,
     labels: LabelSetId,
     lane: Option<LaneId>,
+}
+
+/// How a run ended, as its close record says.
+#[derive(Debug, Clone, Copy, Default)]
+struct Ended {
+    /// The CPU time its thread spent on it (actor runs recorded directly).
+    cpu_nanos: Option<u64>,
+    /// It returned an error or panicked (an `error` field).
+    failed: bool,
 }
 
 fn str_field(record: &Record, key: &str) -> Option<Id> {
@@ -233,6 +242,7 @@ impl Views {
             waits: Vec::new(),
             waited_nanos: 0,
             blocked_nanos: 0,
+            failed: false,
             inner_nanos: 0,
         }
     }
@@ -550,7 +560,11 @@ impl Views {
     fn close_span(&mut self, record: &Record) -> bool {
         match self.spans.remove(&record.span) {
             Some(SpanRole::Task(id)) => {
-                self.finish_task(&id, record.at_nanos, u64_field(record, "cpu_nanos"));
+                let ended = Ended {
+                    cpu_nanos: u64_field(record, "cpu_nanos"),
+                    failed: record.field("error").is_some(),
+                };
+                self.finish_task(&id, record.at_nanos, ended);
                 true
             }
             Some(SpanRole::Wait(id)) => {
@@ -565,12 +579,12 @@ impl Views {
         }
     }
 
-    /// A run ended at `at`, having taken `cpu_nanos` of its thread's CPU
-    /// (when its close record said).
-    fn finish_task(&mut self, id: &Id, at: u64, cpu_nanos: Option<u64>) {
+    /// A run ended at `at`, as `ended` says.
+    fn finish_task(&mut self, id: &Id, at: u64, ended: Ended) {
         let Some(mut task) = self.tasks.remove(id) else {
             return;
         };
+        task.failed |= ended.failed;
 
         if task.caller == LogicalNode::Unknown && task.parent.is_some() {
             // Its caller was not known when it started (the caller's
@@ -590,7 +604,7 @@ impl Views {
             if let Some(info) = self.actors.get_mut(actor) {
                 let start = task.started_at.unwrap_or(at);
                 let running = at.saturating_sub(start).saturating_sub(task.blocked_nanos);
-                info.usage.add(running, cpu_nanos);
+                info.usage.add(running, ended.cpu_nanos);
             }
         }
         match task.parent.clone() {
@@ -638,14 +652,14 @@ impl Views {
         let start = task.started_at.unwrap_or(at);
         let nanos = at.saturating_sub(start);
         let node = task.logical_node();
-        if !self.logical.on_call(
-            task.caller.clone(),
-            node.clone(),
-            task.edge_name(),
-            task.kind,
-            task.labels,
-            nanos,
-        ) {
+        let key = CallKey {
+            from: task.caller.clone(),
+            to: node.clone(),
+            name: task.edge_name(),
+            kind: task.kind,
+            labels: task.labels,
+        };
+        if !self.logical.on_call(key, nanos, task.failed) {
             self.stats.dropped += 1;
         }
         if let Some(path) = task.path {
@@ -1094,10 +1108,61 @@ impl Views {
             gpu_total: amount("gpu_total"),
             memory_total: amount("memory_total"),
         };
-        if self.resources.register(node, registration) {
+        let dead = !registration.alive;
+        if self.resources.register(node.clone(), registration) {
             self.stats.evicted_resource_nodes += 1;
         }
+        if dead {
+            self.fail_calls_on(&node, record.at_nanos);
+        }
         true
+    }
+
+    /// Node `node` died at `at`: the calls running there, and those queued
+    /// for actors that lived there, end as failed (their own records will
+    /// not come). A call the runtime retries elsewhere starts again.
+    fn fail_calls_on(&mut self, node: &Id, at: u64) {
+        let on_node = |task: &LiveTask, actors: &FifoMap<Id, ActorInfo>| {
+            let placed = match (&task.node_id, task.state()) {
+                (Some(n), TaskState::Running | TaskState::Blocked) => Some(n),
+                (_, TaskState::Submitted) => task
+                    .actor_id
+                    .as_ref()
+                    .and_then(|a| actors.get(a))
+                    .and_then(|a| a.node_id.as_ref()),
+                _ => None,
+            };
+            placed == Some(node)
+        };
+        let lost: Vec<Id> = self
+            .tasks
+            .iter()
+            .filter(|(_, task)| on_node(task, &self.actors))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in lost {
+            // Its open spans will never close: forget them.
+            let spans: Vec<u64> = self
+                .spans
+                .iter()
+                .filter(|(_, role)| match role {
+                    SpanRole::Task(t) | SpanRole::Wait(t) => *t == id,
+                    SpanRole::User(user) => user.task == id,
+                })
+                .map(|(span, _)| *span)
+                .collect();
+            for span in spans {
+                self.spans.remove(&span);
+            }
+            self.finish_task(
+                &id,
+                at,
+                Ended {
+                    cpu_nanos: None,
+                    failed: true,
+                },
+            );
+        }
     }
 }
 

@@ -52,18 +52,20 @@ pub(crate) enum Locality {
     Unknown,
 }
 
+/// What a call edge is keyed by: caller, callee, name, kind and labels.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct CallKey {
-    from: LogicalNode,
-    to: LogicalNode,
-    name: Id,
-    kind: CallKind,
-    labels: LabelSetId,
+pub(crate) struct CallKey {
+    pub(crate) from: LogicalNode,
+    pub(crate) to: LogicalNode,
+    pub(crate) name: Id,
+    pub(crate) kind: CallKind,
+    pub(crate) labels: LabelSetId,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
 struct CallStats {
     count: u64,
+    failed: u64,
     total_nanos: u64,
     max_nanos: u64,
     queued: u64,
@@ -134,22 +136,7 @@ impl LogicalAgg {
 
     /// Counts one finished call; `false` when a new edge was needed and the
     /// table is full.
-    pub(crate) fn on_call(
-        &mut self,
-        from: LogicalNode,
-        to: LogicalNode,
-        name: Id,
-        kind: CallKind,
-        labels: LabelSetId,
-        nanos: u64,
-    ) -> bool {
-        let key = CallKey {
-            from,
-            to,
-            name,
-            kind,
-            labels,
-        };
+    pub(crate) fn on_call(&mut self, key: CallKey, nanos: u64, failed: bool) -> bool {
         let full = self.calls.len() >= self.max_edges;
         let stats = match self.calls.get_mut(&key) {
             Some(stats) => stats,
@@ -157,6 +144,7 @@ impl LogicalAgg {
             None => self.calls.entry(key).or_default(),
         };
         stats.count += 1;
+        stats.failed += u64::from(failed);
         stats.total_nanos = stats.total_nanos.saturating_add(nanos);
         stats.max_nanos = stats.max_nanos.max(nanos);
         true
@@ -330,6 +318,7 @@ impl LogicalAgg {
             }
             let merged = calls.entry((from, to, &key.name, key.kind)).or_default();
             merged.count = merged.count.saturating_add(stats.count);
+            merged.failed = merged.failed.saturating_add(stats.failed);
             merged.total_nanos = merged.total_nanos.saturating_add(stats.total_nanos);
             merged.max_nanos = merged.max_nanos.max(stats.max_nanos);
         }
@@ -404,6 +393,7 @@ impl LogicalAgg {
                     name: name.to_string(),
                     kind,
                     count: s.count,
+                    failed: s.failed,
                     total_nanos: s.total_nanos,
                     max_nanos: s.max_nanos,
                     running: s.running,
@@ -459,8 +449,11 @@ pub struct CallEdge {
     pub name: String,
     /// Task, actor call or actor creation.
     pub kind: CallKind,
-    /// Finished calls.
+    /// Finished calls, failed ones included.
     pub count: u64,
+    /// Of those, the ones that failed: an error or a panic in the call, or
+    /// its node died under it.
+    pub failed: u64,
     /// Sum of their span durations, in nanoseconds.
     pub total_nanos: u64,
     /// Calls started and not finished (running or blocked) when the view
@@ -585,6 +578,7 @@ impl LogicalView {
                 "name": e.name,
                 "kind": e.kind.as_str(),
                 "count": e.count,
+                "failed": e.failed,
                 "running": e.running,
                 "queued": e.queued,
                 "total_nanos": e.total_nanos,
@@ -648,6 +642,9 @@ impl LogicalView {
                 e.count,
                 e.mean_nanos() as f64 / 1e6
             );
+            if e.failed > 0 {
+                let _ = write!(label, ", {} failed", e.failed);
+            }
             if e.running > 0 {
                 let _ = write!(label, ", {} running", e.running);
             }

@@ -77,6 +77,8 @@ pub(crate) struct LiveTask {
     pub(crate) waited_nanos: u64,
     /// Time blocked anywhere in the call, user spans included.
     pub(crate) blocked_nanos: u64,
+    /// It ended in an error (its close record's `error`), or its node died.
+    pub(crate) failed: bool,
     /// Time spent inside its user spans (`tracing` spans it opened).
     pub(crate) inner_nanos: u64,
 }

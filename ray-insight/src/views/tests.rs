@@ -2074,3 +2074,106 @@ fn an_actor_sums_its_runs_running_time_and_cpu_time() {
     assert_eq!(actor["runs"], 2);
     assert_eq!(actor["cpu_ms"], 0.032);
 }
+
+#[test]
+fn failed_calls_are_counted_and_a_dead_node_fails_the_calls_it_held() {
+    let mut s = Script::default();
+    let on = |node: &'static str| [("node_id", node), ("worker_id", "w")];
+    // `f` fails once and succeeds once on n1.
+    for (task, at, error) in [("t1", 0, Some("boom")), ("t2", 10, None)] {
+        let mut f = vec![("task_id", task), ("function", "m::f")];
+        f.extend(on("n1"));
+        let span = s.open("task.run", at, &f);
+        s.close(span, at + 5);
+        if let Some(error) = error {
+            if let Some(r) = s.records.last_mut() {
+                r.fields.push("error", FieldValue::Str(error.into()));
+            }
+        }
+    }
+    // On n2: an actor, a call of it running (with a wait and a user span
+    // open), another queued in its mailbox, and a task running.
+    let ctor = s.open(
+        "actor.create",
+        20,
+        &[
+            ("task_id", "c"),
+            ("actor_id", "A"),
+            ("class", "C"),
+            ("node_id", "n2"),
+        ],
+    );
+    s.close(ctor, 21);
+    let call = s.open(
+        "actor.call",
+        30,
+        &[
+            ("task_id", "a1"),
+            ("actor_id", "A"),
+            ("class", "C"),
+            ("method", "m"),
+            ("node_id", "n2"),
+        ],
+    );
+    s.open_in("wait", call, 31, &[("task_id", "a1"), ("object_ids", "o9")]);
+    s.event(
+        "task.submit",
+        32,
+        &[
+            ("task_id", "a2"),
+            ("actor_id", "A"),
+            ("class", "C"),
+            ("method", "m"),
+        ],
+    );
+    let mut g = vec![("task_id", "t3"), ("function", "m::g")];
+    g.extend(on("n2"));
+    s.open("task.run", 33, &g);
+    let mut views = s.views();
+    let before = views.snapshot().logical();
+    let running: u64 = before.call_edges.iter().map(|e| e.running + e.queued).sum();
+    assert_eq!(running, 3, "{:?}", before.call_edges);
+    let mut dead = Fields::new();
+    dead.push("node_id", FieldValue::Str("n2".into()));
+    dead.push("alive", FieldValue::Bool(false));
+    views.accept(&[Record {
+        kind: RecordKind::Event,
+        span: 0,
+        parent: 0,
+        name: "node.state",
+        target: "ray::node",
+        at_nanos: 40_000,
+        thread: 0,
+        fields: dead,
+    }]);
+    let logical = views.snapshot().logical();
+    let edge = |name: &str| {
+        logical
+            .call_edges
+            .iter()
+            .find(|e| e.name.ends_with(name))
+            .unwrap_or_else(|| panic!("{name} in {:?}", logical.call_edges))
+    };
+    assert_eq!((edge("f").count, edge("f").failed), (2, 1));
+    assert_eq!(
+        (edge("g").count, edge("g").failed, edge("g").running),
+        (1, 1, 0)
+    );
+    let m = edge("m");
+    assert_eq!(
+        (m.count, m.failed, m.running, m.queued),
+        (2, 2, 0, 0),
+        "{m:?}"
+    );
+    assert_eq!(views.stats().live_tasks, 0);
+    assert_eq!(
+        views.stats().live_spans,
+        0,
+        "the lost calls' spans are forgotten"
+    );
+    assert!(views.snapshot().stacks().tasks.is_empty());
+    let json = logical.to_json();
+    assert!(json["call_edges"]
+        .as_array()
+        .is_some_and(|edges| edges.iter().any(|e| e["failed"] == 2)));
+}
