@@ -70,7 +70,7 @@ use std::path::{Path, PathBuf};
 
 use ray_insight::export::{ExportError, ExportFormat, ViewKind};
 use ray_insight::log::{read_log, LogError, Replay};
-use ray_insight::views::{FlameMetric, Snapshot};
+use ray_insight::views::FlameMetric;
 use ray_insight::{Sink, Views};
 use serde_json::Value;
 
@@ -91,37 +91,7 @@ pub struct JobEntry {
     pub latest: bool,
 }
 
-/// How the flame graph names actor calls: by instance, as the views record
-/// them (`Class[actor-1.7].method`, the default), or folded into their
-/// class (`Class.method`, the instances' times added up: see
-/// [`FlameView::by_class`](ray_insight::views::FlameView::by_class)).
-///
-/// The dashboard's `fold=instance` or `fold=class`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub enum FlameFold {
-    /// A frame per actor instance.
-    #[default]
-    Instance,
-    /// A frame per actor class.
-    Class,
-}
-
-impl FlameFold {
-    /// The fold's name in a query: `instance` or `class`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FlameFold::Instance => "instance",
-            FlameFold::Class => "class",
-        }
-    }
-
-    /// The fold named `name` (see [`FlameFold::as_str`]), if any.
-    pub fn from_name(name: &str) -> Option<Self> {
-        [FlameFold::Instance, FlameFold::Class]
-            .into_iter()
-            .find(|f| f.as_str() == name)
-    }
-}
+pub use ray_insight::export::FlameFold;
 
 /// What a view request asks for.
 #[derive(Debug, Clone, PartialEq)]
@@ -229,14 +199,12 @@ pub fn render(views: &Views, log: Option<&Path>, query: &ViewQuery) -> Result<St
                     .map(|v| v.to_string())
                     .map_err(SourceError::from)
             }
-            None if query.view == ViewKind::Flame && query.fold == FlameFold::Class => {
-                flame_by_class(&snapshot, query.format, query.metric)
-            }
-            None => ray_insight::export::export_with_metric(
+            None => ray_insight::export::export_with(
                 &snapshot,
                 query.view,
                 query.format,
                 query.metric,
+                query.fold,
             )
             .map_err(SourceError::from),
         }
@@ -253,20 +221,6 @@ pub fn render(views: &Views, log: Option<&Path>, query: &ViewQuery) -> Result<St
             Sink::accept(&mut replay, &contents.records);
             export(replay.views())
         }
-    }
-}
-
-/// The flame graph of `snapshot` with its instances folded into classes,
-/// as `format` (folded stacks or SVG, as the export writes them).
-fn flame_by_class(
-    snapshot: &Snapshot<'_>,
-    format: ExportFormat,
-    metric: FlameMetric,
-) -> Result<String, SourceError> {
-    let flame = snapshot.flame().by_class();
-    match ViewKind::Flame.check(format)? {
-        ExportFormat::Svg => Ok(flame.svg(metric).map_err(ExportError::from)?),
-        _ => Ok(flame.folded(metric)),
     }
 }
 

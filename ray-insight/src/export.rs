@@ -232,6 +232,38 @@ fn names(formats: &[ExportFormat]) -> String {
     }
 }
 
+/// How the flame graph names actor calls: by instance, as the views record
+/// them (`Class[actor-1.7].method`, the default), or folded into their
+/// class (`Class.method`, the instances' times added up: see
+/// [`FlameView::by_class`](crate::views::FlameView::by_class)).
+///
+/// `--fold` of `rayrs insight export`, `fold=` of the dashboard.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum FlameFold {
+    /// A frame per actor instance.
+    #[default]
+    Instance,
+    /// A frame per actor class.
+    Class,
+}
+
+impl FlameFold {
+    /// The fold's name: `instance` or `class`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlameFold::Instance => "instance",
+            FlameFold::Class => "class",
+        }
+    }
+
+    /// The fold named `name` (see [`FlameFold::as_str`]), if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [FlameFold::Instance, FlameFold::Class]
+            .into_iter()
+            .find(|f| f.as_str() == name)
+    }
+}
+
 /// `view` of `snapshot` as `format`, the flame graph by self time.
 ///
 /// Errors: [`ExportError::Unsupported`] for a pair the [module table](self)
@@ -251,7 +283,23 @@ pub fn export_with_metric(
     format: ExportFormat,
     metric: FlameMetric,
 ) -> Result<String, ExportError> {
+    export_with(snapshot, view, format, metric, FlameFold::Instance)
+}
+
+/// [`export_with_metric`], with the flame graph's instances folded as
+/// `fold` says (other views ignore it).
+pub fn export_with(
+    snapshot: &Snapshot<'_>,
+    view: ViewKind,
+    format: ExportFormat,
+    metric: FlameMetric,
+    fold: FlameFold,
+) -> Result<String, ExportError> {
     view.check(format)?;
+    let flame = || match fold {
+        FlameFold::Instance => snapshot.flame(),
+        FlameFold::Class => snapshot.flame().by_class(),
+    };
     let stats = snapshot.stats();
     // What was lost or refused on the way shows beside every view that has
     // room for it: a `records` object in JSON (`otherData` in a Chrome
@@ -281,8 +329,8 @@ pub fn export_with_metric(
         (ViewKind::Physical, _) => pretty(snapshot.physical().to_json()),
         (ViewKind::Stack, ExportFormat::Json) => pretty(snapshot.stacks().to_json()),
         (ViewKind::Stack, _) => format!("{summary}\n{}", snapshot.stacks().to_text()),
-        (ViewKind::Flame, ExportFormat::Svg) => snapshot.flame().svg(metric)?,
-        (ViewKind::Flame, _) => snapshot.flame().folded(metric),
+        (ViewKind::Flame, ExportFormat::Svg) => flame().svg(metric)?,
+        (ViewKind::Flame, _) => flame().folded(metric),
         (ViewKind::Gantt, _) => format!(
             "{}\n",
             with_counts(snapshot.gantt().to_chrome_trace(), "otherData")

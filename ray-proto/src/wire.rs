@@ -314,6 +314,7 @@ mod tests {
                 at_nanos: Some(5),
                 filter: Some("k=v".into()),
                 metric: None,
+                fold: Some("class".into()),
             }
             .into(),
             RegisterActor {

@@ -15,7 +15,7 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::error::ErrorKind;
 use clap::{ArgGroup, Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use ray_core::{Quantity, ResourceSet};
-use ray_insight::export::{parse_metric, ExportFormat, ViewKind};
+use ray_insight::export::{parse_metric, ExportFormat, FlameFold, ViewKind};
 use ray_insight::views::FlameMetric;
 
 use crate::insight;
@@ -293,6 +293,10 @@ pub struct ExportCli {
     /// The flame graph's time (flame only) [default: self]
     #[arg(long, value_name = "METRIC", value_parser = metric_parser())]
     pub metric: Option<FlameMetric>,
+    /// The flame graph's frames: one per actor instance, or its instances
+    /// folded into their class (flame only) [default: instance]
+    #[arg(long, value_name = "FOLD", value_parser = fold_parser())]
+    pub fold: Option<FlameFold>,
     /// Write to FILE instead of stdout
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
@@ -550,6 +554,11 @@ impl ExportCli {
                 "--metric applies to --view flame only".into(),
             ));
         }
+        if self.fold.is_some() && self.view != ViewKind::Flame {
+            return Err(CliError::usage(
+                "--fold applies to --view flame only".into(),
+            ));
+        }
         let source = match self.log {
             Some(log) => insight::Source::Log(log),
             None => insight::Source::Cluster {
@@ -564,6 +573,7 @@ impl ExportCli {
             at_nanos: self.at,
             filter: self.filter,
             metric: self.metric.unwrap_or(FlameMetric::SelfTime),
+            fold: self.fold.unwrap_or_default(),
             out: self.out,
         }))
     }
@@ -694,6 +704,12 @@ fn view_parser() -> impl TypedValueParser<Value = ViewKind> {
 fn format_parser(formats: &[ExportFormat]) -> impl TypedValueParser<Value = ExportFormat> {
     PossibleValuesParser::new(formats.iter().map(|f| f.as_str()))
         .try_map(|name| name.parse::<ExportFormat>())
+}
+
+/// The flame graph's folds.
+fn fold_parser() -> impl TypedValueParser<Value = FlameFold> {
+    PossibleValuesParser::new([FlameFold::Instance, FlameFold::Class].map(FlameFold::as_str))
+        .try_map(|name| FlameFold::from_name(&name).ok_or_else(|| format!("no fold {name:?}")))
 }
 
 /// The flame graph metrics.

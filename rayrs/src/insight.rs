@@ -14,10 +14,11 @@ use std::fs::File;
 use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
-use ray_insight::export::{export_with_metric, ExportFormat, ViewKind};
+use ray_insight::export::{export_with, ExportFormat, FlameFold, ViewKind};
 use ray_insight::log::{LogError, LogReader, Replay, MAGIC};
 use ray_insight::views::{diff_folded, diff_svg, parse_folded, FlameMetric};
 use ray_insight::{Limits, Sink};
+use ray_proto::wire::InsightExport;
 
 use crate::args::QueryArgs;
 use crate::query::connect;
@@ -57,6 +58,8 @@ pub struct ExportArgs {
     /// Keep only tasks labelled `key = value`.
     pub filter: Vec<(String, String)>,
     pub metric: FlameMetric,
+    /// How the flame graph names actor calls (by instance, or by class).
+    pub fold: FlameFold,
     pub out: Option<PathBuf>,
 }
 
@@ -109,7 +112,7 @@ pub fn export(args: ExportArgs) -> Result<(), CliError> {
     let damage = records_from_log(path, &mut replay)?;
     let views = replay.into_views();
     let snapshot = views.filter_all(&args.filter);
-    let text = export_with_metric(&snapshot, args.view, args.format, args.metric)
+    let text = export_with(&snapshot, args.view, args.format, args.metric, args.fold)
         .map_err(|e| CliError::failed(format!("{}: {e}", args.source.name())))?;
     write_out(args.out.as_deref(), &text)?;
     match damage {
@@ -131,12 +134,12 @@ fn export_from_head(
     runtime.block_on(async {
         let (_endpoint, client) = connect(query).await?;
         client
-            .insight_export(
-                job.map(ray_core::JobId),
-                args.view.as_str().to_owned(),
-                args.format.as_str().to_owned(),
-                args.at_nanos,
-                (!args.filter.is_empty()).then(|| {
+            .insight_export(InsightExport {
+                job: job.map(ray_core::JobId),
+                view: args.view.as_str().to_owned(),
+                format: args.format.as_str().to_owned(),
+                at_nanos: args.at_nanos,
+                filter: (!args.filter.is_empty()).then(|| {
                     let pairs: Vec<String> = args
                         .filter
                         .iter()
@@ -144,8 +147,9 @@ fn export_from_head(
                         .collect();
                     pairs.join(",")
                 }),
-                Some(args.metric.as_str().to_owned()),
-            )
+                metric: Some(args.metric.as_str().to_owned()),
+                fold: Some(args.fold.as_str().to_owned()),
+            })
             .await
             .map_err(|e| CliError::failed(format!("{}: {e}", args.source.name())))
     })

@@ -214,6 +214,14 @@ async fn rayrs_insight_exports_filters_replays_and_diffs_a_recorded_run() {
     let logical: Value =
         serde_json::from_str(&exported(&["--log", log, "--view", "logical"])).expect("json");
     assert!(logical.to_string().contains("Tally"), "{logical}");
+    // Frames by instance, or folded into classes with --fold class.
+    let by_instance = exported(&["--log", log, "--view", "flame"]);
+    let by_class = exported(&["--log", log, "--view", "flame", "--fold", "class"]);
+    assert!(by_instance.contains("Tally[actor-"), "{by_instance}");
+    assert!(
+        by_class.contains("Tally.") && !by_class.contains("[actor-"),
+        "{by_class}"
+    );
     let waiting = exported(&["--log", log, "--view", "flame", "--metric", "waiting"]);
     let self_time = exported(&["--log", log, "--view", "flame"]);
     assert_ne!(waiting, self_time);
@@ -348,6 +356,17 @@ async fn rayrs_insight_exports_filters_replays_and_diffs_a_recorded_run() {
     let out = rayrs(&["insight", "export", "--log", log, "--view", "flames"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stdout(&out).is_empty());
+    // A fold that is not one, or on a view with no frames: exit 2.
+    let out = rayrs(&[
+        "insight", "export", "--log", log, "--view", "flame", "--fold", "classes",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("instance"), "{}", stderr(&out));
+    let out = rayrs(&[
+        "insight", "export", "--log", log, "--view", "logical", "--fold", "class",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--fold applies"), "{}", stderr(&out));
 
     // diff: two folded files, and a log against a folded file.
     let before = dir.join("before.folded");

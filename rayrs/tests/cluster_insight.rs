@@ -77,6 +77,15 @@ async fn rayrs_insight_export_prints_the_heads_views_of_a_cluster_job() {
             .any(|l| l.starts_with("driver;") && l.contains("::parent;") && l.contains("::leaf ")),
         "{folded}"
     );
+    // By instance by default; `--fold class` folds the actor's instance
+    // into its class, on the head.
+    assert!(folded.contains("Tally[actor-"), "{folded}");
+    let by_class = rayrs(&["--view", "flame", "--fold", "class"]);
+    let by_class = String::from_utf8_lossy(&by_class.stdout);
+    assert!(
+        by_class.contains("Tally.add") && !by_class.contains("[actor-"),
+        "{by_class}"
+    );
     // Pushed work shows its placement: submitted, scheduled (pushed to a
     // worker), then running.
     let gantt = rayrs(&["--view", "gantt"]);

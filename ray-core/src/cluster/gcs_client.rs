@@ -340,23 +340,7 @@ impl GcsClient {
     /// [`ClusterError::Refused`] with the head's reason (unknown job, view
     /// or format; no event log for `at_nanos`); otherwise as
     /// [`GcsClient::call`].
-    pub async fn insight_export(
-        &self,
-        job: Option<JobId>,
-        view: String,
-        format: String,
-        at_nanos: Option<u64>,
-        filter: Option<String>,
-        metric: Option<String>,
-    ) -> Result<String, ClusterError> {
-        let request = InsightExport {
-            job,
-            view,
-            format,
-            at_nanos,
-            filter,
-            metric,
-        };
+    pub async fn insight_export(&self, request: InsightExport) -> Result<String, ClusterError> {
         let bytes = self.request_bulk(request, MAX_EXPORT_LEN).await?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }

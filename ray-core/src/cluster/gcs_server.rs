@@ -16,8 +16,8 @@ use parking_lot::Mutex;
 use ray_gcs::{Gcs, GcsConfig, HealthConfig};
 use ray_proto::wire::{
     BinaryFollows, BuildFingerprint, Envelope, Events, GcsReply, GcsRequest, GetNodes,
-    InsightBatch, InsightExport, JobRegistered, Message, NodeEntry, Nodes, PollEvents, Subscribe,
-    Subscribed, WireChannel, WireEvent,
+    InsightBatch, JobRegistered, Message, NodeEntry, Nodes, PollEvents, Subscribe, Subscribed,
+    WireChannel, WireEvent,
 };
 use ray_proto::JobId;
 use tokio::task::{JoinHandle, JoinSet};
@@ -411,27 +411,10 @@ async fn serve_insight(request: IncomingRequest, body: GcsRequest, hub: Arc<Mute
                 };
             request.respond(&Envelope::new(reply)).await
         }
-        GcsRequest::InsightExport(InsightExport {
-            job,
-            view,
-            format,
-            at_nanos,
-            filter,
-            metric,
-        }) => {
-            let built = tokio::task::spawn_blocking(move || {
-                insight_hub::export(
-                    &hub,
-                    job,
-                    &view,
-                    &format,
-                    at_nanos,
-                    filter.as_deref(),
-                    metric.as_deref(),
-                )
-            })
-            .await
-            .unwrap_or_else(|e| Err(super::insight_hub::HubError::Stopped(e)));
+        GcsRequest::InsightExport(export) => {
+            let built = tokio::task::spawn_blocking(move || insight_hub::export(&hub, &export))
+                .await
+                .unwrap_or_else(|e| Err(super::insight_hub::HubError::Stopped(e)));
             match built {
                 Ok(text) => {
                     let header = Envelope::new(

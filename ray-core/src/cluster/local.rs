@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use ray_proto::wire::InsightExport;
 use ray_sched::{Quantity, ResourceSet, CPU};
 
 use super::worker::ProcessError;
@@ -301,14 +302,15 @@ impl Cluster {
             .await
             .map_err(Error::cluster_source)?;
         client
-            .insight_export(
+            .insight_export(InsightExport {
                 job,
-                view.into(),
-                format.into(),
+                view: view.into(),
+                format: format.into(),
                 at_nanos,
-                filter.map(str::to_owned),
-                None,
-            )
+                filter: filter.map(str::to_owned),
+                metric: None,
+                fold: None,
+            })
             .await
             .map_err(Error::cluster_source)
     }

@@ -316,6 +316,9 @@ pub struct InsightExport {
     /// The flame graph's metric (`self`, `running`, `waiting`; `None`:
     /// self time).
     pub metric: Option<String>,
+    /// How the flame graph names actor calls (`instance`, `class`; `None`:
+    /// by instance).
+    pub fold: Option<String>,
 }
 
 /// Registers a live (or pending) actor with the GCS, for `get_actor` by

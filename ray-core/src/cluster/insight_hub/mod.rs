@@ -30,11 +30,11 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use ray_dashboard::{self as dashboard, JobEntry as DashboardJob, Source, ViewQuery};
-use ray_insight::export::{self, ExportFormat, ViewKind};
+use ray_insight::export::{self, ExportFormat, FlameFold, ViewKind};
 use ray_insight::log::decode_records;
 use ray_insight::views::FlameMetric;
 use ray_insight::{FieldValue, Fields, Record, RecordKind, Sink, Views};
-use ray_proto::wire::NodeEntry;
+use ray_proto::wire::{InsightExport, NodeEntry};
 use ray_proto::{JobId, NodeId, WorkerId};
 
 use log_files::{LogFiles, LogPermit, Opened};
@@ -356,29 +356,29 @@ pub(crate) async fn accept_shipped(
         .accept(job, worker, epoch_unix_nanos, bytes, permit)
 }
 
-/// One view of `job` (`None`: the most recent job) as text. A replay (an
-/// `at_nanos`) waits for the log's writer: call it on a blocking thread.
+/// The view `request` asks for (of its job, `None`: the most recent) as
+/// text. A replay (an `at_nanos`) waits for the log's writer: call it on a
+/// blocking thread.
 ///
 /// # Errors
 ///
-/// A reason for the asker: no such job, an unknown view or format, a bad
-/// filter, or `at_nanos` without an event log.
-pub(crate) fn export(
-    hub: &Mutex<InsightHub>,
-    job: Option<JobId>,
-    view: &str,
-    format: &str,
-    at_nanos: Option<u64>,
-    filter: Option<&str>,
-    metric: Option<&str>,
-) -> Result<String, HubError> {
-    let view: ViewKind = view.parse().map_err(dashboard::SourceError::from)?;
-    let format: ExportFormat = format.parse().map_err(dashboard::SourceError::from)?;
-    let metric = match metric {
+/// A reason for the asker: no such job, an unknown view, format, metric or
+/// fold, a bad filter, or `at_nanos` without an event log.
+pub(crate) fn export(hub: &Mutex<InsightHub>, request: &InsightExport) -> Result<String, HubError> {
+    let view: ViewKind = request.view.parse().map_err(dashboard::SourceError::from)?;
+    let format: ExportFormat = request
+        .format
+        .parse()
+        .map_err(dashboard::SourceError::from)?;
+    let metric = match request.metric.as_deref() {
         Some(m) => export::parse_metric(m).map_err(dashboard::SourceError::from)?,
         None => FlameMetric::SelfTime,
     };
-    let filter = match filter {
+    let fold = match request.fold.as_deref() {
+        Some(f) => FlameFold::from_name(f).ok_or_else(|| HubError::Fold { fold: f.to_owned() })?,
+        None => FlameFold::Instance,
+    };
+    let filter = match request.filter.as_deref() {
         Some(f) => dashboard::parse_filter(f).ok_or_else(|| HubError::Filter {
             filter: f.to_owned(),
         })?,
@@ -387,13 +387,13 @@ pub(crate) fn export(
     Ok(render(
         hub,
         &ViewQuery {
-            job: job.map(|j| j.to_string()),
+            job: request.job.map(|j| j.to_string()),
             view,
             format,
-            at_nanos,
+            at_nanos: request.at_nanos,
             filter,
             metric,
-            fold: dashboard::FlameFold::Instance,
+            fold,
             summary: None,
         },
     )?)
@@ -444,6 +444,12 @@ pub(crate) enum HubError {
     Filter {
         /// The filter.
         filter: String,
+    },
+    /// An export's fold that is neither `instance` nor `class`.
+    #[error("bad fold {fold:?}: choose instance or class")]
+    Fold {
+        /// The fold asked for.
+        fold: String,
     },
     /// An export the views cannot give: an unknown view, format, metric or
     /// job, or a time with no event log.
@@ -684,12 +690,23 @@ mod tests {
         assert!(err.to_string().contains("does not decode"), "{err}");
         assert_eq!(hub.jobs[&JobId(1)].bad_batches, 1);
         let hub = Mutex::new(hub);
-        assert!(export(&hub, Some(JobId(2)), "logical", "json", None, None, None).is_err());
-        assert!(
-            export(&hub, Some(JobId(1)), "logical", "json", Some(5), None, None)
-                .unwrap_err()
-                .to_string()
-                .contains("no event log")
-        );
+        let request = |job: u32, at_nanos: Option<u64>, fold: Option<&str>| InsightExport {
+            job: Some(JobId(job)),
+            view: "logical".into(),
+            format: "json".into(),
+            at_nanos,
+            filter: None,
+            metric: None,
+            fold: fold.map(str::to_owned),
+        };
+        assert!(export(&hub, &request(2, None, None)).is_err());
+        assert!(export(&hub, &request(1, Some(5), None))
+            .unwrap_err()
+            .to_string()
+            .contains("no event log"));
+        assert!(export(&hub, &request(1, None, Some("classes")))
+            .unwrap_err()
+            .to_string()
+            .contains("choose instance or class"));
     }
 }
