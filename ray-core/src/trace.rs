@@ -358,6 +358,34 @@ pub(crate) fn submit(
 /// `object.put` (`get` false) or `object.get`: `bytes` of `object` moved on
 /// `node`, by the current task (the driver outside one); `arg`: read as a
 /// task's argument. Nothing is looked up when nothing records.
+/// `task.lost`: the owner of `task` lost its run `attempt` (its worker or
+/// node died; a retry follows), or, with no attempt, gave it up for good
+/// with `error`.
+#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+pub(crate) fn lost(task: TaskId, attempt: Option<u32>, error: Option<&dyn std::fmt::Display>) {
+    #[cfg(feature = "insight")]
+    if direct() {
+        let error = error.map(|e| bounded(e.to_string()));
+        direct::event("task.lost", "ray::task", |f| {
+            id(f, "task_id", task.as_u128());
+            if let Some(attempt) = attempt {
+                f.push("attempt", FieldValue::U64(u64::from(attempt)));
+            }
+            if let Some(error) = error {
+                f.push("error", FieldValue::Str(error.into()));
+            }
+        });
+        return;
+    }
+    tracing::trace!(
+        name: "task.lost",
+        target: "ray::task",
+        task_id = task.as_u128(),
+        attempt,
+        error = error.map(tracing::field::display),
+    );
+}
+
 pub(crate) fn object(get: bool, object: ObjectId, bytes: usize, node: NodeId, arg: bool) {
     #[cfg(feature = "insight")]
     if direct() {

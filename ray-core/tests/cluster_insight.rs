@@ -21,6 +21,12 @@ fn sleepy(ms: u64) -> u64 {
     ms
 }
 
+/// Takes its worker process down with it.
+#[remote]
+fn crash() -> u64 {
+    std::process::abort()
+}
+
 fn json(text: &str) -> Value {
     serde_json::from_str(text).expect("the head exports valid JSON")
 }
@@ -212,6 +218,17 @@ async fn the_head_builds_one_jobs_views_from_every_process_and_replays_its_log()
         "{logical:#}"
     );
     drop(doomed);
+
+    // A call whose worker process dies under it, with no retries left: its
+    // owner tells the views, which count it failed (not running forever).
+    let crashed = crash::options().max_retries(0).remote(&ray).unwrap();
+    let err = crashed.get().await.expect_err("its worker died");
+    assert!(matches!(err, ray_core::Error::WorkerDied { .. }), "{err}");
+    insight.flush().await;
+    let logical = poll_logical(&cluster, |l| edge_field(l, "::crash", "failed") == 1).await;
+    assert_eq!(edge_field(&logical, "::crash", "failed"), 1, "{logical:#}");
+    assert_eq!(edge_field(&logical, "::crash", "running"), 0, "{logical:#}");
+    assert_eq!(edge_field(&logical, "::crash", "queued"), 0, "{logical:#}");
     drop(tallies);
     ray.shutdown();
 }

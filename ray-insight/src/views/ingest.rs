@@ -146,6 +146,7 @@ impl Views {
             (RecordKind::Event, "context") => self.on_context(record),
             (RecordKind::Event, "resource.sample") => self.on_resources(record),
             (RecordKind::Event, "node.state") => self.on_node_state(record),
+            (RecordKind::Event, "task.lost") => self.on_lost(record),
             (RecordKind::Event, "insight.dropped") => u64_field(record, "count").is_some_and(|n| {
                 self.stats.lost += n;
                 true
@@ -243,6 +244,7 @@ impl Views {
             waited_nanos: 0,
             blocked_nanos: 0,
             failed: false,
+            attempt: 0,
             inner_nanos: 0,
         }
     }
@@ -251,6 +253,9 @@ impl Views {
         let name = str_field(record, "function").or_else(|| str_field(record, "method"));
         if name.is_some() {
             task.name = name;
+        }
+        if let Some(attempt) = u64_field(record, "attempt") {
+            task.attempt = attempt;
         }
         for (slot, key) in [
             (&mut task.class, "class"),
@@ -1141,28 +1146,51 @@ impl Views {
             .map(|(id, _)| id.clone())
             .collect();
         for id in lost {
-            // Its open spans will never close: forget them.
-            let spans: Vec<u64> = self
-                .spans
-                .iter()
-                .filter(|(_, role)| match role {
-                    SpanRole::Task(t) | SpanRole::Wait(t) => *t == id,
-                    SpanRole::User(user) => user.task == id,
-                })
-                .map(|(span, _)| *span)
-                .collect();
-            for span in spans {
-                self.spans.remove(&span);
-            }
-            self.finish_task(
-                &id,
-                at,
-                Ended {
-                    cpu_nanos: None,
-                    failed: true,
-                },
-            );
+            self.fail_task(&id, at);
         }
+    }
+
+    /// `task.lost`: the owner of a call says a run of it was lost (its
+    /// worker or node died: `attempt` is the run lost, and a retry follows)
+    /// or that it failed for good (no `attempt`). Its live run, if it is
+    /// that one, ends as failed; a retry's run, already started, is not.
+    fn on_lost(&mut self, record: &Record) -> bool {
+        let Some(id) = str_field(record, "task_id") else {
+            return false;
+        };
+        let attempt = u64_field(record, "attempt");
+        let live = self.tasks.get(&id).is_some_and(|task| {
+            task.state() == TaskState::Submitted || attempt.is_none_or(|a| a == task.attempt)
+        });
+        if live {
+            self.fail_task(&id, record.at_nanos);
+        }
+        live
+    }
+
+    /// Ends live task `id` at `at` as failed, forgetting its open spans
+    /// (their closes will never come).
+    fn fail_task(&mut self, id: &Id, at: u64) {
+        let spans: Vec<u64> = self
+            .spans
+            .iter()
+            .filter(|(_, role)| match role {
+                SpanRole::Task(t) | SpanRole::Wait(t) => t == id,
+                SpanRole::User(user) => &user.task == id,
+            })
+            .map(|(span, _)| *span)
+            .collect();
+        for span in spans {
+            self.spans.remove(&span);
+        }
+        self.finish_task(
+            id,
+            at,
+            Ended {
+                cpu_nanos: None,
+                failed: true,
+            },
+        );
     }
 }
 

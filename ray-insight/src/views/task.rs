@@ -79,6 +79,8 @@ pub(crate) struct LiveTask {
     pub(crate) blocked_nanos: u64,
     /// It ended in an error (its close record's `error`), or its node died.
     pub(crate) failed: bool,
+    /// Which run of the task this is (its run's `attempt`; 0 the first).
+    pub(crate) attempt: u64,
     /// Time spent inside its user spans (`tracing` spans it opened).
     pub(crate) inner_nanos: u64,
 }

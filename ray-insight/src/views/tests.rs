@@ -2177,3 +2177,48 @@ fn failed_calls_are_counted_and_a_dead_node_fails_the_calls_it_held() {
         .as_array()
         .is_some_and(|edges| edges.iter().any(|e| e["failed"] == 2)));
 }
+
+#[test]
+fn a_lost_run_fails_only_the_attempt_it_names() {
+    let lost = |at_us: u64, task: &str, attempt: Option<u64>| {
+        let mut fields = Fields::new();
+        fields.push("task_id", FieldValue::Str(task.into()));
+        if let Some(attempt) = attempt {
+            fields.push("attempt", FieldValue::U64(attempt));
+        }
+        Record {
+            kind: RecordKind::Event,
+            span: 0,
+            parent: 0,
+            name: "task.lost",
+            target: "ray::task",
+            at_nanos: at_us * 1_000,
+            thread: 0,
+            fields,
+        }
+    };
+    let mut s = Script::default();
+    s.event("task.submit", 0, &[("task_id", "t1"), ("function", "m::f")]);
+    s.event("task.submit", 0, &[("task_id", "t2"), ("function", "m::f")]);
+    // t2's retry (attempt 1) already runs when the loss of attempt 0 comes.
+    s.open(
+        "task.run",
+        5,
+        &[("task_id", "t2"), ("function", "m::f"), ("attempt", "1")],
+    );
+    let mut views = s.views();
+    views.accept(&[
+        lost(10, "t2", Some(0)),
+        lost(11, "t1", None),
+        lost(12, "t9", None),
+    ]);
+    let logical = views.snapshot().logical();
+    let f = logical
+        .call_edges
+        .iter()
+        .find(|e| e.name.ends_with("f"))
+        .expect("the edge");
+    assert_eq!((f.count, f.failed), (1, 1), "t1 failed for good: {f:?}");
+    assert_eq!(f.running, 1, "t2's retry still runs: {f:?}");
+    assert_eq!(views.stats().live_tasks, 1);
+}

@@ -503,6 +503,7 @@ impl ClusterCore {
                         Some(k) => {
                             if attempt > 0 {
                                 tracing::debug!(target: "ray::cluster", actor = %actor.id, %task, attempt, "actor.call.resent");
+                                crate::trace::lost(task, Some(attempt - 1), None);
                             }
                             self.send_call(&actor, k, task, payload).await
                         }
@@ -535,6 +536,7 @@ impl ClusterCore {
                     } => {
                         if let Some(rt) = self.rt() {
                             let e = actor.call_error(error);
+                            crate::trace::lost(task, None, Some(&e));
                             rt.complete_object(task.return_object(), Err(e));
                         }
                         // Its argument refs go after the error is visible.

@@ -257,6 +257,10 @@ impl ClusterCore {
                     lease,
                     max_retries,
                 } => {
+                    if attempt > 0 {
+                        // The run before this one was lost with its worker.
+                        crate::trace::lost(task, Some(attempt - 1), None);
+                    }
                     let tasks = &st.tasks;
                     let (Some(q), Some(key), Some(worker)) = (
                         tasks.payload(task),
@@ -322,6 +326,7 @@ impl ClusterCore {
                         },
                         e => e,
                     };
+                    crate::trace::lost(task, None, Some(&error));
                     if let Some(rt) = self.rt() {
                         rt.complete_object(task.return_object(), Err(error));
                     }
