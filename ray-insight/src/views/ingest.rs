@@ -133,13 +133,19 @@ impl Views {
             _ => record.name,
         };
         let understood = match (record.kind, name) {
-            (RecordKind::SpanNew, "task.run") => self.start_task(record, CallKind::Task),
-            (RecordKind::SpanNew, "actor.call") => self.start_task(record, CallKind::ActorCall),
+            (RecordKind::SpanNew, "task.run") => {
+                self.start_task(record, CallKind::Task) && self.lost_before(record)
+            }
+            (RecordKind::SpanNew, "actor.call") => {
+                self.start_task(record, CallKind::ActorCall) && self.lost_before(record)
+            }
             (RecordKind::SpanNew, "actor.create") => self.start_task(record, CallKind::ActorCreate),
             (RecordKind::SpanNew, "wait") => self.begin_wait(record),
             (RecordKind::SpanNew, _) => self.begin_user_span(record),
             (RecordKind::SpanClose, _) => self.close_span(record),
-            (RecordKind::Event, "task.submit") => self.on_submit(record),
+            (RecordKind::Event, "task.submit") => {
+                self.on_submit(record) && self.lost_before(record)
+            }
             (RecordKind::Event, "task.scheduled") => self.on_scheduled(record),
             (RecordKind::Event, "object.put") => self.on_put(record),
             (RecordKind::Event, "object.get") => self.on_get(record),
@@ -1159,13 +1165,48 @@ impl Views {
             return false;
         };
         let attempt = u64_field(record, "attempt");
-        let live = self.tasks.get(&id).is_some_and(|task| {
-            task.state() == TaskState::Submitted || attempt.is_none_or(|a| a == task.attempt)
-        });
-        if live {
+        match self.tasks.get(&id) {
+            Some(task)
+                if task.state() == TaskState::Submitted
+                    || attempt.is_none_or(|a| a == task.attempt) =>
+            {
+                self.fail_task(&id, record.at_nanos);
+            }
+            // A retry already runs: the loss is of a run the views never saw.
+            Some(_) => {}
+            // Its run (or submit) has not arrived: the loss waits for it.
+            // (The oldest waiting loss makes room: its task never came.)
+            None => {
+                self.lost_early.insert(id, attempt);
+            }
+        }
+        true
+    }
+
+    /// After a submit or a run's start: a loss of it that came first ends
+    /// it now (a final loss ends any; a lost attempt, only that run). Always
+    /// true (the record itself was understood).
+    fn lost_before(&mut self, record: &Record) -> bool {
+        if self.lost_early.len() == 0 {
+            return true;
+        }
+        let Some(id) = str_field(record, "task_id") else {
+            return true;
+        };
+        let Some(lost) = self.lost_early.get(&id).copied() else {
+            return true;
+        };
+        let starting = record.kind == RecordKind::SpanNew;
+        let attempt = u64_field(record, "attempt").unwrap_or(0);
+        let ends = match lost {
+            None => true,
+            Some(a) => starting && a == attempt,
+        };
+        if ends {
+            self.lost_early.remove(&id);
             self.fail_task(&id, record.at_nanos);
         }
-        live
+        true
     }
 
     /// Ends live task `id` at `at` as failed, forgetting its open spans

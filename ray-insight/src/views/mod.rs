@@ -232,7 +232,8 @@ impl Limits {
             + self.max_resource_nodes
             + self.max_resource_processes * (1 + self.max_samples_per_process)
             + self.max_placement_groups
-            + self.max_recent_tasks
+            // Placements and losses that came before their task.
+            + 2 * self.max_recent_tasks
     }
 }
 
@@ -300,6 +301,10 @@ pub struct Views {
     /// Placements (`task.scheduled`) that arrived before their task: `(at,
     /// node)` by task id; as many as recent tasks are kept (oldest evicted).
     pending_placements: FifoMap<Id, (u64, Option<Id>)>,
+    /// Losses (`task.lost`) that arrived before the run they name (from
+    /// another process): the attempt lost, `None` for a call given up for
+    /// good; as many as recent tasks are kept (oldest evicted).
+    lost_early: FifoMap<Id, Option<u64>>,
     labels: LabelSets,
     driver_labels: LabelSetId,
     paths: PathTable,
@@ -332,6 +337,7 @@ impl Views {
             resources: ResourceTable::new(&limits),
             groups: FifoMap::new(limits.max_placement_groups),
             pending_placements: FifoMap::new(limits.max_recent_tasks),
+            lost_early: FifoMap::new(limits.max_recent_tasks),
             labels: LabelSets::new(limits.max_label_sets),
             driver_labels: 0,
             paths: PathTable::new(limits.max_paths),
@@ -391,6 +397,7 @@ impl Views {
             + self.resources.entries()
             + self.groups.len()
             + self.pending_placements.len()
+            + self.lost_early.len()
             + self.orphans.len()
     }
 

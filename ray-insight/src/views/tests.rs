@@ -2207,18 +2207,35 @@ fn a_lost_run_fails_only_the_attempt_it_names() {
         &[("task_id", "t2"), ("function", "m::f"), ("attempt", "1")],
     );
     let mut views = s.views();
-    views.accept(&[
-        lost(10, "t2", Some(0)),
-        lost(11, "t1", None),
-        lost(12, "t9", None),
-    ]);
+    views.accept(&[lost(10, "t2", Some(0)), lost(11, "t1", None)]);
+    // Losses that come before their task (from the owner's process, ahead
+    // of the submitter's or the worker's records): t3 given up for good
+    // before its submit arrives; t4's attempt 0 lost before its run starts.
+    views.accept(&[lost(12, "t3", None), lost(13, "t4", Some(0))]);
+    let mut late = Script::default();
+    late.event(
+        "task.submit",
+        14,
+        &[("task_id", "t3"), ("function", "m::f")],
+    );
+    late.event(
+        "task.submit",
+        14,
+        &[("task_id", "t4"), ("function", "m::f")],
+    );
+    late.open("task.run", 15, &[("task_id", "t4"), ("function", "m::f")]);
+    views.accept(&late.records);
     let logical = views.snapshot().logical();
     let f = logical
         .call_edges
         .iter()
         .find(|e| e.name.ends_with("f"))
         .expect("the edge");
-    assert_eq!((f.count, f.failed), (1, 1), "t1 failed for good: {f:?}");
+    assert_eq!(
+        (f.count, f.failed),
+        (3, 3),
+        "t1, t3 and t4's attempt 0: {f:?}"
+    );
     assert_eq!(f.running, 1, "t2's retry still runs: {f:?}");
     assert_eq!(views.stats().live_tasks, 1);
 }
