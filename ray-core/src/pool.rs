@@ -245,6 +245,9 @@ fn worker_loop(inner: Arc<Inner>) {
             // Nothing waits: the pool need not stay grown.
             st.limit = inner.keep_threads;
         }
+        // Out of work: what this thread spends from here on (spinning,
+        // handing records over) is no actor call's.
+        crate::trace::thread_idles();
         if !st.spinning && st.running < st.limit && !inner.spin.is_zero() {
             st.spinning = true;
             drop(st);

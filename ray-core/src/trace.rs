@@ -100,15 +100,17 @@ impl Drop for RunSpan {
 /// The CPU time of actor runs, at next to no cost per call.
 ///
 /// Reading a thread's CPU clock is a system call (about 0.3 µs here, a
-/// third of an actor call's whole cost), so a run does not read it at its
-/// start and end. Each thread keeps a *mark*: its CPU clock at its last
-/// reading. A run of [`LONG_RUN`] or more reads the clock once, at its end,
-/// and takes what the thread used since the mark, less what the shorter
-/// runs since then were counted at; a shorter run is counted at its wall
-/// time (at most what it can have used), with no reading. Between runs a
-/// pool thread only picks up work, so what it used there goes to the next
-/// run. A task's run (not measured) clears the mark; a run that finds no
-/// mark reads the clock at its start.
+/// third of an actor call's whole cost), so a run does not always read it
+/// at its start and end. Each thread keeps a *mark*: its CPU clock at its
+/// last reading. A run that finds no mark reads the clock at its start. A
+/// run of [`cpu::LONG_RUN`] or more reads it at its end and takes what the
+/// thread used since the mark, less what the shorter runs since then were
+/// counted at; a shorter run is counted at its wall time (an upper bound of
+/// what it used), with no reading. The mark holds only while the thread
+/// goes from run to run (a busy mailbox, a busy pool: one reading per
+/// batch); a pool thread that runs out of work ([`thread_idles`]) or runs a
+/// task clears it, so what it spends between jobs (spinning, handing
+/// records over) is no call's.
 #[cfg(feature = "insight")]
 mod cpu {
     use std::cell::Cell;
@@ -198,6 +200,14 @@ fn name(fields: &mut Fields, key: &'static str, value: &'static str) {
 fn place(fields: &mut Fields, node: NodeId, worker: WorkerId) {
     fields.push("node_id", FieldValue::U64(node.0));
     fields.push("worker_id", FieldValue::U64(worker.0));
+}
+
+/// The calling pool thread ran out of work: the next actor run on it reads
+/// the CPU clock afresh (see the `cpu` module).
+#[inline]
+pub(crate) fn thread_idles() {
+    #[cfg(feature = "insight")]
+    cpu::forget();
 }
 
 /// What a run span says: the task, what runs, where, and its caller.

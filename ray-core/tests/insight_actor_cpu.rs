@@ -70,13 +70,30 @@ async fn an_actor_that_computes_shows_cpu_time_and_one_that_sleeps_does_not() {
         a.get().await.unwrap();
         b.get().await.unwrap();
     }
-    let (crunch_id, nap_id) = (insight_id(cruncher.id()), insight_id(sleeper.id()));
+    // Many short calls on one actor between another's naps: what the pool
+    // threads spend between jobs, and the short calls' time, is not the
+    // naps'.
+    let ticker = Job::remote(&ray).unwrap();
+    let napper = Job::remote(&ray).unwrap();
+    const ROUNDS: u64 = 20;
+    // Drained as it goes: the test's layer queues one record per batch.
     let mut views = Views::default();
+    for _ in 0..ROUNDS {
+        collector.drain_into(&mut views);
+        // One at a time: the pool thread runs out of work after each.
+        for _ in 0..200 {
+            ticker.crunch(10).unwrap().get().await.unwrap();
+        }
+        napper.nap(2).unwrap().get().await.unwrap();
+    }
+    let (crunch_id, nap_id) = (insight_id(cruncher.id()), insight_id(sleeper.id()));
+    let napper_id = insight_id(napper.id());
     recording::drain_until(&collector, &mut views, Duration::from_secs(30), |v| {
         let physical = v.snapshot().physical();
         [&crunch_id, &nap_id]
             .iter()
             .all(|id| usage_of(&physical, id).is_some_and(|u| u.runs == CALLS + 1))
+            && usage_of(&physical, &napper_id).is_some_and(|u| u.runs == ROUNDS + 1)
     })
     .await;
     ray.shutdown();
@@ -107,6 +124,16 @@ async fn an_actor_that_computes_shows_cpu_time_and_one_that_sleeps_does_not() {
     // A call is never counted at more CPU than its wall time (5 ms of
     // slack: the views time a run by its records, the runtime by its clock).
     assert!(crunch_cpu <= crunch.running_nanos + 5_000_000, "{crunch:?}");
+    let napper = usage_of(&physical, &napper_id).expect("the napper");
+    let napper_cpu = napper.cpu_nanos.expect("CPU time");
+    assert!(
+        napper.running_nanos >= ROUNDS * 2_000_000,
+        "the naps ran 2 ms each: {napper:?}"
+    );
+    assert!(
+        napper_cpu < napper.running_nanos / 4,
+        "the ticks' and the idle pool's CPU is not the naps': {napper:?}"
+    );
     // Both live in this one process: the per-process CPU % could not tell
     // them apart.
     let json = physical.to_json();
