@@ -373,10 +373,15 @@ function applyHashParams(params) {
     const s = Number(params.get('at'));
     if (Number.isFinite(s) && s >= 0) { state.live = false; state.at = Math.round(s * 1e9); }
   }
-  if (params.has('metric')) $('flame-metric').value = params.get('metric');
-  if (params.has('fold')) $('flame-fold').value = params.get('fold') === 'class' ? 'class' : 'instance';
-  if (params.has('labels')) $('logical-labels').value = params.get('labels');
-  if (params.has('arrows')) $('gantt-flows').value = params.get('arrows');
+  // A value a select does not offer is ignored (it would blank the select).
+  const choose = (id, key) => {
+    const v = params.get(key), sel = $(id);
+    if (v !== null && [...sel.options].some((o) => o.value === v)) sel.value = v;
+  };
+  choose('flame-metric', 'metric');
+  choose('flame-fold', 'fold');
+  choose('logical-labels', 'labels');
+  choose('gantt-flows', 'arrows');
 }
 
 function initHeader() {

@@ -96,6 +96,12 @@ impl LogFiles {
         self.queue.reserve().await.ok().map(LogPermit)
     }
 
+    /// Room for one write if there is some now; `None` if the queue is
+    /// full or the writer gone.
+    pub(super) fn try_reserve(&self) -> Option<LogPermit<'_>> {
+        self.queue.try_reserve().ok().map(LogPermit)
+    }
+
     /// Waits until everything queued so far is written and flushed, and
     /// returns the path of `job`'s log (`None`: it has none, or its
     /// creation failed). Blocks: call it on a blocking thread.

@@ -42,6 +42,10 @@ use log_files::{LogFiles, LogPermit, Opened};
 /// Jobs whose views the hub keeps (the most recently started).
 pub(crate) const MAX_JOBS: usize = 8;
 
+/// Dead nodes the hub keeps telling new jobs of (the most recently dead);
+/// older ones are forgotten.
+pub(crate) const MAX_DEAD_NODES: usize = 64;
+
 /// The largest shipped batch the hub decodes, in bytes. A record takes a
 /// few hundred bytes once decoded against at least 8 encoded, so this
 /// bounds what one hostile batch can make the head allocate (tens of MiB).
@@ -53,9 +57,10 @@ struct JobInsight {
     /// The driver program's name (what the job selector shows).
     driver: Option<String>,
     views: Views,
-    /// Records the hub itself wrote into the views (`node.state`), for the
-    /// log with the job's next batch: the log keeps the order the views
-    /// took them in.
+    /// Records the hub itself wrote into the views (`node.state`) that the
+    /// log's queue had no room for: written with the job's next batch, so
+    /// the log keeps the order the views took them in. One per node at
+    /// most (a newer one replaces it).
     pending_log: Vec<Record>,
     /// Batches that did not decode.
     bad_batches: u64,
@@ -74,6 +79,9 @@ pub(crate) struct InsightHub {
     /// What the control store says of each node, as the jobs' views were
     /// last told (`node.state` records).
     nodes: BTreeMap<NodeId, NodeState>,
+    /// The dead among `nodes`, oldest death first (at most
+    /// [`MAX_DEAD_NODES`]).
+    dead: std::collections::VecDeque<NodeId>,
 }
 
 /// What a `node.state` record says of a node.
@@ -177,6 +185,7 @@ impl InsightHub {
             started: BTreeMap::new(),
             jobs: BTreeMap::new(),
             nodes: BTreeMap::new(),
+            dead: std::collections::VecDeque::new(),
         }
     }
 
@@ -201,11 +210,32 @@ impl InsightHub {
         if self.nodes.get(&entry.id) == Some(&node) {
             return;
         }
-        let now = unix_nanos_now();
-        for state in self.jobs.values_mut() {
-            let record = node.record(entry.id, now.saturating_sub(state.epoch_unix_nanos));
+        for (job, state) in &mut self.jobs {
+            // Stamped at the job's own latest time: a node's change never
+            // moves a job's clock (a finished job's would jump to now).
+            let record = node.record(entry.id, state.views.now_nanos());
             state.views.accept(std::slice::from_ref(&record));
-            state.pending_log.push(record);
+            let Some(logs) = &self.logs else {
+                continue;
+            };
+            let mut records = std::mem::take(&mut state.pending_log);
+            records.retain(|r| r.field("node_id") != record.field("node_id"));
+            records.push(record);
+            match logs.try_reserve() {
+                Some(permit) => permit.write(*job, None, records),
+                None => state.pending_log = records,
+            }
+        }
+        if !node.alive && self.nodes.get(&entry.id).is_none_or(|n| n.alive) {
+            self.dead.push_back(entry.id);
+            while self.dead.len() > MAX_DEAD_NODES {
+                if let Some(old) = self.dead.pop_front() {
+                    self.nodes.remove(&old);
+                }
+            }
+        }
+        if node.alive {
+            self.dead.retain(|id| *id != entry.id);
         }
         self.nodes.insert(entry.id, node);
     }
@@ -225,14 +255,16 @@ impl InsightHub {
             None => (fallback_epoch, None),
         };
         let mut views = Views::default();
-        // The nodes registered so far, idle or not.
-        let at = unix_nanos_now().saturating_sub(epoch);
-        let pending_log: Vec<Record> = self
+        // The nodes registered so far, idle or not, at the job's start.
+        let mut pending_log: Vec<Record> = self
             .nodes
             .iter()
-            .map(|(id, node)| node.record(*id, at))
+            .map(|(id, node)| node.record(*id, 0))
             .collect();
         views.accept(&pending_log);
+        if self.logs.is_none() {
+            pending_log.clear();
+        }
         self.jobs.insert(
             job,
             JobInsight {
@@ -288,6 +320,12 @@ impl InsightHub {
                 return Err(HubError::Undecodable(e));
             }
         };
+        // Only the head says what became of a node.
+        let before = records.len();
+        records.retain(|r| !(r.kind == RecordKind::Event && r.name == "node.state"));
+        if records.len() < before {
+            tracing::debug!(target: "ray::insight", %job, %worker, forged = before - records.len(), "insight.node_state_refused");
+        }
         // Sender time t is job time t + (sender epoch - job epoch).
         let shift = i128::from(epoch_unix_nanos) - i128::from(state.epoch_unix_nanos);
         for r in &mut records {
@@ -667,6 +705,59 @@ mod tests {
             .collect();
         assert_eq!(replayed, nodes);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_node_change_keeps_a_jobs_clock_and_a_worker_cannot_forge_one() {
+        let mut hub = InsightHub::new(None);
+        hub.accept(JobId(1), WorkerId(1), 0, &batch("t1", 5_000), None)
+            .expect("accepted");
+        hub.node_changed(&node_row(1, true));
+        hub.node_changed(&node_row(1, false));
+        let state = &hub.jobs[&JobId(1)];
+        assert_eq!(
+            state.views.now_nanos(),
+            5_000,
+            "the job's clock did not move"
+        );
+        assert!(state.pending_log.is_empty(), "no log: nothing kept for it");
+        // A shipped `node.state` (a worker claiming node 2 died) is refused;
+        // the rest of its batch is kept.
+        let mut forged = Fields::new();
+        forged.push("node_id", FieldValue::U64(2));
+        forged.push("alive", FieldValue::Bool(false));
+        let records = [Record {
+            kind: RecordKind::Event,
+            span: 0,
+            parent: 0,
+            name: "node.state",
+            target: "ray::node",
+            at_nanos: 6_000,
+            thread: 0,
+            fields: forged,
+        }];
+        let mut bytes = Vec::new();
+        encode_records(&records, &mut bytes);
+        hub.accept(JobId(1), WorkerId(1), 0, &bytes, None)
+            .expect("accepted");
+        hub.accept(JobId(1), WorkerId(1), 0, &batch("t2", 7_000), None)
+            .expect("accepted");
+        let nodes = nodes_of(&hub, JobId(1));
+        assert_eq!(nodes, [("node-1".to_owned(), Some(false))], "{nodes:?}");
+    }
+
+    #[test]
+    fn dead_nodes_beyond_the_bound_are_forgotten() {
+        let mut hub = InsightHub::new(None);
+        let total = MAX_DEAD_NODES as u64 + 10;
+        for id in 1..=total {
+            hub.node_changed(&node_row(id, true));
+            hub.node_changed(&node_row(id, false));
+        }
+        hub.node_changed(&node_row(total + 1, true));
+        assert_eq!(hub.nodes.len(), MAX_DEAD_NODES + 1);
+        assert!(!hub.nodes.contains_key(&NodeId(1)), "the oldest death went");
+        assert!(hub.nodes.contains_key(&NodeId(total)));
     }
 
     #[test]
