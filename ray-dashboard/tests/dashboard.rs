@@ -19,12 +19,17 @@ fn fixed() -> Arc<ViewsSource> {
 }
 
 fn start() -> Dashboard {
+    start_on(fixed())
+}
+
+/// A dashboard with token `sesame` over `source`.
+fn start_on(source: Arc<ViewsSource>) -> Dashboard {
     Dashboard::start(
         DashboardConfig {
             token: Some("sesame".into()),
             ..DashboardConfig::default()
         },
-        fixed(),
+        source,
     )
     .expect("the dashboard starts")
 }
@@ -197,14 +202,7 @@ fn two_instances() -> Arc<ViewsSource> {
 /// a 400 that names the parameter.
 #[test]
 fn the_flame_graph_folds_instances_into_classes_when_asked() {
-    let dash = Dashboard::start(
-        DashboardConfig {
-            token: Some("sesame".into()),
-            ..DashboardConfig::default()
-        },
-        two_instances(),
-    )
-    .expect("the dashboard starts");
+    let dash = start_on(two_instances());
     let by_instance = "driver;m::Worker[actor-1].process 3\ndriver;m::Worker[actor-2].process 5\n";
     for query in ["", "&fold=", "&fold=instance"] {
         let (status, folded) = get(
@@ -292,14 +290,7 @@ fn the_flame_graph_folds_instances_into_classes_when_asked() {
 /// for it (the first tab's panel), and says what is wrong with a bad N.
 #[test]
 fn the_logical_summary_carries_the_bottlenecks_when_asked() {
-    let dash = Dashboard::start(
-        DashboardConfig {
-            token: Some("sesame".into()),
-            ..DashboardConfig::default()
-        },
-        two_instances(),
-    )
-    .expect("the dashboard starts");
+    let dash = start_on(two_instances());
     let (status, plain) = get(&dash, "/api/summary?token=sesame&view=logical");
     assert_eq!(status, 200);
     let plain: Value = serde_json::from_str(&plain).unwrap();

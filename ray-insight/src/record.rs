@@ -53,6 +53,22 @@ pub struct Record {
 }
 
 impl Record {
+    /// An event named `name` under `target` at `at_nanos`, with `fields`,
+    /// on no span and thread 0 (what a collector writes itself, such as the
+    /// head's `node.state`).
+    pub fn event(name: &'static str, target: &'static str, at_nanos: u64, fields: Fields) -> Self {
+        Record {
+            kind: RecordKind::Event,
+            span: 0,
+            parent: 0,
+            name,
+            target,
+            at_nanos,
+            thread: 0,
+            fields,
+        }
+    }
+
     /// The value of field `key`, if this record carries it.
     pub fn field(&self, key: &str) -> Option<&FieldValue> {
         self.fields.get(key)

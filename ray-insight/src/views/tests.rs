@@ -1003,16 +1003,12 @@ fn sample(at_ms: u64, pairs: &[(&'static str, FieldValue)]) -> Record {
     for (key, value) in pairs {
         fields.push(key, value.clone());
     }
-    Record {
-        kind: RecordKind::Event,
-        span: 0,
-        parent: 0,
-        name: "resource.sample",
-        target: "ray::resource",
-        at_nanos: at_ms * 1_000_000,
-        thread: 0,
+    Record::event(
+        "resource.sample",
+        "ray::resource",
+        at_ms * 1_000_000,
         fields,
-    }
+    )
 }
 
 /// A process sample: node and worker as integers, CPU % and RSS.
@@ -1976,16 +1972,7 @@ fn node_state(at_ms: u64, node: u64, alive: bool, cause: Option<&str>) -> Record
         fields.push("death_cause", FieldValue::Str(cause.into()));
     }
     fields.push("cpu_total", FieldValue::F64(8.0));
-    Record {
-        kind: RecordKind::Event,
-        span: 0,
-        parent: 0,
-        name: "node.state",
-        target: "ray::node",
-        at_nanos: at_ms * 1_000_000,
-        thread: 0,
-        fields,
-    }
+    Record::event("node.state", "ray::node", at_ms * 1_000_000, fields)
 }
 
 #[test]
@@ -2186,16 +2173,7 @@ fn a_lost_run_fails_only_the_attempt_it_names() {
         if let Some(attempt) = attempt {
             fields.push("attempt", FieldValue::U64(attempt));
         }
-        Record {
-            kind: RecordKind::Event,
-            span: 0,
-            parent: 0,
-            name: "task.lost",
-            target: "ray::task",
-            at_nanos: at_us * 1_000,
-            thread: 0,
-            fields,
-        }
+        Record::event("task.lost", "ray::task", at_us * 1_000, fields)
     };
     let mut s = Script::default();
     s.event("task.submit", 0, &[("task_id", "t1"), ("function", "m::f")]);

@@ -132,16 +132,7 @@ impl NodeState {
                 fields.push(key, FieldValue::F64(value));
             }
         }
-        Record {
-            kind: RecordKind::Event,
-            span: 0,
-            parent: 0,
-            name: "node.state",
-            target: "ray::node",
-            at_nanos,
-            thread: 0,
-            fields,
-        }
+        Record::event("node.state", "ray::node", at_nanos, fields)
     }
 }
 
@@ -726,16 +717,7 @@ mod tests {
         let mut forged = Fields::new();
         forged.push("node_id", FieldValue::U64(2));
         forged.push("alive", FieldValue::Bool(false));
-        let records = [Record {
-            kind: RecordKind::Event,
-            span: 0,
-            parent: 0,
-            name: "node.state",
-            target: "ray::node",
-            at_nanos: 6_000,
-            thread: 0,
-            fields: forged,
-        }];
+        let records = [Record::event("node.state", "ray::node", 6_000, forged)];
         let mut bytes = Vec::new();
         encode_records(&records, &mut bytes);
         hub.accept(JobId(1), WorkerId(1), 0, &bytes, None)
