@@ -26,6 +26,19 @@ fn score(sample: u64) -> u64 {
     tokens + 1
 }
 
+/// Set by the test to let `stuck` return.
+static RELEASE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Opens a `load` span and stays in it until the test releases it.
+#[remote]
+fn stuck() -> u64 {
+    let _in_load = tracing::info_span!("load").entered();
+    while !RELEASE.load(std::sync::atomic::Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    7
+}
+
 fn frame<'a>(frames: &'a [FlameFrame], suffix: &str) -> &'a FlameFrame {
     frames
         .iter()
@@ -111,4 +124,25 @@ async fn a_user_span_inside_a_task_is_a_frame_under_it_in_flame_and_gantt() {
         rl.frames
     );
     assert_eq!(views.stats().ignored, 0, "{:?}", views.stats());
+
+    // A task that stays inside its span: the stack view says where it is,
+    // while it is there (its thread records nothing more meanwhile).
+    let held = stuck::remote(&ray).unwrap();
+    recording::drain_until(&collector, &mut views, Duration::from_secs(30), |v| {
+        v.snapshot()
+            .stacks()
+            .tasks
+            .iter()
+            .any(|t| t.task.name.ends_with("stuck") && t.spans == ["load"])
+    })
+    .await;
+    let stacks = views.snapshot().stacks();
+    let task = stacks
+        .tasks
+        .iter()
+        .find(|t| t.task.name.ends_with("stuck"))
+        .unwrap_or_else(|| panic!("the stuck task in {stacks:#?}"));
+    assert_eq!(task.spans, ["load"]);
+    RELEASE.store(true, std::sync::atomic::Ordering::Release);
+    assert_eq!(held.get().await.unwrap(), 7);
 }

@@ -1033,12 +1033,14 @@ function renderStack() {
     }).join('');
     const chain = (t.wait_chain || []).length > 1 ? `<li class="wait">wait chain: ${t.wait_chain.map(taskRef).join(' → ')}</li>` : '';
     const anc = (t.ancestors || []).map((a) => `<li>called from ${taskRef(a)}</li>`).join('');
+    // The application's own spans it is inside, outermost first.
+    const spans = (t.spans || []).length ? `<li class="span">in ${t.spans.map((n) => esc(n)).join(' › ')}</li>` : '';
     const dur = t.started_nanos != null ? ` for ${fmtNanos(Math.max(0, now - t.started_nanos))}` : '';
     html += `<div class="stack-task${inCycle.has(t.task_id) ? ' in-deadlock' : ''}" data-task="${esc(t.task_id)}">
       <div class="head"><span class="name">${esc(t.name)}</span><span class="mono">${esc(t.task_id)}</span>
       <span class="state ${esc(t.state)}">${esc(t.state)}${esc(dur)}</span>
       <span class="where">${t.node_id ? 'node ' + esc(t.node_id) : ''}${t.worker_id ? ' · worker ' + esc(t.worker_id) : ''}</span></div>
-      ${labelsHtml(t.labels)}<ul>${waits}${chain}${anc}</ul></div>`;
+      ${labelsHtml(t.labels)}<ul>${spans}${waits}${chain}${anc}</ul></div>`;
   }
   body.innerHTML = html;
 }

@@ -12,6 +12,23 @@ use super::{CallKind, LogicalNode, SliceState, Views};
 use crate::record::{FieldValue, Record, RecordKind};
 use crate::sink::Sink;
 
+impl UserSpan {
+    /// The task it runs in.
+    pub(super) fn task(&self) -> &Id {
+        &self.task
+    }
+
+    /// Its name (the `tracing` span's).
+    pub(super) fn name(&self) -> &Id {
+        &self.name
+    }
+
+    /// When it opened.
+    pub(super) fn since(&self) -> u64 {
+        self.since
+    }
+}
+
 /// What an open span the engine tracks stands for.
 #[derive(Debug, Clone)]
 pub(super) enum SpanRole {

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use super::gantt::StoredSlice;
-use super::model::LabelSetId;
+use super::ingest::SpanRole;
+use super::model::{Id, LabelSetId};
 use super::{physical, stack};
 use super::{
     FlameView, GanttView, LogicalNode, LogicalView, PhysicalView, SliceState, StackView, Views,
@@ -105,7 +106,24 @@ impl Snapshot<'_> {
     /// The distributed stack of every running or blocked task, and deadlocks.
     pub fn stacks(&self) -> StackView {
         let v = self.views;
-        stack::build(&v.tasks, &v.recent, &|l| self.keeps(l), &v.labels, v.now)
+        // The user spans open in each task, with when they opened.
+        let mut user_spans: hashbrown::HashMap<&Id, Vec<(u64, &Id)>> = hashbrown::HashMap::new();
+        for role in v.spans.values() {
+            if let SpanRole::User(user) = role {
+                user_spans
+                    .entry(user.task())
+                    .or_default()
+                    .push((user.since(), user.name()));
+            }
+        }
+        stack::build(
+            &v.tasks,
+            &user_spans,
+            &v.recent,
+            &|l| self.keeps(l),
+            &v.labels,
+            v.now,
+        )
     }
 
     /// Nodes, workers, actors and running tasks.

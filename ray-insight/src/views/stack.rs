@@ -68,6 +68,9 @@ pub struct TaskStack {
     /// Its callers, nearest first, ending at `driver` (or at the first
     /// ancestor the engine no longer knows, named `?`).
     pub ancestors: Vec<TaskRef>,
+    /// The application's own spans open inside it (`tracing` spans such as
+    /// `reward_fn`), outermost first: where in the call it is.
+    pub spans: Vec<String>,
     /// What it waits on (empty when running).
     pub waits_on: Vec<WaitTarget>,
     /// Following the first blocked producer repeatedly: the tasks this one
@@ -263,6 +266,7 @@ fn cycle_in(component: &[Id], graph: &BTreeMap<Id, Vec<Id>>) -> Vec<Id> {
 
 pub(crate) fn build(
     tasks: &HashMap<Id, LiveTask>,
+    user_spans: &HashMap<&Id, Vec<(u64, &Id)>>,
     recent: &FifoMap<Id, RecentTask>,
     keep: &dyn Fn(LabelSetId) -> bool,
     label_sets: &LabelSets,
@@ -356,6 +360,11 @@ pub(crate) fn build(
             worker_id: task.worker_id.as_ref().map(|w| w.to_string()),
             labels: label_sets.pairs(task.labels),
             ancestors,
+            spans: user_spans.get(id).map_or_else(Vec::new, |open| {
+                let mut open = open.clone();
+                open.sort();
+                open.into_iter().map(|(_, name)| name.to_string()).collect()
+            }),
             waits_on,
             wait_chain,
         });
@@ -377,8 +386,8 @@ fn ref_text(r: &TaskRef) -> String {
 }
 
 impl StackView {
-    /// The view as JSON: `tasks` (each with `ancestors`, `waits_on`,
-    /// `wait_chain`) and `deadlocks` (each a `cycle` of tasks).
+    /// The view as JSON: `tasks` (each with `ancestors`, `spans`,
+    /// `waits_on`, `wait_chain`) and `deadlocks` (each a `cycle` of tasks).
     pub fn to_json(&self) -> Value {
         json!({
             "now_nanos": self.now_nanos,
@@ -391,6 +400,7 @@ impl StackView {
                 "worker_id": t.worker_id,
                 "labels": t.labels,
                 "ancestors": t.ancestors.iter().map(ref_json).collect::<Vec<_>>(),
+                "spans": t.spans,
                 "waits_on": t.waits_on.iter().map(|w| json!({
                     "object_id": w.object_id,
                     "producer": w.producer.as_ref().map(ref_json),
@@ -423,6 +433,10 @@ impl StackView {
                 let _ = write!(out, " worker={worker}");
             }
             out.push('\n');
+            // Innermost first, like the rest of the block.
+            for span in t.spans.iter().rev() {
+                let _ = writeln!(out, "    in {span}");
+            }
             for w in &t.waits_on {
                 let _ = write!(out, "    waits on {}", w.object_id);
                 if let Some(p) = &w.producer {

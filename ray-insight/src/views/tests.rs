@@ -2217,3 +2217,47 @@ fn a_lost_run_fails_only_the_attempt_it_names() {
     assert_eq!(f.running, 1, "t2's retry still runs: {f:?}");
     assert_eq!(views.stats().live_tasks, 1);
 }
+
+#[test]
+fn the_stack_names_the_user_spans_a_task_is_in() {
+    let mut s = Script::default();
+    let run = s.open(
+        "task.run",
+        0,
+        &[("task_id", "t1"), ("function", "m::score")],
+    );
+    let reward = s.open_in("reward_fn", run, 10, &[]);
+    let tokenize = s.open_in("tokenize", reward, 20, &[]);
+    s.open_in(
+        "wait",
+        tokenize,
+        30,
+        &[("task_id", "t1"), ("object_ids", "o1")],
+    );
+    // A finished span of another task leaves nothing behind.
+    let other = s.open("task.run", 0, &[("task_id", "t2"), ("function", "m::g")]);
+    let done = s.open_in("prepare", other, 5, &[]);
+    s.close(done, 6);
+    let stacks = s.views().snapshot().stacks();
+    let t1 = stacks
+        .tasks
+        .iter()
+        .find(|t| t.task.task_id == "t1")
+        .expect("t1");
+    assert_eq!(t1.spans, ["reward_fn", "tokenize"]);
+    assert_eq!(t1.state, TaskState::Blocked);
+    let t2 = stacks
+        .tasks
+        .iter()
+        .find(|t| t.task.task_id == "t2")
+        .expect("t2");
+    assert!(t2.spans.is_empty(), "{t2:?}");
+    let text = stacks.to_text();
+    let inner = text.find("in tokenize").expect("tokenize in the text");
+    let outer = text.find("in reward_fn").expect("reward_fn in the text");
+    assert!(inner < outer, "innermost first: {text}");
+    assert_eq!(
+        stacks.to_json()["tasks"][0]["spans"],
+        serde_json::json!(["reward_fn", "tokenize"])
+    );
+}
