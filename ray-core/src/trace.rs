@@ -365,9 +365,6 @@ pub(crate) fn submit(
     }
 }
 
-/// `object.put` (`get` false) or `object.get`: `bytes` of `object` moved on
-/// `node`, by the current task (the driver outside one); `arg`: read as a
-/// task's argument. Nothing is looked up when nothing records.
 /// `task.lost`: the owner of `task` lost its run `attempt` (its worker or
 /// node died; a retry follows), or, with no attempt, gave it up for good
 /// with `error`.
@@ -396,6 +393,9 @@ pub(crate) fn lost(task: TaskId, attempt: Option<u32>, error: Option<&dyn std::f
     );
 }
 
+/// `object.put` (`get` false) or `object.get`: `bytes` of `object` moved on
+/// `node`, by the current task (the driver outside one); `arg`: read as a
+/// task's argument. Nothing is looked up when nothing records.
 pub(crate) fn object(get: bool, object: ObjectId, bytes: usize, node: NodeId, arg: bool) {
     #[cfg(feature = "insight")]
     if direct() {

@@ -1,11 +1,14 @@
 //! [`InsightLayer`]: the `tracing_subscriber::Layer` that turns spans and events
 //! into [`Record`]s on the instrumented thread.
 //!
-//! The hot path appends to a buffer owned by the current thread (a
-//! `thread_local`, one buffer per layer): no lock, no shared atomic. Only when a
-//! buffer holds a full batch does the thread take the shared queue's lock, once,
-//! to hand the batch over; when the queue is full the batch is dropped and
-//! counted. Nothing here blocks on the collector or does I/O.
+//! The hot path appends to the current thread's partial batch (one per
+//! layer, reached through a `thread_local`) under that batch's own lock,
+//! which only the collector ever also takes, and only for a batch left
+//! stale (see [`crate::queue::PartialBatch`]): uncontended but for that.
+//! Only when a batch is full does the thread take the shared queue's lock,
+//! once, to hand it over; when the queue is full the batch is dropped and
+//! counted. Nothing here does I/O; the longest a thread can wait is while
+//! the collector hands over its stale batch.
 //!
 //! Span enter/exit are not recorded (they fire on every poll of an instrumented
 //! future); span creation and close are.
@@ -63,7 +66,8 @@ impl Default for InsightConfig {
 /// Compose it with a registry:
 /// `tracing_subscriber::registry().with(layer)`. Records reach the collector a
 /// batch at a time; a thread's last partial batch arrives when the thread calls
-/// [`InsightLayer::flush_current_thread`] or exits.
+/// [`InsightLayer::flush_current_thread`] or exits, or when the collector
+/// takes it once it is 100 ms old (a thread blocked in a long call).
 #[derive(Debug)]
 pub struct InsightLayer {
     shared: Arc<Shared>,

@@ -4,7 +4,8 @@
 //! taken once per batch, never per record, and is held only to move a `Vec`
 //! (or, for a small partial batch, to copy its few records).
 //! When the queue is full the batch is dropped and counted: an instrumented
-//! thread never waits for the collector.
+//! thread never waits for the collector to drain. (It can wait, briefly,
+//! while the collector hands over the thread's own stale partial batch.)
 
 use std::collections::VecDeque;
 use std::mem;
@@ -34,8 +35,9 @@ pub(crate) type PartialBatch = Arc<Mutex<Vec<Record>>>;
 /// itself at the same age, at its next record).
 pub(crate) const STALE_NANOS: u64 = 100_000_000;
 
-/// The collector looks for stale partial batches at most this often.
-const SWEEP_EVERY_NANOS: u64 = 50_000_000;
+/// The collector looks for stale partial batches at most this often (less
+/// than the idle pump's 50 ms, so that no pump skips a due sweep).
+const SWEEP_EVERY_NANOS: u64 = 25_000_000;
 
 /// State shared by one layer, the per-thread buffers that record for it, and
 /// its collector.
@@ -103,7 +105,7 @@ impl Shared {
     /// Hands over the partial batches whose oldest record is older than
     /// [`STALE_NANOS`], from threads that have not recorded since (they
     /// would have handed it over themselves). A batch its thread is writing
-    /// to right now is left to it. Runs at most every 50 ms.
+    /// to right now is left to it. Runs at most every 25 ms.
     fn sweep_stale(&self) {
         let now = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
         if now < self.next_sweep.load(Ordering::Relaxed) {

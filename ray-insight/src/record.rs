@@ -73,6 +73,20 @@ impl Record {
     pub fn field(&self, key: &str) -> Option<&FieldValue> {
         self.fields.get(key)
     }
+
+    /// The name the views read this record by: its callsite name, except
+    /// for an unnamed event (`event file.rs:12`), whose `message` is its
+    /// name (`info!("object.put")` names the event `object.put`).
+    pub fn schema_name(&self) -> &str {
+        match (self.kind, self.field("message")) {
+            (RecordKind::Event, Some(FieldValue::Str(message)))
+                if self.name.starts_with("event ") =>
+            {
+                message
+            }
+            _ => self.name,
+        }
+    }
 }
 
 /// A typed field value, as `tracing` handed it to us.

@@ -29,10 +29,11 @@ pub trait Sink: Send {
 /// batches the layer queued into sinks and reports what was recorded or lost.
 ///
 /// Records still sitting in a thread's partial batch are not visible here until
-/// that thread hands them over: when its batch fills, when it calls
+/// that thread hands them over (when its batch fills, when it calls
 /// [`InsightLayer::flush_current_thread`](crate::InsightLayer::flush_current_thread),
-/// or when it exits. The collector cannot reach into other threads' buffers, so
-/// callers flush the threads they own before draining for a complete picture.
+/// or when it exits) or a drain takes the batch once it is 100 ms old (at
+/// most every 25 ms). Callers that need the newest records flush the threads
+/// they own before draining.
 /// Cloning a collector gives another handle to the same queue.
 #[derive(Debug, Clone)]
 pub struct Collector {

@@ -72,6 +72,16 @@ struct CallerInfo {
     lane: Option<LaneId>,
 }
 
+/// A loss (`task.lost`) kept for records of its task still to come.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct EarlyLoss {
+    /// The run lost; `None`: the call was given up for good.
+    attempt: Option<u64>,
+    /// Already counted failed (the call was failed while queued): the lost
+    /// run's late start is dropped, not counted again.
+    counted: bool,
+}
+
 /// How a run ended, as its close record says.
 #[derive(Debug, Clone, Copy, Default)]
 struct Ended {
@@ -139,16 +149,7 @@ impl Views {
             // (any record's) has passed the wait.
             self.expire_orphans();
         }
-        // Events named with `name: "object.put"` carry it as their callsite
-        // name; `info!("object.put")` carries it as the message instead.
-        let name = match (record.kind, record.field("message")) {
-            (RecordKind::Event, Some(FieldValue::Str(message)))
-                if record.name.starts_with("event ") =>
-            {
-                &**message
-            }
-            _ => record.name,
-        };
+        let name = record.schema_name();
         let understood = match (record.kind, name) {
             (RecordKind::SpanNew, "task.run") => {
                 self.start_task(record, CallKind::Task) && self.lost_before(record)
@@ -268,6 +269,8 @@ impl Views {
             blocked_nanos: 0,
             failed: false,
             attempt: 0,
+            run_span: 0,
+            user_spans_open: 0,
             inner_nanos: 0,
         }
     }
@@ -444,6 +447,7 @@ impl Views {
             self.stats.dropped += 1;
         }
         task.lane = self.lane_for(&task);
+        task.run_span = record.span;
         self.spans.insert(record.span, SpanRole::Task(id.clone()));
         self.tasks.insert(id.clone(), task);
         self.adopt_orphans(&id);
@@ -761,6 +765,9 @@ impl Views {
         if child.is_none() {
             self.stats.dropped += 1;
         }
+        if let Some(t) = self.tasks.get_mut(&task) {
+            t.user_spans_open = t.user_spans_open.saturating_add(1);
+        }
         self.spans.insert(
             record.span,
             SpanRole::User(Box::new(UserSpan {
@@ -779,6 +786,9 @@ impl Views {
     }
 
     fn end_user_span(&mut self, user: UserSpan, at: u64) {
+        if let Some(t) = self.tasks.get_mut(&user.task) {
+            t.user_spans_open = t.user_spans_open.saturating_sub(1);
+        }
         let nanos = at.saturating_sub(user.since);
         if let Some(path) = user.path {
             if !self.flame.on_finish(
@@ -1168,6 +1178,21 @@ impl Views {
             .filter(|(_, task)| on_node(task, &self.actors))
             .map(|(id, _)| id.clone())
             .collect();
+        // Their user spans in one pass (not one per call).
+        let mut with_user_spans: hashbrown::HashSet<Id> = hashbrown::HashSet::new();
+        for id in &lost {
+            if let Some(task) = self.tasks.get_mut(id) {
+                if task.user_spans_open > 0 {
+                    task.user_spans_open = 0;
+                    with_user_spans.insert(id.clone());
+                }
+            }
+        }
+        if !with_user_spans.is_empty() {
+            self.spans.retain(
+                |_, role| !matches!(role, SpanRole::User(user) if with_user_spans.contains(&user.task)),
+            );
+        }
         for id in lost {
             self.fail_task(&id, at);
         }
@@ -1187,14 +1212,32 @@ impl Views {
                 if task.state() == TaskState::Submitted
                     || attempt.is_none_or(|a| a == task.attempt) =>
             {
+                let submitted = task.state() == TaskState::Submitted;
                 self.fail_task(&id, record.at_nanos);
+                if submitted && attempt.is_some() {
+                    // The lost run's start may still come (shipped by its
+                    // worker before it died): dropped when it does.
+                    self.lost_early.insert(
+                        id,
+                        EarlyLoss {
+                            attempt,
+                            counted: true,
+                        },
+                    );
+                }
             }
             // A retry already runs: the loss is of a run the views never saw.
             Some(_) => {}
             // Its run (or submit) has not arrived: the loss waits for it.
             // (The oldest waiting loss makes room: its task never came.)
             None => {
-                self.lost_early.insert(id, attempt);
+                self.lost_early.insert(
+                    id,
+                    EarlyLoss {
+                        attempt,
+                        counted: false,
+                    },
+                );
             }
         }
         true
@@ -1215,31 +1258,51 @@ impl Views {
         };
         let starting = record.kind == RecordKind::SpanNew;
         let attempt = u64_field(record, "attempt").unwrap_or(0);
-        let ends = match lost {
-            None => true,
-            Some(a) => starting && a == attempt,
-        };
-        if ends {
-            self.lost_early.remove(&id);
-            self.fail_task(&id, record.at_nanos);
+        match lost.attempt {
+            Some(a) if starting && a == attempt && lost.counted => {
+                // Counted when it was failed while queued.
+                self.lost_early.remove(&id);
+                self.discard_task(&id);
+            }
+            None => {
+                self.lost_early.remove(&id);
+                self.fail_task(&id, record.at_nanos);
+            }
+            Some(a) if starting && a == attempt => {
+                self.lost_early.remove(&id);
+                self.fail_task(&id, record.at_nanos);
+            }
+            // A later run started: the lost one will not come any more.
+            Some(a) if starting && attempt > a => {
+                self.lost_early.remove(&id);
+            }
+            Some(_) => {}
         }
         true
     }
 
+    /// Forgets live task `id` without counting it anywhere (a run already
+    /// counted as failed whose start came late).
+    fn discard_task(&mut self, id: &Id) {
+        if let Some(task) = self.tasks.remove(id) {
+            self.spans.remove(&task.run_span);
+        }
+    }
+
     /// Ends live task `id` at `at` as failed, forgetting its open spans
-    /// (their closes will never come).
+    /// (their closes will never come): its run's directly, its waits'
+    /// with the task, its user spans (rare) by a scan.
     fn fail_task(&mut self, id: &Id, at: u64) {
-        let spans: Vec<u64> = self
-            .spans
-            .iter()
-            .filter(|(_, role)| match role {
-                SpanRole::Task(t) | SpanRole::Wait(t) => t == id,
-                SpanRole::User(user) => &user.task == id,
-            })
-            .map(|(span, _)| *span)
-            .collect();
-        for span in spans {
-            self.spans.remove(&span);
+        let Some(task) = self.tasks.get(id) else {
+            return;
+        };
+        let (run_span, user_spans) = (task.run_span, task.user_spans_open);
+        if run_span != 0 {
+            self.spans.remove(&run_span);
+        }
+        if user_spans > 0 {
+            self.spans
+                .retain(|_, role| !matches!(role, SpanRole::User(user) if &user.task == id));
         }
         self.finish_task(
             id,

@@ -449,10 +449,11 @@ pub struct CallEdge {
     pub name: String,
     /// Task, actor call or actor creation.
     pub kind: CallKind,
-    /// Finished calls, failed ones included.
+    /// Finished runs, failed ones included: a call retried (after an error
+    /// it retries on, or a lost worker) counts each run.
     pub count: u64,
-    /// Of those, the ones that failed: an error or a panic in the call, or
-    /// its node died under it.
+    /// Of those, the runs that failed: an error or a panic, a worker or
+    /// node that died under it, or a call given up for good.
     pub failed: u64,
     /// Sum of their span durations, in nanoseconds.
     pub total_nanos: u64,

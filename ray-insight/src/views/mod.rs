@@ -304,7 +304,7 @@ pub struct Views {
     /// Losses (`task.lost`) that arrived before the run they name (from
     /// another process): the attempt lost, `None` for a call given up for
     /// good; as many as recent tasks are kept (oldest evicted).
-    lost_early: FifoMap<Id, Option<u64>>,
+    lost_early: FifoMap<Id, ingest::EarlyLoss>,
     labels: LabelSets,
     driver_labels: LabelSetId,
     paths: PathTable,

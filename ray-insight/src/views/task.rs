@@ -81,6 +81,10 @@ pub(crate) struct LiveTask {
     pub(crate) failed: bool,
     /// Which run of the task this is (its run's `attempt`; 0 the first).
     pub(crate) attempt: u64,
+    /// The span of its run (0 until it starts).
+    pub(crate) run_span: u64,
+    /// The application's spans open inside it.
+    pub(crate) user_spans_open: u32,
     /// Time spent inside its user spans (`tracing` spans it opened).
     pub(crate) inner_nanos: u64,
 }

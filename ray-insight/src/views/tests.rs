@@ -2216,6 +2216,42 @@ fn a_lost_run_fails_only_the_attempt_it_names() {
     );
     assert_eq!(f.running, 1, "t2's retry still runs: {f:?}");
     assert_eq!(views.stats().live_tasks, 1);
+
+    // t5 is lost (attempt 0) while only submitted: failed once. Its lost
+    // run's start, shipped before its worker died, comes later: dropped,
+    // not counted again, not left running. Its retry runs as usual.
+    let mut t5 = Script::default();
+    t5.event(
+        "task.submit",
+        20,
+        &[("task_id", "t5"), ("function", "m::f")],
+    );
+    views.accept(&t5.records);
+    views.accept(&[lost(21, "t5", Some(0))]);
+    let mut late = Script {
+        next_span: 100,
+        ..Script::default()
+    };
+    late.open("task.run", 22, &[("task_id", "t5"), ("function", "m::f")]);
+    let retry = late.open(
+        "task.run",
+        23,
+        &[("task_id", "t5"), ("function", "m::f"), ("attempt", "1")],
+    );
+    late.close(retry, 24);
+    views.accept(&late.records);
+    let logical = views.snapshot().logical();
+    let f = logical
+        .call_edges
+        .iter()
+        .find(|e| e.name.ends_with("f"))
+        .expect("the edge");
+    assert_eq!(
+        (f.count, f.failed),
+        (5, 4),
+        "t5: one failed run, one finished: {f:?}"
+    );
+    assert_eq!(views.stats().live_tasks, 1, "only t2's retry");
 }
 
 #[test]

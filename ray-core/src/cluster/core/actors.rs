@@ -502,8 +502,11 @@ impl ClusterCore {
                     } => match &link {
                         Some(k) => {
                             if attempt > 0 {
+                                // (No `task.lost` here: an actor call's run
+                                // does not record its attempt, so the views
+                                // could not tell the resent run from the
+                                // lost one; the resent run takes its place.)
                                 tracing::debug!(target: "ray::cluster", actor = %actor.id, %task, attempt, "actor.call.resent");
-                                crate::trace::lost(task, Some(attempt - 1), None);
                             }
                             self.send_call(&actor, k, task, payload).await
                         }

@@ -201,6 +201,11 @@ impl InsightHub {
         if self.nodes.get(&entry.id) == Some(&node) {
             return;
         }
+        if !node.alive && !self.nodes.contains_key(&entry.id) {
+            // Dead and unknown here: forgotten past the bound (a re-read of
+            // the table finds it again), or never seen alive. Not told again.
+            return;
+        }
         for (job, state) in &mut self.jobs {
             // Stamped at the job's own latest time: a node's change never
             // moves a job's clock (a finished job's would jump to now).
@@ -313,7 +318,7 @@ impl InsightHub {
         };
         // Only the head says what became of a node.
         let before = records.len();
-        records.retain(|r| !(r.kind == RecordKind::Event && r.name == "node.state"));
+        records.retain(|r| !(r.kind == RecordKind::Event && r.schema_name() == "node.state"));
         if records.len() < before {
             tracing::debug!(target: "ray::insight", %job, %worker, forged = before - records.len(), "insight.node_state_refused");
         }
