@@ -244,21 +244,33 @@ fn edge_field(logical: &Value, name: &str, field: &str) -> u64 {
         .sum()
 }
 
-/// The head's logical view, once `done` holds of it (or after 30 s).
-async fn poll_logical(cluster: &Cluster, done: impl Fn(&Value) -> bool) -> Value {
+/// The head's `view` (JSON), once `done` holds of it (or after 30 s, for
+/// the caller's assertion to say what is missing).
+async fn poll_view(cluster: &Cluster, view: &str, done: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let logical = json(
+        let exported = json(
             &cluster
-                .insight_export(None, "logical", "json", None, None)
+                .insight_export(None, view, "json", None, None)
                 .await
-                .expect("the head exports the logical view"),
+                .expect("the head exports the view"),
         );
-        if done(&logical) || Instant::now() > deadline {
-            return logical;
+        if done(&exported) || Instant::now() > deadline {
+            return exported;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The head's logical view, once `done` holds of it.
+async fn poll_logical(cluster: &Cluster, done: impl Fn(&Value) -> bool) -> Value {
+    poll_view(cluster, "logical", done).await
+}
+
+/// The head's physical view's nodes, once `done` holds of them.
+async fn poll_physical(cluster: &Cluster, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let nodes = |physical: &Value| physical["nodes"].as_array().cloned().unwrap_or_default();
+    nodes(&poll_view(cluster, "physical", |p| done(&nodes(p))).await)
 }
 
 /// How many of `nodes` the head registered, alive or dead as `alive` says.
@@ -267,23 +279,4 @@ fn registered(nodes: &[Value], alive: bool) -> usize {
         .iter()
         .filter(|n| n["alive"].as_bool() == Some(alive))
         .count()
-}
-
-/// The head's physical view's nodes, once `done` holds of them (or after
-/// 30 s, for the caller's assertion to say what is missing).
-async fn poll_physical(cluster: &Cluster, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let physical = json(
-            &cluster
-                .insight_export(None, "physical", "json", None, None)
-                .await
-                .expect("the head exports the physical view"),
-        );
-        let nodes = physical["nodes"].as_array().cloned().unwrap_or_default();
-        if done(&nodes) || Instant::now() > deadline {
-            return nodes;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }

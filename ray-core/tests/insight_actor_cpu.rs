@@ -57,6 +57,23 @@ fn usage_of(physical: &PhysicalView, actor: &str) -> Option<ActorUsage> {
         .map(|a| a.usage)
 }
 
+/// Checks that an actor that slept ran at least `running_nanos` and used
+/// under a quarter of it in CPU (sleeping is running without CPU); its CPU.
+fn slept(usage: ActorUsage, running_nanos: u64, who: &str) -> u64 {
+    let cpu = usage
+        .cpu_nanos
+        .expect("calls recorded directly carry CPU time");
+    assert!(
+        usage.running_nanos >= running_nanos,
+        "{who} slept {running_nanos} ns at least: {usage:?}"
+    );
+    assert!(
+        cpu < usage.running_nanos / 4,
+        "{who}'s sleep is running without CPU: {usage:?}"
+    );
+    cpu
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_actor_that_computes_shows_cpu_time_and_one_that_sleeps_does_not() {
     let collector = recording::record_globally();
@@ -105,18 +122,8 @@ async fn an_actor_that_computes_shows_cpu_time_and_one_that_sleeps_does_not() {
     let crunch_cpu = crunch
         .cpu_nanos
         .expect("calls recorded directly carry CPU time");
-    let nap_cpu = nap
-        .cpu_nanos
-        .expect("calls recorded directly carry CPU time");
     // Both ran a while; only one computed.
-    assert!(
-        nap.running_nanos >= CALLS * 40_000_000,
-        "the naps ran 40 ms each: {nap:?}"
-    );
-    assert!(
-        nap_cpu < nap.running_nanos / 4,
-        "sleeping is running without CPU: {nap:?}"
-    );
+    let nap_cpu = slept(nap, CALLS * 40_000_000, "the sleeper");
     assert!(
         crunch_cpu > 10 * nap_cpu,
         "the cruncher's CPU time dwarfs the sleeper's: {crunch:?} vs {nap:?}"
@@ -124,16 +131,9 @@ async fn an_actor_that_computes_shows_cpu_time_and_one_that_sleeps_does_not() {
     // A call is never counted at more CPU than its wall time (5 ms of
     // slack: the views time a run by its records, the runtime by its clock).
     assert!(crunch_cpu <= crunch.running_nanos + 5_000_000, "{crunch:?}");
+    // The ticks' and the idle pool's CPU is not the naps'.
     let napper = usage_of(&physical, &napper_id).expect("the napper");
-    let napper_cpu = napper.cpu_nanos.expect("CPU time");
-    assert!(
-        napper.running_nanos >= ROUNDS * 2_000_000,
-        "the naps ran 2 ms each: {napper:?}"
-    );
-    assert!(
-        napper_cpu < napper.running_nanos / 4,
-        "the ticks' and the idle pool's CPU is not the naps': {napper:?}"
-    );
+    slept(napper, ROUNDS * 2_000_000, "the napper");
     // Both live in this one process: the per-process CPU % could not tell
     // them apart.
     let json = physical.to_json();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ray_dashboard::{Dashboard, DashboardConfig, ViewsSource};
-use ray_insight::{FieldValue, Record, RecordKind, Sink, Views};
+use ray_insight::{Fields, Record, RecordKind, Sink, Views};
 use serde_json::Value;
 
 use ray_test_support::http::{get, post, request};
@@ -171,10 +171,7 @@ fn two_instances() -> Arc<ViewsSource> {
             target: "ray::actor",
             at_nanos,
             thread: 0,
-            fields: fields
-                .iter()
-                .map(|(k, v)| (*k, FieldValue::Str((*v).into())))
-                .collect(),
+            fields: Fields::from_strs(fields),
         });
     };
     for (actor, task, start, micros) in [("actor-1", "t1", 1_000, 3), ("actor-2", "t2", 2_000, 5)] {

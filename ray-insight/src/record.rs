@@ -305,6 +305,15 @@ impl Fields {
     /// How many fields are kept without a heap allocation.
     pub const INLINE: usize = 7;
 
+    /// Fields whose values are all strings, in order (what hand-made
+    /// records in tests and examples carry).
+    pub fn from_strs(pairs: &[(&'static str, &str)]) -> Self {
+        pairs
+            .iter()
+            .map(|(key, value)| (*key, FieldValue::Str((*value).into())))
+            .collect()
+    }
+
     /// An empty field list.
     pub fn new() -> Self {
         Self::default()

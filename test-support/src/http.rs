@@ -69,7 +69,7 @@ pub fn post(dash: &Dashboard, target: &str, body: &[u8]) -> (u16, String) {
 /// A dashboard source holding one finished task `m::work` called by the
 /// driver, as job `job-1`: the smallest job every view can show.
 pub fn one_task_source() -> std::sync::Arc<ray_dashboard::ViewsSource> {
-    use ray_insight::{FieldValue, Record, RecordKind, Sink, Views};
+    use ray_insight::{Fields, Record, RecordKind, Sink, Views};
     let record = |kind, at_nanos, fields: &[(&'static str, &str)]| Record {
         kind,
         span: 1,
@@ -78,10 +78,7 @@ pub fn one_task_source() -> std::sync::Arc<ray_dashboard::ViewsSource> {
         target: "ray::task",
         at_nanos,
         thread: 0,
-        fields: fields
-            .iter()
-            .map(|(k, v)| (*k, FieldValue::Str((*v).into())))
-            .collect(),
+        fields: Fields::from_strs(fields),
     };
     let mut views = Views::default();
     views.accept(&[

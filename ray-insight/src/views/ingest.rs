@@ -152,17 +152,20 @@ impl Views {
         let name = record.schema_name();
         let understood = match (record.kind, name) {
             (RecordKind::SpanNew, "task.run") => {
-                self.start_task(record, CallKind::Task) && self.lost_before(record)
+                let started = self.start_task(record, CallKind::Task);
+                self.then_early_loss(started, record)
             }
             (RecordKind::SpanNew, "actor.call") => {
-                self.start_task(record, CallKind::ActorCall) && self.lost_before(record)
+                let started = self.start_task(record, CallKind::ActorCall);
+                self.then_early_loss(started, record)
             }
             (RecordKind::SpanNew, "actor.create") => self.start_task(record, CallKind::ActorCreate),
             (RecordKind::SpanNew, "wait") => self.begin_wait(record),
             (RecordKind::SpanNew, _) => self.begin_user_span(record),
             (RecordKind::SpanClose, _) => self.close_span(record),
             (RecordKind::Event, "task.submit") => {
-                self.on_submit(record) && self.lost_before(record)
+                let submitted = self.on_submit(record);
+                self.then_early_loss(submitted, record)
             }
             (RecordKind::Event, "task.scheduled") => self.on_scheduled(record),
             (RecordKind::Event, "object.put") => self.on_put(record),
@@ -1243,18 +1246,23 @@ impl Views {
         true
     }
 
-    /// After a submit or a run's start: a loss of it that came first ends
-    /// it now (a final loss ends any; a lost attempt, only that run). Always
-    /// true (the record itself was understood).
-    fn lost_before(&mut self, record: &Record) -> bool {
-        if self.lost_early.len() == 0 {
-            return true;
+    /// `understood`, after a submit or a run's start was applied (and so
+    /// understood): a loss of its task that came first ends it now.
+    fn then_early_loss(&mut self, understood: bool, record: &Record) -> bool {
+        if understood && self.lost_early.len() > 0 {
+            self.apply_early_loss(record);
         }
+        understood
+    }
+
+    /// A final loss ends any run of the task; a lost attempt, only that
+    /// run (dropped if it was counted while queued).
+    fn apply_early_loss(&mut self, record: &Record) {
         let Some(id) = str_field(record, "task_id") else {
-            return true;
+            return;
         };
         let Some(lost) = self.lost_early.get(&id).copied() else {
-            return true;
+            return;
         };
         let starting = record.kind == RecordKind::SpanNew;
         let attempt = u64_field(record, "attempt").unwrap_or(0);
@@ -1278,7 +1286,6 @@ impl Views {
             }
             Some(_) => {}
         }
-        true
     }
 
     /// Forgets live task `id` without counting it anywhere (a run already

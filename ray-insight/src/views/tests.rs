@@ -16,10 +16,7 @@ struct Script {
 }
 
 fn fields(pairs: &[(&'static str, &str)]) -> Fields {
-    pairs
-        .iter()
-        .map(|(k, v)| (*k, FieldValue::Str((*v).into())))
-        .collect()
+    Fields::from_strs(pairs)
 }
 
 impl Script {
@@ -1962,6 +1959,15 @@ fn folding_instances_keeps_other_brackets_and_diffs_compare_classes() {
     assert_eq!(diff, "driver;A.run 5 7\n");
 }
 
+/// The call edge whose name ends with `name`.
+fn call_edge<'a>(logical: &'a LogicalView, name: &str) -> &'a CallEdge {
+    logical
+        .call_edges
+        .iter()
+        .find(|e| e.name.ends_with(name))
+        .unwrap_or_else(|| panic!("{name} in {:?}", logical.call_edges))
+}
+
 /// A `node.state` record, as the head writes it when a node registers or dies.
 fn node_state(at_ms: u64, node: u64, alive: bool, cause: Option<&str>) -> Record {
     let mut fields = Fields::new();
@@ -2123,24 +2129,9 @@ fn failed_calls_are_counted_and_a_dead_node_fails_the_calls_it_held() {
     let mut dead = Fields::new();
     dead.push("node_id", FieldValue::Str("n2".into()));
     dead.push("alive", FieldValue::Bool(false));
-    views.accept(&[Record {
-        kind: RecordKind::Event,
-        span: 0,
-        parent: 0,
-        name: "node.state",
-        target: "ray::node",
-        at_nanos: 40_000,
-        thread: 0,
-        fields: dead,
-    }]);
+    views.accept(&[Record::event("node.state", "ray::node", 40_000, dead)]);
     let logical = views.snapshot().logical();
-    let edge = |name: &str| {
-        logical
-            .call_edges
-            .iter()
-            .find(|e| e.name.ends_with(name))
-            .unwrap_or_else(|| panic!("{name} in {:?}", logical.call_edges))
-    };
+    let edge = |name: &str| call_edge(&logical, name);
     assert_eq!((edge("f").count, edge("f").failed), (2, 1));
     assert_eq!(
         (edge("g").count, edge("g").failed, edge("g").running),
@@ -2204,11 +2195,7 @@ fn a_lost_run_fails_only_the_attempt_it_names() {
     late.open("task.run", 15, &[("task_id", "t4"), ("function", "m::f")]);
     views.accept(&late.records);
     let logical = views.snapshot().logical();
-    let f = logical
-        .call_edges
-        .iter()
-        .find(|e| e.name.ends_with("f"))
-        .expect("the edge");
+    let f = call_edge(&logical, "f");
     assert_eq!(
         (f.count, f.failed),
         (3, 3),
@@ -2241,11 +2228,7 @@ fn a_lost_run_fails_only_the_attempt_it_names() {
     late.close(retry, 24);
     views.accept(&late.records);
     let logical = views.snapshot().logical();
-    let f = logical
-        .call_edges
-        .iter()
-        .find(|e| e.name.ends_with("f"))
-        .expect("the edge");
+    let f = call_edge(&logical, "f");
     assert_eq!(
         (f.count, f.failed),
         (5, 4),
