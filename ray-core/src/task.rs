@@ -261,6 +261,9 @@ impl Runtime {
         }
         match outcome {
             Err(e) if spec.attempt < spec.max_retries && spec.retry_exceptions.covers(&e) => {
+                // This run ends here, before its retry can start on another
+                // thread: the views see one run close before the next opens.
+                drop(span);
                 spec.attempt += 1;
                 tracing::debug!(target: "ray::task", task_id = %spec.task, attempt = spec.attempt, error = %e, "task.retry");
                 let next = self.release_to_take_next(&spec.pool, &spec.resources);
