@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, Criterion, Throughput};
 use ray_insight::{
     Collector, FieldStr, FieldValue, InsightConfig, InsightLayer, MemorySink, Record, Sink, Views,
 };
@@ -262,13 +262,7 @@ fn insight(c: &mut Criterion) {
 /// runtime-shaped stream (tasks and actor calls with their submits, runs,
 /// gets, puts and waits; see `ray_test_support::workload`) of 20,000 tasks.
 fn ingest(c: &mut Criterion) {
-    let shape = Shape {
-        tasks: 20_000,
-        actors: 100,
-        ..FULL
-    };
-    let mut records = MemorySink::new(usize::MAX);
-    let count = feed_all(shape, &mut records);
+    let (records, count) = ingest_stream();
     let batches: Vec<&[Record]> = records.records().chunks(BATCH).collect();
     let mut group = c.benchmark_group("insight");
     support::configure(&mut group);
@@ -285,5 +279,34 @@ fn ingest(c: &mut Criterion) {
     group.finish();
 }
 
+/// The runtime-shaped stream [`ingest`] applies, and its record count.
+fn ingest_stream() -> (MemorySink, u64) {
+    let shape = Shape {
+        tasks: 20_000,
+        actors: 100,
+        ..FULL
+    };
+    let mut records = MemorySink::new(usize::MAX);
+    let count = feed_all(shape, &mut records);
+    (records, count)
+}
+
 criterion_group!(benches, insight, ingest);
-criterion_main!(benches);
+
+/// With `RAYRS_BENCH_INGEST_ONCE` set, applies the [`ingest`] stream once
+/// and exits: a deterministic run to count the views' cost with
+/// `valgrind --tool=callgrind --toggle-collect='*Views*accept*'`, which,
+/// unlike timings on a shared VM, compares two builds to the percent.
+fn main() {
+    if std::env::var_os("RAYRS_BENCH_INGEST_ONCE").is_some() {
+        let (records, _) = ingest_stream();
+        let mut views = Views::default();
+        for batch in records.records().chunks(BATCH) {
+            views.accept(batch);
+        }
+        println!("applied {}", views.stats().applied);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -78,14 +78,13 @@ impl Record {
     /// for an unnamed event (`event file.rs:12`), whose `message` is its
     /// name (`info!("object.put")` names the event `object.put`).
     pub fn schema_name(&self) -> &str {
-        match (self.kind, self.field("message")) {
-            (RecordKind::Event, Some(FieldValue::Str(message)))
-                if self.name.starts_with("event ") =>
-            {
-                message
+        // The name is checked first: only unnamed events look for a message.
+        if self.kind == RecordKind::Event && self.name.starts_with("event ") {
+            if let Some(FieldValue::Str(message)) = self.field("message") {
+                return message;
             }
-            _ => self.name,
         }
+        self.name
     }
 }
 
@@ -148,6 +147,14 @@ impl FieldStr {
             }
             StrRepr::Heap(s) => s,
             StrRepr::Static(s) => s,
+        }
+    }
+
+    /// The string, if it lives for the whole program ([`FieldStr::from_static`]).
+    pub fn as_static(&self) -> Option<&'static str> {
+        match self.0 {
+            StrRepr::Static(s) => Some(s),
+            _ => None,
         }
     }
 
@@ -347,7 +354,14 @@ impl Fields {
 
     /// The value of the last field named `key`, if any.
     pub fn get(&self, key: &str) -> Option<&FieldValue> {
-        self.slots().rev().find(|(k, _)| *k == key).map(|(_, v)| v)
+        // Keys are callsite literals, usually the very string asked for:
+        // the address decides most lookups without comparing bytes.
+        let same = |k: &str| {
+            k.len() == key.len()
+                && (std::ptr::eq(k.as_ptr(), key.as_ptr())
+                    || (k.as_bytes().first() == key.as_bytes().first() && k == key))
+        };
+        self.slots().rev().find(|(k, _)| same(k)).map(|(_, v)| v)
     }
 
     /// The fields in recording order.

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use super::gantt::StoredSlice;
 use super::logical::{CallKey, Locality};
-use super::model::{frame_name, id_of, FifoMap, Id, LabelSetId, LaneId, PathId, PathTable};
+use super::model::{
+    frame_name, id_of, CallNames, FifoMap, Id, LabelSetId, LaneId, PathId, PathTable,
+};
 use super::physical::{ActorInfo, ActorUsage, GroupInfo, NodeRegistration, ProcessFields};
 use super::task::{LiveTask, OpenWait, Orphan, RecentTask, TaskState};
 use super::{CallKind, LogicalNode, SliceState, Views};
@@ -120,7 +122,12 @@ fn parse_labels(packed: &str) -> impl Iterator<Item = (Id, Id)> + '_ {
 }
 
 fn u64_field(record: &Record, key: &str) -> Option<u64> {
-    match record.field(key)? {
+    u64_value(record.field(key)?)
+}
+
+/// A number, or a string holding one.
+fn u64_value(value: &FieldValue) -> Option<u64> {
+    match value {
         FieldValue::Str(s) => s.trim().parse().ok(),
         other => other.as_u64(),
     }
@@ -278,23 +285,33 @@ impl Views {
         }
     }
 
+    /// Takes what `record` says of the task (its name, attempt, class,
+    /// actor, node and worker), in one pass over its fields: the last
+    /// field of a key counts, as with [`Record::field`], and `function`
+    /// names it over `method`.
     fn update_task_fields(task: &mut LiveTask, record: &Record) {
-        let name = str_field(record, "function").or_else(|| str_field(record, "method"));
-        if name.is_some() {
-            task.name = name;
-        }
-        if let Some(attempt) = u64_field(record, "attempt") {
-            task.attempt = attempt;
-        }
-        for (slot, key) in [
-            (&mut task.class, "class"),
-            (&mut task.actor_id, "actor_id"),
-            (&mut task.node_id, "node_id"),
-            (&mut task.worker_id, "worker_id"),
-        ] {
-            if let Some(v) = str_field(record, key) {
-                *slot = Some(v);
+        let (mut function, mut method) = (None, None);
+        for (key, value) in record.fields.iter() {
+            match key {
+                "function" => function = Some(value),
+                "method" => method = Some(value),
+                "attempt" => {
+                    if let Some(attempt) = u64_value(value) {
+                        task.attempt = attempt;
+                    }
+                }
+                "class" => task.class = Some(id_of(key, value)),
+                "actor_id" => task.actor_id = Some(id_of(key, value)),
+                "node_id" => task.node_id = Some(id_of(key, value)),
+                "worker_id" => task.worker_id = Some(id_of(key, value)),
+                _ => {}
             }
+        }
+        if let Some((key, value)) = function
+            .map(|v| ("function", v))
+            .or(method.map(|v| ("method", v)))
+        {
+            task.name = Some(id_of(key, value));
         }
     }
 
@@ -444,7 +461,7 @@ impl Views {
         }
         task.started_at = Some(record.at_nanos);
         task.thread = record.thread;
-        let (_, frame) = self.names_of(&task);
+        let frame = self.names_of(&task).frame;
         task.path = task.caller_path.and_then(|p| self.paths.child(p, &frame));
         if task.path.is_none() {
             self.stats.dropped += 1;
@@ -470,7 +487,7 @@ impl Views {
         };
         let path = match task.started_at {
             Some(_) => {
-                let (_, frame) = self.names_of(task);
+                let frame = self.names_of(task).frame;
                 match self.paths.child(at, &frame) {
                     Some(p) => Some(p),
                     None => return,
@@ -533,37 +550,38 @@ impl Views {
     }
 
     /// `task`'s instance name and flame frame (memoized).
-    fn names_of(&mut self, task: &LiveTask) -> (Id, Id) {
-        let key = (
-            task.kind,
-            task.name.clone(),
-            task.class.clone(),
-            task.actor_id.clone(),
-        );
-        self.memo.names(key, || task.instance_name())
+    fn names_of(&mut self, task: &LiveTask) -> CallNames {
+        let ids = [
+            task.name.as_ref(),
+            task.class.as_ref(),
+            task.actor_id.as_ref(),
+        ];
+        self.memo.names(task.kind, ids, || {
+            (task.display_name(), task.instance_name())
+        })
     }
 
     fn lane_for(&mut self, task: &LiveTask) -> Option<LaneId> {
-        let key = match task.kind {
+        let (is_task, ids, thread) = match task.kind {
             CallKind::Task => (
                 true,
-                task.node_id.clone(),
-                task.worker_id.clone(),
-                None,
+                [task.node_id.as_ref(), task.worker_id.as_ref(), None],
                 task.thread,
             ),
             CallKind::ActorCall | CallKind::ActorCreate => (
                 false,
-                task.node_id.clone(),
-                task.class.clone(),
-                task.actor_id.clone(),
+                [
+                    task.node_id.as_ref(),
+                    task.class.as_ref(),
+                    task.actor_id.as_ref(),
+                ],
                 0,
             ),
         };
         let Self {
             memo, lanes, stats, ..
         } = self;
-        let lane = memo.lane(key, || Self::find_lane(lanes, task));
+        let lane = memo.lane(is_task, ids, thread, || Self::find_lane(lanes, task));
         if lane.is_none() {
             stats.dropped += 1;
         }
@@ -708,12 +726,13 @@ impl Views {
                 self.stats.dropped += 1;
             }
         }
+        let names = self.names_of(&task);
         if let Some(lane) = task.lane {
-            for slice in task.lifecycle_slices(id, lane, start, nanos, true) {
+            for slice in task.lifecycle_slices(&names.display, id, lane, start, nanos, true) {
                 self.push_slice(slice);
             }
         }
-        let (name, _) = self.names_of(&task);
+        let name = names.instance;
         let recent = RecentTask {
             // The stack view names instances (`Class[actor].method`).
             name,

@@ -23,47 +23,73 @@ pub(crate) type Id = Arc<str>;
 /// `node-<n>`), so ids recorded as integers and as text compare equal; other
 /// numbers are rendered in decimal.
 pub(crate) fn id_of(key: &str, value: &FieldValue) -> Id {
-    let prefix = match key {
-        "task_id" | "parent_task" | "producers" => "task-",
-        "object_id" | "objects" => "obj-",
-        "actor_id" => "actor-",
-        "node_id" | "producer_node" => "node-",
-        "worker_id" => "worker-",
-        "group_id" => "pg-",
-        _ => "",
-    };
+    let (code, prefix) = id_prefix(key);
     match value {
-        FieldValue::Str(s) => ID_CACHE.with(|c| c.borrow_mut().string(s)),
+        FieldValue::Str(s) => ID_CACHE.with(|c| {
+            let mut cache = c.borrow_mut();
+            match s.as_static() {
+                Some(s) => cache.static_str(s),
+                None => cache.string(s),
+            }
+        }),
         FieldValue::U128 { hi, lo } if !prefix.is_empty() => ID_CACHE.with(|c| {
             c.borrow_mut()
-                .number((prefix, true, *hi, *lo), || hex_id(prefix, Some(*hi), *lo))
+                .number((code, true, *hi, *lo), || hex_id(prefix, Some(*hi), *lo))
         }),
         FieldValue::U64(v) if !prefix.is_empty() => ID_CACHE.with(|c| {
             c.borrow_mut()
-                .number((prefix, false, 0, *v), || hex_id(prefix, None, *v))
+                .number((code, false, 0, *v), || hex_id(prefix, None, *v))
         }),
         other => Arc::from(other.to_string()),
+    }
+}
+
+/// The prefix the runtime displays an id field's numbers with (`task-`
+/// for `task_id`), or `""` for a field that is not an id, with a small
+/// code that names the prefix (the id cache's key).
+fn id_prefix(key: &str) -> (u8, &'static str) {
+    // Told apart by length and first byte before any string comparison:
+    // this runs for every id of every record.
+    match (key.len(), key.as_bytes().first()) {
+        // Codes 1 and 2 are the many (tasks, objects); see `IdCache::places`.
+        (7, Some(b't')) if key == "task_id" => (1, "task-"),
+        (11, Some(b'p')) if key == "parent_task" => (1, "task-"),
+        (9, Some(b'p')) if key == "producers" => (1, "task-"),
+        (9, Some(b'o')) if key == "object_id" => (2, "obj-"),
+        (7, Some(b'o')) if key == "objects" => (2, "obj-"),
+        (8, Some(b'a')) if key == "actor_id" => (3, "actor-"),
+        (7, Some(b'n')) if key == "node_id" => (4, "node-"),
+        (13, Some(b'p')) if key == "producer_node" => (4, "node-"),
+        (9, Some(b'w')) if key == "worker_id" => (5, "worker-"),
+        (8, Some(b'g')) if key == "group_id" => (6, "pg-"),
+        _ => (0, ""),
     }
 }
 
 /// `{prefix}{hi:x}.{lo:x}` (or `{prefix}{lo:x}`), written without the
 /// formatting machinery: one allocation, the id's own.
 fn hex_id(prefix: &str, hi: Option<u64>, lo: u64) -> Id {
-    fn push_hex(out: &mut Vec<u8>, v: u64) {
+    /// Writes `v` in hex (no leading zeros) at `out[at..]`; returns the end.
+    fn put_hex(out: &mut [u8], at: usize, v: u64) -> usize {
         let digits = ((64 - v.leading_zeros() as usize).div_ceil(4)).max(1);
-        for i in (0..digits).rev() {
-            out.push(b"0123456789abcdef"[((v >> (4 * i)) & 0xf) as usize]);
+        for (i, slot) in out[at..at + digits].iter_mut().enumerate() {
+            *slot = b"0123456789abcdef"[((v >> (4 * (digits - 1 - i))) & 0xf) as usize];
         }
+        at + digits
     }
-    let mut out = Vec::with_capacity(prefix.len() + 33);
-    out.extend_from_slice(prefix.as_bytes());
+    // A prefix (at most 7 bytes), two 16-digit halves and a dot.
+    let mut out = [0u8; 48];
+    let prefix = &prefix.as_bytes()[..prefix.len().min(15)];
+    out[..prefix.len()].copy_from_slice(prefix);
+    let mut end = prefix.len();
     if let Some(hi) = hi {
-        push_hex(&mut out, hi);
-        out.push(b'.');
+        end = put_hex(&mut out, end, hi);
+        out[end] = b'.';
+        end += 1;
     }
-    push_hex(&mut out, lo);
-    // Only ASCII was added to a `str`.
-    Arc::from(String::from_utf8(out).unwrap_or_default())
+    end = put_hex(&mut out, end, lo);
+    // Only ASCII was written after a whole prefix; one allocation, the id's.
+    Arc::from(std::str::from_utf8(&out[..end]).unwrap_or_default())
 }
 
 /// Slots of each of the ingesting thread's id caches.
@@ -75,18 +101,55 @@ thread_local! {
     static ID_CACHE: std::cell::RefCell<IdCache> = std::cell::RefCell::new(IdCache::default());
 }
 
+/// A number id as the cache knows it: its prefix's code, whether it has
+/// two parts, and its parts.
+type NumberKey = (u8, bool, u64, u64);
+
 /// Memoizes [`id_of`]: rendering an id (formatting, allocating) cost more
 /// than the rest of applying a record.
 #[derive(Default)]
 struct IdCache {
-    numbers: SlotCache<(&'static str, bool, u64, u64), Id>,
+    /// Keyed by the prefix's code (see [`id_prefix`]), whether the id has
+    /// two parts, and its parts: integers, cheap to hash and compare.
+    numbers: SlotCache<NumberKey, Id>,
+    /// The same for nodes, workers, actors and groups, apart from the
+    /// flood of task and object ids: an id of these few keeps its string,
+    /// and so its address (what [`Memo`] keys on).
+    places: SlotCache<NumberKey, Id>,
+    /// The last number of each prefix code: a record's node and worker
+    /// (an actor's every call) are found here without touching the slots.
+    last: [Option<(NumberKey, Id)>; 8],
     strings: SlotCache<Id, ()>,
+    /// Strings that live for the program (function and class names as the
+    /// runtime records them), by address and length: no byte is hashed.
+    statics: SlotCache<(usize, usize), Id>,
 }
 
 impl IdCache {
-    fn number(&mut self, key: (&'static str, bool, u64, u64), render: impl FnOnce() -> Id) -> Id {
-        self.numbers
+    fn number(&mut self, key: NumberKey, render: impl FnOnce() -> Id) -> Id {
+        let last = &mut self.last[usize::from(key.0) % 8];
+        if let Some((k, id)) = last {
+            if *k == key {
+                return id.clone();
+            }
+        }
+        let table = if key.0 <= 2 {
+            &mut self.numbers
+        } else {
+            &mut self.places
+        };
+        let id = table
             .get_or_insert_with(&key, ID_CACHE_SLOTS, || (key, render()))
+            .1
+            .clone();
+        *last = Some((key, id.clone()));
+        id
+    }
+
+    fn static_str(&mut self, s: &'static str) -> Id {
+        let key = (s.as_ptr() as usize, s.len());
+        self.statics
+            .get_or_insert_with(&key, ID_CACHE_SLOTS, || (key, Arc::from(s)))
             .1
             .clone()
     }
@@ -346,12 +409,36 @@ pub(crate) fn frame_name(name: &str) -> Id {
     }
 }
 
-/// What a call's names are built from: its kind, name, class and actor.
-type NameKey = (super::CallKind, Option<Id>, Option<Id>, Option<Id>);
+/// An id's address (0 for none): what the [`Memo`] keys on. Equal
+/// addresses are one string; the memo holds the ids of each key it keeps
+/// (its *pins*), so an address it keys on cannot be reused by another
+/// string while the entry lives. Two equal strings at two addresses are
+/// two entries with equal values: a miss, never a wrong answer.
+fn addr(id: Option<&Id>) -> usize {
+    id.map_or(0, |id| Arc::as_ptr(id).cast::<u8>() as usize)
+}
+
+/// What a call's names are built from: its kind, and its name, class and
+/// actor by address (see [`addr`]).
+type NameKey = (super::CallKind, usize, usize, usize);
 
 /// What a Gantt lane is built from: a task's node, worker and thread, or an
-/// actor call's node, class and actor.
-type LaneKey = (bool, Option<Id>, Option<Id>, Option<Id>, u32);
+/// actor call's node, class and actor (ids by address).
+type LaneKey = (bool, usize, usize, usize, u32);
+
+/// The ids a memo entry's key names by address, kept alive with it.
+type Pins = [Option<Id>; 3];
+
+/// What a call is called, built once per kind, name, class and actor.
+#[derive(Debug, Clone)]
+pub(crate) struct CallNames {
+    /// `function` or `Class.method` (Gantt slices).
+    pub(crate) display: Id,
+    /// `Class[actor].method` (stack view).
+    pub(crate) instance: Id,
+    /// Its flame frame.
+    pub(crate) frame: Id,
+}
 
 /// Slots of each [`Memo`] table.
 const MEMO_SLOTS: usize = 4096;
@@ -360,34 +447,53 @@ const MEMO_SLOTS: usize = 4096;
 /// every call of one actor method (every task of one function on one
 /// thread) has the same instance name, flame frame and lane, and building
 /// them (formatting, allocating) cost more than the rest of applying a
-/// record. A pure cache of fixed size ([`SlotCache`]).
+/// record. A pure cache of fixed size ([`SlotCache`]), keyed by the ids'
+/// addresses: a lookup hashes four integers and takes no reference.
 #[derive(Debug, Default)]
 pub(crate) struct Memo {
-    names: SlotCache<NameKey, (Id, Id)>,
-    lanes: SlotCache<LaneKey, Option<LaneId>>,
+    names: SlotCache<NameKey, (Pins, CallNames)>,
+    lanes: SlotCache<LaneKey, (Pins, Option<LaneId>)>,
 }
 
 impl Memo {
-    /// The (instance name, flame frame) for `key`, built by `build` the first time.
-    pub(crate) fn names(&mut self, key: NameKey, build: impl FnOnce() -> Id) -> (Id, Id) {
-        let (_, names) = self.names.get_or_insert_with(&key.clone(), MEMO_SLOTS, || {
-            let instance = build();
+    /// The names of a call of `kind` named `name` (`class`, `actor`),
+    /// built by `build` (display name, instance name) the first time.
+    pub(crate) fn names(
+        &mut self,
+        kind: super::CallKind,
+        [name, class, actor]: [Option<&Id>; 3],
+        build: impl FnOnce() -> (Id, Id),
+    ) -> CallNames {
+        let key = (kind, addr(name), addr(class), addr(actor));
+        let (_, (_, names)) = self.names.get_or_insert_with(&key, MEMO_SLOTS, || {
+            let (display, instance) = build();
             let frame = frame_name(&instance);
-            (key, (instance, frame))
+            let pins = [name.cloned(), class.cloned(), actor.cloned()];
+            let names = CallNames {
+                display,
+                instance,
+                frame,
+            };
+            (key, (pins, names))
         });
         names.clone()
     }
 
-    /// The lane for `key`, found by `find` the first time (lanes are never
-    /// evicted, so a lane once given stays right; a refusal is not kept).
+    /// The lane of a task (`task` true: `ids` are its node and worker, on
+    /// `thread`) or of an actor's calls (its node, class and actor), found
+    /// by `find` the first time (lanes are never evicted, so a lane once
+    /// given stays right; a refusal is not kept).
     pub(crate) fn lane(
         &mut self,
-        key: LaneKey,
+        task: bool,
+        ids: [Option<&Id>; 3],
+        thread: u32,
         find: impl FnOnce() -> Option<LaneId>,
     ) -> Option<LaneId> {
-        let (_, lane) = self
-            .lanes
-            .get_or_insert_with(&key.clone(), MEMO_SLOTS, || (key, None));
+        let key = (task, addr(ids[0]), addr(ids[1]), addr(ids[2]), thread);
+        let (_, (_, lane)) = self.lanes.get_or_insert_with(&key, MEMO_SLOTS, || {
+            (key, (ids.map(|id| id.cloned()), None))
+        });
         if lane.is_none() {
             *lane = find();
         }

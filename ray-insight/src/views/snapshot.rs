@@ -82,8 +82,9 @@ impl Snapshot<'_> {
             let (Some(lane), Some(start)) = (task.lane, task.started_at) else {
                 continue;
             };
-            live.extend(task.lifecycle_slices(id, lane, start, v.now.saturating_sub(start), false));
             let name = task.display_name();
+            let dur = v.now.saturating_sub(start);
+            live.extend(task.lifecycle_slices(&name, id, lane, start, dur, false));
             for wait in &task.waits {
                 live.push(StoredSlice {
                     lane,

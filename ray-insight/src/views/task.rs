@@ -105,16 +105,18 @@ impl LiveTask {
     /// The slices of this task's life on `lane` once it started at `start`:
     /// submitted (if it waited to start), scheduled (from its placement to
     /// its start, if recorded), then running for `dur`
-    /// (`finished`: it has ended; otherwise drawn to now).
+    /// (`finished`: it has ended; otherwise drawn to now); each slice is
+    /// called `name` (its [`LiveTask::display_name`]).
     pub(crate) fn lifecycle_slices(
         &self,
+        name: &Id,
         id: &Id,
         lane: LaneId,
         start: u64,
         dur: u64,
         finished: bool,
     ) -> impl Iterator<Item = StoredSlice> {
-        let name = self.display_name();
+        let name = name.clone();
         let scheduled_at = self.scheduled_at.filter(|&s| s < start);
         let waiting = |state, from: u64, to: u64| StoredSlice {
             lane,
