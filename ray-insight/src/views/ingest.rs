@@ -6,7 +6,8 @@ use std::sync::Arc;
 use super::gantt::StoredSlice;
 use super::logical::{CallKey, Locality};
 use super::model::{
-    frame_name, id_of, CallNames, FifoMap, Id, LabelSetId, LaneId, PathId, PathTable,
+    frame_name, id_key, id_of, static_id, CallNames, FifoMap, Id, IdKey, LabelSetId, LaneId,
+    PathId, PathTable,
 };
 use super::physical::{ActorInfo, ActorUsage, GroupInfo, NodeRegistration, ProcessFields};
 use super::task::{LiveTask, OpenWait, Orphan, RecentTask, TaskState};
@@ -944,7 +945,7 @@ impl Views {
     }
 
     fn on_put(&mut self, record: &Record) -> bool {
-        let Some(object) = str_field(record, "object_id") else {
+        let Some(object) = record.field("object_id").map(|v| id_key("object_id", v)) else {
             return false;
         };
         let bytes = u64_field(record, "bytes").unwrap_or(0);
@@ -970,7 +971,7 @@ impl Views {
     }
 
     fn on_get(&mut self, record: &Record) -> bool {
-        let Some(object) = str_field(record, "object_id") else {
+        let Some(object) = record.field("object_id").map(|v| id_key("object_id", v)) else {
             return false;
         };
         let bytes = u64_field(record, "bytes").unwrap_or(0);
@@ -993,7 +994,7 @@ impl Views {
             (Some(_), Some(_)) => Locality::CrossNode,
             _ => Locality::Unknown,
         };
-        let consumer_id = task.unwrap_or_else(|| Arc::from("driver"));
+        let consumer_id = task.unwrap_or_else(|| static_id("driver"));
         if !self
             .logical
             .on_get(producer, consumer, &consumer_id, labels, bytes, locality)
@@ -1027,11 +1028,17 @@ impl Views {
     /// (`obj-<owner>.<seq>` is the result of `task-<owner>.<seq>`), as the
     /// task's caller-graph node and the node it ran on, when the task is
     /// still known.
-    fn return_producer(&self, object: &str) -> (LogicalNode, Option<Id>) {
-        let Some(numbers) = object.strip_prefix("obj-") else {
-            return (LogicalNode::Unknown, None);
+    /// The task that returned `object` (its id is the object's), as the
+    /// logical node that produced it, and the node it ran on.
+    fn return_producer(&self, object: &IdKey) -> (LogicalNode, Option<Id>) {
+        let task = match object {
+            IdKey::Num(true, hi, lo) => id_of("task_id", &FieldValue::U128 { hi: *hi, lo: *lo }),
+            IdKey::Num(false, _, lo) => id_of("task_id", &FieldValue::U64(*lo)),
+            IdKey::Text(text) => match text.strip_prefix("obj-") {
+                Some(numbers) => Arc::from(format!("task-{numbers}")),
+                None => return (LogicalNode::Unknown, None),
+            },
         };
-        let task: Id = Arc::from(format!("task-{numbers}"));
         let producer = self
             .node_and_labels(Some(&task))
             .map_or(LogicalNode::Unknown, |(node, _)| node);

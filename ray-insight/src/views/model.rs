@@ -44,6 +44,57 @@ pub(crate) fn id_of(key: &str, value: &FieldValue) -> Id {
     }
 }
 
+/// An id as a map key, built with no string: a runtime id's numbers, or
+/// the string of any other id. A string that is how a runtime id renders
+/// (`obj-1a.2b`) is taken as its numbers, so the same id recorded as
+/// numbers and as text is one key (as with [`id_of`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum IdKey {
+    /// Whether it has two parts, and its parts.
+    Num(bool, u64, u64),
+    /// Any other id.
+    Text(Id),
+}
+
+/// `value` of id field `key` as an [`IdKey`].
+pub(crate) fn id_key(key: &str, value: &FieldValue) -> IdKey {
+    let (_, prefix) = id_prefix(key);
+    match value {
+        FieldValue::U128 { hi, lo } if !prefix.is_empty() => IdKey::Num(true, *hi, *lo),
+        FieldValue::U64(v) if !prefix.is_empty() => IdKey::Num(false, 0, *v),
+        FieldValue::Str(s) if !prefix.is_empty() => match parse_id(prefix, s) {
+            Some((hi, lo)) => IdKey::Num(hi.is_some(), hi.unwrap_or(0), lo),
+            None => IdKey::Text(id_of(key, value)),
+        },
+        other => IdKey::Text(id_of(key, other)),
+    }
+}
+
+/// The numbers of `text` if it is exactly how [`hex_id`] renders an id
+/// with `prefix` (lowercase hex, no leading zeros): `(Some(hi), lo)` for
+/// two parts.
+fn parse_id(prefix: &str, text: &str) -> Option<(Option<u64>, u64)> {
+    fn hex(part: &str) -> Option<u64> {
+        let canonical = !part.is_empty()
+            && part.len() <= 16
+            && (part == "0" || !part.starts_with('0'))
+            && part.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        canonical
+            .then(|| u64::from_str_radix(part, 16).ok())
+            .flatten()
+    }
+    let numbers = text.strip_prefix(prefix)?;
+    match numbers.split_once('.') {
+        Some((hi, lo)) => Some((Some(hex(hi)?), hex(lo)?)),
+        None => Some((None, hex(numbers)?)),
+    }
+}
+
+/// `s` as an id, from the id cache: built once, however often asked for.
+pub(crate) fn static_id(s: &'static str) -> Id {
+    ID_CACHE.with(|c| c.borrow_mut().static_str(s))
+}
+
 /// The prefix the runtime displays an id field's numbers with (`task-`
 /// for `task_id`), or `""` for a field that is not an id, with a small
 /// code that names the prefix (the id cache's key).
@@ -634,6 +685,37 @@ impl<K: Clone + Eq + Hash, V> FifoMap<K, V> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_id_key_is_one_key_for_an_id_as_numbers_and_as_its_rendering() {
+        let numbers = FieldValue::U128 { hi: 0x1a, lo: 0x2b };
+        let text = FieldValue::Str("obj-1a.2b".into());
+        assert_eq!(id_key("object_id", &numbers), id_key("object_id", &text));
+        assert_eq!(id_key("object_id", &numbers), IdKey::Num(true, 0x1a, 0x2b));
+        // Not a rendering: leading zeros, upper case, another prefix, junk.
+        for other in [
+            "obj-01a.2b",
+            "obj-1A.2b",
+            "task-1a.2b",
+            "obj-1a.",
+            "obj-x",
+            "obj-1a.2b.3",
+        ] {
+            let key = id_key("object_id", &FieldValue::Str(other.into()));
+            assert_eq!(key, IdKey::Text(Arc::from(other)), "{other}");
+        }
+        assert_eq!(
+            id_key("object_id", &FieldValue::Str("obj-0".into())),
+            IdKey::Num(false, 0, 0)
+        );
+        assert_eq!(
+            id_key("object_id", &FieldValue::U64(0)),
+            IdKey::Num(false, 0, 0)
+        );
+        // 17 hex digits do not fit a part.
+        let long = FieldValue::Str("obj-10000000000000000".into());
+        assert!(matches!(id_key("object_id", &long), IdKey::Text(_)));
+    }
+
     #[test]
     fn ids_are_rendered_in_hex_as_the_runtime_displays_them() {
         use super::{id_of, FieldValue};
