@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 
 use serde_json::{json, Value};
 
-use super::model::{Id, LabelSetId, LaneId, Lanes};
+use super::model::{Id, IdKey, LabelSetId, LaneId, Lanes};
 
 /// The state a Gantt slice shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +40,7 @@ impl SliceState {
 pub(crate) struct StoredSlice {
     pub(crate) lane: LaneId,
     pub(crate) name: Id,
-    pub(crate) task_id: Id,
+    pub(crate) task_id: IdKey,
     pub(crate) state: SliceState,
     pub(crate) start: u64,
     pub(crate) dur: u64,
@@ -94,7 +94,7 @@ impl GanttAgg {
     /// worker's): the task's finished `submitted` slice, if among the latest
     /// [`LATE_PLACEMENT_SEARCH`], is split at `at` into submitted and
     /// scheduled. Whether it was found.
-    pub(crate) fn place_late(&mut self, task_id: &Id, at: u64) -> bool {
+    pub(crate) fn place_late(&mut self, task_id: &IdKey, at: u64) -> bool {
         let len = self.slices.len();
         let found = self
             .slices
@@ -151,7 +151,7 @@ impl GanttAgg {
             slices.push(GanttSlice {
                 lane: s.lane,
                 name: s.name.to_string(),
-                task_id: s.task_id.to_string(),
+                task_id: s.task_id.task().to_string(),
                 state: s.state,
                 start_nanos: s.start,
                 dur_nanos: s.dur,

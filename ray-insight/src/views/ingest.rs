@@ -17,7 +17,7 @@ use crate::sink::Sink;
 
 impl UserSpan {
     /// The task it runs in.
-    pub(super) fn task(&self) -> &Id {
+    pub(super) fn task(&self) -> &IdKey {
         &self.task
     }
 
@@ -35,8 +35,8 @@ impl UserSpan {
 /// What an open span the engine tracks stands for.
 #[derive(Debug, Clone)]
 pub(super) enum SpanRole {
-    Task(Id),
-    Wait(Id),
+    Task(IdKey),
+    Wait(IdKey),
     User(Box<UserSpan>),
 }
 
@@ -46,7 +46,7 @@ pub(super) enum SpanRole {
 #[derive(Debug, Clone)]
 pub(super) struct UserSpan {
     /// The task it runs in.
-    task: Id,
+    task: IdKey,
     /// The span it is inside: the task's run, or another user span.
     parent_span: u64,
     name: Id,
@@ -96,6 +96,11 @@ struct Ended {
 
 fn str_field(record: &Record, key: &str) -> Option<Id> {
     record.field(key).map(|value| id_of(key, value))
+}
+
+/// A task id field (`task_id`, `parent_task`) as a key: no string built.
+fn task_field(record: &Record, key: &str) -> Option<IdKey> {
+    record.field(key).map(|value| id_key(key, value))
 }
 
 fn list_field(record: &Record, key: &str) -> Vec<Option<Id>> {
@@ -208,18 +213,18 @@ impl Views {
 
     /// The task a record is about: its `task_id` field, else the task whose
     /// span encloses it, else `None` (the driver).
-    fn subject_task(&self, record: &Record) -> Option<Id> {
-        str_field(record, "task_id").or_else(|| self.task_of_span(record.parent))
+    fn subject_task(&self, record: &Record) -> Option<IdKey> {
+        task_field(record, "task_id").or_else(|| self.task_of_span(record.parent))
     }
 
-    fn task_of_span(&self, span: u64) -> Option<Id> {
+    fn task_of_span(&self, span: u64) -> Option<IdKey> {
         match self.spans.get(&span)? {
             SpanRole::Task(id) | SpanRole::Wait(id) => Some(id.clone()),
             SpanRole::User(user) => Some(user.task.clone()),
         }
     }
 
-    fn caller_info(&mut self, parent: Option<&Id>) -> CallerInfo {
+    fn caller_info(&mut self, parent: Option<&IdKey>) -> CallerInfo {
         let Some(parent) = parent else {
             return CallerInfo {
                 node: LogicalNode::Driver,
@@ -254,7 +259,7 @@ impl Views {
 
     /// A new live task from a submit or start record.
     fn new_task(&mut self, kind: CallKind, record: &Record) -> LiveTask {
-        let parent = str_field(record, "parent_task").or_else(|| self.task_of_span(record.parent));
+        let parent = task_field(record, "parent_task").or_else(|| self.task_of_span(record.parent));
         let caller = self.caller_info(parent.as_ref());
         LiveTask {
             kind,
@@ -322,7 +327,7 @@ impl Views {
     /// small table. A placement of a task that already finished splits its
     /// recorded `submitted` slice (see `GanttAgg::place_late`).
     fn on_scheduled(&mut self, record: &Record) -> bool {
-        let Some(id) = str_field(record, "task_id") else {
+        let Some(id) = task_field(record, "task_id") else {
             return false;
         };
         let node = str_field(record, "node_id");
@@ -353,14 +358,14 @@ impl Views {
     }
 
     /// A task's placement that arrived before the task itself.
-    fn take_placement(&mut self, id: &Id, task: &mut LiveTask) {
+    fn take_placement(&mut self, id: &IdKey, task: &mut LiveTask) {
         if let Some((at, node)) = self.pending_placements.remove(id) {
             Self::place(task, at, node);
         }
     }
 
     fn on_submit(&mut self, record: &Record) -> bool {
-        let Some(id) = str_field(record, "task_id") else {
+        let Some(id) = task_field(record, "task_id") else {
             return false;
         };
         let started_first = self
@@ -422,14 +427,14 @@ impl Views {
             // A creation is known by its task id when the span gives one
             // (what its constructor's children name as their parent).
             CallKind::ActorCreate => {
-                match (str_field(record, "task_id"), str_field(record, "actor_id")) {
+                match (task_field(record, "task_id"), str_field(record, "actor_id")) {
                     (Some(task), Some(_)) => task,
-                    (None, Some(actor)) => Arc::from(format!("actor.create:{actor}")),
+                    (None, Some(actor)) => IdKey::text(format!("actor.create:{actor}")),
                     (_, None) => return false,
                 }
             }
-            _ => str_field(record, "task_id")
-                .unwrap_or_else(|| Arc::from(format!("span:{}", record.span))),
+            _ => task_field(record, "task_id")
+                .unwrap_or_else(|| IdKey::text(format!("span:{}", record.span))),
         };
         if self.spans.len() >= self.limits.max_live_spans {
             return self.drop_record();
@@ -634,7 +639,7 @@ impl Views {
     }
 
     /// A run ended at `at`, as `ended` says.
-    fn finish_task(&mut self, id: &Id, at: u64, ended: Ended) {
+    fn finish_task(&mut self, id: &IdKey, at: u64, ended: Ended) {
         let Some(mut task) = self.tasks.remove(id) else {
             return;
         };
@@ -684,7 +689,7 @@ impl Views {
     }
 
     /// Counts the finished calls that waited for `parent`, now started.
-    fn adopt_orphans(&mut self, parent: &Id) {
+    fn adopt_orphans(&mut self, parent: &IdKey) {
         for mut orphan in self.orphans.adopt(parent) {
             self.resolve_caller(&mut orphan.task);
             self.fold_finished(&orphan.id, orphan.task, orphan.at);
@@ -702,7 +707,7 @@ impl Views {
 
     /// Folds a finished call into the logical, flame and Gantt aggregates
     /// and remembers it.
-    fn fold_finished(&mut self, id: &Id, task: LiveTask, at: u64) {
+    fn fold_finished(&mut self, id: &IdKey, task: LiveTask, at: u64) {
         let start = task.started_at.unwrap_or(at);
         let nanos = at.saturating_sub(start);
         let node = task.logical_node();
@@ -875,7 +880,13 @@ impl Views {
         for (i, object) in list_field(record, "objects").into_iter().enumerate() {
             if let Some(object) = object {
                 objects.push(object);
-                producers.push(listed.get(i).cloned().flatten());
+                producers.push(
+                    listed
+                        .get(i)
+                        .cloned()
+                        .flatten()
+                        .map(|p| id_key("producers", &FieldValue::Str(crate::FieldStr::from(&*p)))),
+                );
             }
         }
         let truncated = objects.len() > max_objects;
@@ -895,7 +906,7 @@ impl Views {
         true
     }
 
-    fn end_wait(&mut self, id: &Id, span: u64, at: u64) {
+    fn end_wait(&mut self, id: &IdKey, span: u64, at: u64) {
         let Some(mut task) = self.tasks.remove(id) else {
             return;
         };
@@ -906,7 +917,7 @@ impl Views {
         self.tasks.insert(id.clone(), task);
     }
 
-    fn record_wait_end(&mut self, id: &Id, task: &mut LiveTask, wait: OpenWait, at: u64) {
+    fn record_wait_end(&mut self, id: &IdKey, task: &mut LiveTask, wait: OpenWait, at: u64) {
         let nanos = at.saturating_sub(wait.since);
         task.blocked_nanos = task.blocked_nanos.saturating_add(nanos);
         match self.spans.get_mut(&wait.parent) {
@@ -934,7 +945,7 @@ impl Views {
     }
 
     /// The logical node and labels of a task, live or recent; the driver for `None`.
-    fn node_and_labels(&self, task: Option<&Id>) -> Option<(LogicalNode, LabelSetId)> {
+    fn node_and_labels(&self, task: Option<&IdKey>) -> Option<(LogicalNode, LabelSetId)> {
         let Some(id) = task else {
             return Some((LogicalNode::Driver, self.driver_labels));
         };
@@ -994,7 +1005,7 @@ impl Views {
             (Some(_), Some(_)) => Locality::CrossNode,
             _ => Locality::Unknown,
         };
-        let consumer_id = task.unwrap_or_else(|| static_id("driver"));
+        let consumer_id = task.unwrap_or_else(|| IdKey::Text(static_id("driver")));
         if !self
             .logical
             .on_get(producer, consumer, &consumer_id, labels, bytes, locality)
@@ -1032,12 +1043,9 @@ impl Views {
     /// logical node that produced it, and the node it ran on.
     fn return_producer(&self, object: &IdKey) -> (LogicalNode, Option<Id>) {
         let task = match object {
-            IdKey::Num(true, hi, lo) => id_of("task_id", &FieldValue::U128 { hi: *hi, lo: *lo }),
-            IdKey::Num(false, _, lo) => id_of("task_id", &FieldValue::U64(*lo)),
-            IdKey::Text(text) => match text.strip_prefix("obj-") {
-                Some(numbers) => Arc::from(format!("task-{numbers}")),
-                None => return (LogicalNode::Unknown, None),
-            },
+            IdKey::Num(..) => object.clone(),
+            // Not a runtime id: no task of the runtime's returned it.
+            IdKey::Text(_) => return (LogicalNode::Unknown, None),
         };
         let producer = self
             .node_and_labels(Some(&task))
@@ -1097,7 +1105,7 @@ impl Views {
 
     /// The labels the constructor of the actor that call `id` goes to set
     /// (0 for none, or for a task).
-    fn actor_labels_of(&self, id: &Id) -> LabelSetId {
+    fn actor_labels_of(&self, id: &IdKey) -> LabelSetId {
         let Some(t) = self.tasks.get(id) else {
             return 0;
         };
@@ -1201,14 +1209,14 @@ impl Views {
             };
             placed == Some(node)
         };
-        let lost: Vec<Id> = self
+        let lost: Vec<IdKey> = self
             .tasks
             .iter()
             .filter(|(_, task)| on_node(task, &self.actors))
             .map(|(id, _)| id.clone())
             .collect();
         // Their user spans in one pass (not one per call).
-        let mut with_user_spans: hashbrown::HashSet<Id> = hashbrown::HashSet::new();
+        let mut with_user_spans: hashbrown::HashSet<IdKey> = hashbrown::HashSet::new();
         for id in &lost {
             if let Some(task) = self.tasks.get_mut(id) {
                 if task.user_spans_open > 0 {
@@ -1232,7 +1240,7 @@ impl Views {
     /// or that it failed for good (no `attempt`). Its live run, if it is
     /// that one, ends as failed; a retry's run, already started, is not.
     fn on_lost(&mut self, record: &Record) -> bool {
-        let Some(id) = str_field(record, "task_id") else {
+        let Some(id) = task_field(record, "task_id") else {
             return false;
         };
         let attempt = u64_field(record, "attempt");
@@ -1284,7 +1292,7 @@ impl Views {
     /// A final loss ends any run of the task; a lost attempt, only that
     /// run (dropped if it was counted while queued).
     fn apply_early_loss(&mut self, record: &Record) {
-        let Some(id) = str_field(record, "task_id") else {
+        let Some(id) = task_field(record, "task_id") else {
             return;
         };
         let Some(lost) = self.lost_early.get(&id).copied() else {
@@ -1316,7 +1324,7 @@ impl Views {
 
     /// Forgets live task `id` without counting it anywhere (a run already
     /// counted as failed whose start came late).
-    fn discard_task(&mut self, id: &Id) {
+    fn discard_task(&mut self, id: &IdKey) {
         if let Some(task) = self.tasks.remove(id) {
             self.spans.remove(&task.run_span);
         }
@@ -1325,7 +1333,7 @@ impl Views {
     /// Ends live task `id` at `at` as failed, forgetting its open spans
     /// (their closes will never come): its run's directly, its waits'
     /// with the task, its user spans (rare) by a scan.
-    fn fail_task(&mut self, id: &Id, at: u64) {
+    fn fail_task(&mut self, id: &IdKey, at: u64) {
         let Some(task) = self.tasks.get(id) else {
             return;
         };

@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
-use super::model::{Id, LabelSetId, LabelSets, LogicalNode};
+use super::model::{Id, IdKey, LabelSetId, LabelSets, LogicalNode};
 
 /// The most distinct label pairs a logical node lists.
 const MAX_NODE_LABELS: usize = 32;
@@ -99,7 +99,7 @@ struct DataStats {
     same_node: u64,
     cross_node: u64,
     unknown_locality: u64,
-    consumers: Vec<Id>,
+    consumers: Vec<IdKey>,
     consumers_truncated: bool,
 }
 
@@ -169,7 +169,7 @@ impl LogicalAgg {
         &mut self,
         from: LogicalNode,
         to: LogicalNode,
-        consumer: &Id,
+        consumer: &IdKey,
         labels: LabelSetId,
         bytes: u64,
         locality: Locality,
@@ -404,7 +404,7 @@ impl LogicalAgg {
                 .into_iter()
                 .map(|((from, to), s)| {
                     let mut consumers: Vec<String> =
-                        s.consumers.iter().map(|c| c.to_string()).collect();
+                        s.consumers.iter().map(|c| c.task().to_string()).collect();
                     consumers.sort_unstable();
                     consumers.dedup();
                     DataEdge {

@@ -295,20 +295,20 @@ pub struct Stats {
 pub struct Views {
     limits: Limits,
     now: u64,
-    tasks: HashMap<Id, LiveTask>,
+    tasks: HashMap<IdKey, LiveTask>,
     spans: HashMap<u64, SpanRole>,
-    recent: FifoMap<Id, RecentTask>,
+    recent: FifoMap<IdKey, RecentTask>,
     objects: FifoMap<IdKey, ObjectInfo>,
     actors: FifoMap<Id, ActorInfo>,
     resources: ResourceTable,
     groups: FifoMap<Id, GroupInfo>,
     /// Placements (`task.scheduled`) that arrived before their task: `(at,
     /// node)` by task id; as many as recent tasks are kept (oldest evicted).
-    pending_placements: FifoMap<Id, (u64, Option<Id>)>,
+    pending_placements: FifoMap<IdKey, (u64, Option<Id>)>,
     /// Losses (`task.lost`) that arrived before the run they name (from
     /// another process): the attempt lost, `None` for a call given up for
     /// good; as many as recent tasks are kept (oldest evicted).
-    lost_early: FifoMap<Id, ingest::EarlyLoss>,
+    lost_early: FifoMap<IdKey, ingest::EarlyLoss>,
     labels: LabelSets,
     driver_labels: LabelSetId,
     paths: PathTable,

@@ -48,12 +48,33 @@ pub(crate) fn id_of(key: &str, value: &FieldValue) -> Id {
 /// the string of any other id. A string that is how a runtime id renders
 /// (`obj-1a.2b`) is taken as its numbers, so the same id recorded as
 /// numbers and as text is one key (as with [`id_of`]).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) enum IdKey {
     /// Whether it has two parts, and its parts.
     Num(bool, u64, u64),
     /// Any other id.
     Text(Id),
+}
+
+impl IdKey {
+    /// The id as a string, its numbers rendered after `prefix` as the
+    /// runtime displays them (see [`id_of`]).
+    pub(crate) fn render(&self, prefix: &str) -> Id {
+        match self {
+            IdKey::Num(two, hi, lo) => hex_id(prefix, two.then_some(*hi), *lo),
+            IdKey::Text(text) => text.clone(),
+        }
+    }
+
+    /// A task's id as a string (`task-1a.2b`).
+    pub(crate) fn task(&self) -> Id {
+        self.render("task-")
+    }
+
+    /// A key for an id known only as a string (made up by the views).
+    pub(crate) fn text(text: impl Into<Id>) -> Self {
+        IdKey::Text(text.into())
+    }
 }
 
 /// `value` of id field `key` as an [`IdKey`].

@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use super::model::{FifoMap, Id, LabelSetId, LabelSets};
+use super::model::{FifoMap, Id, IdKey, LabelSetId, LabelSets};
 use super::stack::TaskRef;
 use super::task::{LiveTask, TaskState};
 use super::Limits;
@@ -448,7 +448,7 @@ fn add_labels(labels: &mut Vec<(String, String)>, pairs: &[(String, String)]) {
 }
 
 pub(crate) fn build(
-    tasks: &HashMap<Id, LiveTask>,
+    tasks: &HashMap<IdKey, LiveTask>,
     actors: &FifoMap<Id, ActorInfo>,
     resources: &ResourceTable,
     groups: &FifoMap<Id, GroupInfo>,
@@ -502,7 +502,7 @@ pub(crate) fn build(
         *count += 1;
         add_labels(&mut w.labels, &label_sets.pairs(task.labels));
         w.running.push(TaskRef {
-            task_id: id.to_string(),
+            task_id: id.task().to_string(),
             name: task.display_name().to_string(),
         });
     }

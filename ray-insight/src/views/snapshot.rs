@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::gantt::StoredSlice;
 use super::ingest::SpanRole;
-use super::model::{Id, LabelSetId};
+use super::model::{Id, IdKey, LabelSetId};
 use super::{physical, stack};
 use super::{
     FlameView, GanttView, LogicalNode, LogicalView, PhysicalView, SliceState, StackView, Views,
@@ -108,7 +108,7 @@ impl Snapshot<'_> {
     pub fn stacks(&self) -> StackView {
         let v = self.views;
         // The user spans open in each task, with when they opened.
-        let mut user_spans: hashbrown::HashMap<&Id, Vec<(u64, &Id)>> = hashbrown::HashMap::new();
+        let mut user_spans: hashbrown::HashMap<&IdKey, Vec<(u64, &Id)>> = hashbrown::HashMap::new();
         for role in v.spans.values() {
             if let SpanRole::User(user) = role {
                 user_spans

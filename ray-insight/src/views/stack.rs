@@ -24,7 +24,7 @@ use std::fmt::Write as _;
 use serde_json::{json, Value};
 
 use super::logical::CallKind;
-use super::model::{FifoMap, Id, LabelSetId, LabelSets};
+use super::model::{FifoMap, Id, IdKey, LabelSetId, LabelSets};
 use super::task::{LiveTask, RecentTask, TaskState};
 
 /// How far ancestor and wait chains are followed.
@@ -96,14 +96,18 @@ pub struct StackView {
     pub now_nanos: u64,
 }
 
-fn task_ref(id: &Id, tasks: &HashMap<Id, LiveTask>, recent: &FifoMap<Id, RecentTask>) -> TaskRef {
+fn task_ref(
+    id: &IdKey,
+    tasks: &HashMap<IdKey, LiveTask>,
+    recent: &FifoMap<IdKey, RecentTask>,
+) -> TaskRef {
     let name = match (tasks.get(id), recent.get(id)) {
         (Some(t), _) => t.instance_name().to_string(),
         (None, Some(r)) => r.name.to_string(),
         (None, None) => "?".to_owned(),
     };
     TaskRef {
-        task_id: id.to_string(),
+        task_id: id.task().to_string(),
         name,
     }
 }
@@ -118,9 +122,9 @@ fn driver_ref() -> TaskRef {
 /// The wait-for graph: blocked tasks → the producers they wait on that are
 /// themselves in the graph, and queued actor calls → the blocked calls that
 /// occupy their actor (see the module docs). Successors sorted, deduplicated.
-fn wait_for_graph(tasks: &HashMap<Id, LiveTask>) -> BTreeMap<Id, Vec<Id>> {
+fn wait_for_graph(tasks: &HashMap<IdKey, LiveTask>) -> BTreeMap<IdKey, Vec<IdKey>> {
     // Per actor: its started calls, and whether all of them are blocked.
-    let mut occupants: HashMap<&Id, (Vec<&Id>, bool)> = HashMap::new();
+    let mut occupants: HashMap<&Id, (Vec<&IdKey>, bool)> = HashMap::new();
     for (id, task) in tasks {
         let (CallKind::ActorCall, Some(actor)) = (task.kind, &task.actor_id) else {
             continue;
@@ -134,7 +138,7 @@ fn wait_for_graph(tasks: &HashMap<Id, LiveTask>) -> BTreeMap<Id, Vec<Id>> {
         entry.1 &= state == TaskState::Blocked;
     }
     // A queued call waits on its actor's calls only while none of them runs.
-    let queued_on = |task: &LiveTask| -> Option<&Vec<&Id>> {
+    let queued_on = |task: &LiveTask| -> Option<&Vec<&IdKey>> {
         if task.state() != TaskState::Submitted || task.kind != CallKind::ActorCall {
             return None;
         }
@@ -143,14 +147,14 @@ fn wait_for_graph(tasks: &HashMap<Id, LiveTask>) -> BTreeMap<Id, Vec<Id>> {
             _ => None,
         }
     };
-    let in_graph = |id: &Id| {
+    let in_graph = |id: &IdKey| {
         tasks
             .get(id)
             .is_some_and(|t| t.state() == TaskState::Blocked || queued_on(t).is_some())
     };
     let mut graph = BTreeMap::new();
     for (id, task) in tasks {
-        let mut next: Vec<Id> = if task.state() == TaskState::Blocked {
+        let mut next: Vec<IdKey> = if task.state() == TaskState::Blocked {
             task.waits
                 .iter()
                 .flat_map(|w| w.producers.iter().flatten())
@@ -170,9 +174,9 @@ fn wait_for_graph(tasks: &HashMap<Id, LiveTask>) -> BTreeMap<Id, Vec<Id>> {
 }
 
 /// Strongly connected components (iterative Tarjan), each sorted.
-fn components(graph: &BTreeMap<Id, Vec<Id>>) -> Vec<Vec<Id>> {
-    let ids: Vec<&Id> = graph.keys().collect();
-    let index_of: HashMap<&Id, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+fn components(graph: &BTreeMap<IdKey, Vec<IdKey>>) -> Vec<Vec<IdKey>> {
+    let ids: Vec<&IdKey> = graph.keys().collect();
+    let index_of: HashMap<&IdKey, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
     let succ: Vec<Vec<usize>> = ids
         .iter()
         .map(|id| {
@@ -238,10 +242,10 @@ fn components(graph: &BTreeMap<Id, Vec<Id>>) -> Vec<Vec<Id>> {
 }
 
 /// One cycle through `component`, starting at its smallest id (shortest by BFS).
-fn cycle_in(component: &[Id], graph: &BTreeMap<Id, Vec<Id>>) -> Vec<Id> {
-    let members: BTreeSet<&Id> = component.iter().collect();
+fn cycle_in(component: &[IdKey], graph: &BTreeMap<IdKey, Vec<IdKey>>) -> Vec<IdKey> {
+    let members: BTreeSet<&IdKey> = component.iter().collect();
     let start = &component[0];
-    let mut prev: HashMap<&Id, &Id> = HashMap::new();
+    let mut prev: HashMap<&IdKey, &IdKey> = HashMap::new();
     let mut queue = VecDeque::from([start]);
     while let Some(v) = queue.pop_front() {
         for w in &graph[v] {
@@ -265,9 +269,9 @@ fn cycle_in(component: &[Id], graph: &BTreeMap<Id, Vec<Id>>) -> Vec<Id> {
 }
 
 pub(crate) fn build(
-    tasks: &HashMap<Id, LiveTask>,
-    user_spans: &HashMap<&Id, Vec<(u64, &Id)>>,
-    recent: &FifoMap<Id, RecentTask>,
+    tasks: &HashMap<IdKey, LiveTask>,
+    user_spans: &HashMap<&IdKey, Vec<(u64, &Id)>>,
+    recent: &FifoMap<IdKey, RecentTask>,
     keep: &dyn Fn(LabelSetId) -> bool,
     label_sets: &LabelSets,
     now: u64,

@@ -5,7 +5,7 @@ use super::gantt::{SliceState, StoredSlice};
 use std::sync::Arc;
 
 use super::logical::CallKind;
-use super::model::{Id, LabelSetId, LaneId, LogicalNode, PathId};
+use super::model::{Id, IdKey, LabelSetId, LaneId, LogicalNode, PathId};
 
 /// Where a live task is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -38,7 +38,7 @@ pub(crate) struct OpenWait {
     pub(crate) since: u64,
     pub(crate) objects: Vec<Id>,
     /// The task producing each object, same order; `None` where unknown.
-    pub(crate) producers: Vec<Option<Id>>,
+    pub(crate) producers: Vec<Option<IdKey>>,
 }
 
 /// A task the engine is tracking: submitted, running or blocked.
@@ -50,7 +50,7 @@ pub(crate) struct LiveTask {
     pub(crate) class: Option<Id>,
     pub(crate) actor_id: Option<Id>,
     /// The submitting task; `None` is the driver.
-    pub(crate) parent: Option<Id>,
+    pub(crate) parent: Option<IdKey>,
     /// The caller's logical node, resolved when the task was first seen.
     pub(crate) caller: LogicalNode,
     /// The caller's call path (`None` if it could not be interned).
@@ -110,7 +110,7 @@ impl LiveTask {
     pub(crate) fn lifecycle_slices(
         &self,
         name: &Id,
-        id: &Id,
+        id: &IdKey,
         lane: LaneId,
         start: u64,
         dur: u64,
@@ -233,7 +233,7 @@ impl LiveTask {
 #[derive(Debug, Clone)]
 pub(crate) struct RecentTask {
     pub(crate) name: Id,
-    pub(crate) parent: Option<Id>,
+    pub(crate) parent: Option<IdKey>,
     pub(crate) node: LogicalNode,
     pub(crate) path: Option<PathId>,
     pub(crate) labels: LabelSetId,
@@ -251,7 +251,7 @@ pub const ORPHAN_WAIT_NANOS: u64 = 2_000_000_000;
 /// A finished call waiting for its caller's records.
 #[derive(Debug)]
 pub(crate) struct Orphan {
-    pub(crate) id: Id,
+    pub(crate) id: IdKey,
     pub(crate) task: LiveTask,
     pub(crate) at: u64,
     /// Its place in [`Orphans`]' order, set when parked.
@@ -262,11 +262,11 @@ pub(crate) struct Orphan {
 /// [`ORPHAN_WAIT_NANOS`]).
 #[derive(Debug, Default)]
 pub(crate) struct Orphans {
-    by_parent: hashbrown::HashMap<Id, std::collections::VecDeque<Orphan>>,
+    by_parent: hashbrown::HashMap<IdKey, std::collections::VecDeque<Orphan>>,
     /// `(finished at, caller, seq)` per waiting call, oldest first; entries
     /// of calls already adopted are skipped when met (their `seq` is no
     /// longer at the front of their caller's list).
-    order: std::collections::VecDeque<(u64, Id, u64)>,
+    order: std::collections::VecDeque<(u64, IdKey, u64)>,
     len: usize,
     next_seq: u64,
 }
@@ -280,7 +280,7 @@ impl Orphans {
         self.len == 0
     }
 
-    pub(crate) fn park(&mut self, parent: Id, mut orphan: Orphan) {
+    pub(crate) fn park(&mut self, parent: IdKey, mut orphan: Orphan) {
         orphan.seq = self.next_seq;
         self.next_seq += 1;
         self.order
@@ -290,7 +290,7 @@ impl Orphans {
     }
 
     /// Every call waiting for `parent`, oldest first.
-    pub(crate) fn adopt(&mut self, parent: &Id) -> std::collections::VecDeque<Orphan> {
+    pub(crate) fn adopt(&mut self, parent: &IdKey) -> std::collections::VecDeque<Orphan> {
         let orphans = self.by_parent.remove(parent).unwrap_or_default();
         self.len -= orphans.len();
         if self.len == 0 {
