@@ -23,9 +23,11 @@ fn direct() -> bool {
 /// A run of a task, an actor call or a constructor, open until dropped.
 #[must_use = "the run's span closes when this drops"]
 pub(crate) enum RunSpan {
-    /// Recorded directly; its close record carries `error` if the run
-    /// failed, and for an actor's run (`started`) the CPU time its thread
-    /// spent on it, `cpu_nanos` (see [`cpu`]).
+    /// Recorded directly; its close carries `error` if the run failed,
+    /// and for an actor's run (`started`) the CPU time its thread spent on
+    /// it, `cpu_nanos` (see [`cpu`]), left out when the close is folded
+    /// into the opening record and the run is counted at its wall time
+    /// (the views then take the record's own span).
     #[cfg(feature = "insight")]
     Direct {
         span: Option<direct::DirectSpan>,
@@ -82,11 +84,23 @@ impl Drop for RunSpan {
             error,
         } = self
         {
-            let used = started.map(|s| cpu::run_ended(s.elapsed()));
+            let used = started.map(|s| {
+                let wall = s.elapsed();
+                let used = cpu::run_ended(wall);
+                (
+                    used,
+                    used == u64::try_from(wall.as_nanos()).unwrap_or(u64::MAX),
+                )
+            });
             if let Some(span) = span.take() {
-                span.close_with(|f| {
-                    if let Some(used) = used {
-                        f.push("cpu_nanos", FieldValue::U64(used));
+                span.close_with(|f, one_record| {
+                    match used {
+                        // A run recorded as one record, counted at its
+                        // wall time: the views take that from the record
+                        // (one field less keeps its fields inline).
+                        Some((_, true)) if one_record => {}
+                        Some((used, _)) => f.push("cpu_nanos", FieldValue::U64(used)),
+                        None => {}
                     }
                     if let Some(error) = error.take() {
                         f.push("error", FieldValue::Str(error.into()));

@@ -45,10 +45,12 @@ fn spin_window(records: &[Record]) -> Option<(u64, u64)> {
                 .and_then(|f| f.as_str())
                 .is_some_and(|f| f.ends_with("::spin"))
     })?;
+    // A close record, or the opening itself when the run was one record.
     let close = records
         .iter()
-        .find(|r| r.kind == RecordKind::SpanClose && r.span == open.span)?;
-    Some((open.at_nanos, close.at_nanos))
+        .filter(|r| r.span == open.span)
+        .find_map(Record::closed_at)?;
+    Some((open.at_nanos, close))
 }
 
 fn has_gpu_sample(records: &[Record]) -> bool {

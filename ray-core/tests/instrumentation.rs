@@ -115,7 +115,7 @@ async fn tasks_actor_calls_objects_and_waits_carry_their_ids() {
         let closed = |name: &str| {
             sink.records()
                 .iter()
-                .filter(|r| r.kind == RecordKind::SpanClose && r.name == name)
+                .filter(|r| r.closed_at().is_some() && r.name == name)
                 .count()
         };
         let all = closed("task.run") >= 3 && closed("actor.call") >= 1;

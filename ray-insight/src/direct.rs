@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use crate::layer::{self, append, Kind};
+use crate::layer::{self, append, append_merging, Kind};
 use crate::queue::Shared;
 use crate::record::Fields;
 
@@ -140,14 +140,18 @@ impl DirectSpan {
         self.id
     }
 
-    /// Closes the span now, its close record carrying the fields `fill`
-    /// writes (what is known only at the end, such as the CPU time a run
-    /// took). Dropping the guard closes it with no fields.
-    pub fn close_with(mut self, fill: impl FnOnce(&mut Fields)) {
+    /// Closes the span now, its close carrying the fields `fill` writes
+    /// (what is known only at the end, such as the CPU time a run took).
+    /// `fill` is told whether the close was folded into the span's opening
+    /// record (nothing was recorded on this thread since it opened: one
+    /// record with [`CLOSED_AT`](crate::CLOSED_AT) stands for both) or is
+    /// a close record of its own. Dropping the guard closes it with no
+    /// fields.
+    pub fn close_with(mut self, fill: impl FnOnce(&mut Fields, bool)) {
         self.close(fill);
     }
 
-    fn close(&mut self, fill: impl FnOnce(&mut Fields)) {
+    fn close(&mut self, fill: impl FnOnce(&mut Fields, bool)) {
         if self.id == 0 {
             return;
         }
@@ -155,10 +159,10 @@ impl DirectSpan {
         // Closed even if recording was turned off meanwhile, as long as the
         // target's layer is alive: the views then never see a span left open.
         if let Some((shared, epoch)) = TARGET.get().filter(|(s, _)| !s.layer_gone()) {
-            append(
+            append_merging(
                 shared,
                 *epoch,
-                Kind::SpanClose(self.id),
+                Kind::DirectClose(self.id),
                 self.parent,
                 (self.name, self.target),
                 fill,
@@ -170,6 +174,6 @@ impl DirectSpan {
 
 impl Drop for DirectSpan {
     fn drop(&mut self) {
-        self.close(|_| {});
+        self.close(|_, _| {});
     }
 }

@@ -24,7 +24,7 @@ use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::registry::{LookupSpan, SpanRef};
 
 use crate::queue::{PartialBatch, Shared, STALE_NANOS};
-use crate::record::{FieldCollector, Fields, Record, RecordKind};
+use crate::record::{FieldCollector, FieldValue, Fields, Record, RecordKind, CLOSED_AT};
 use crate::sink::Collector;
 
 /// How an [`InsightLayer`] records.
@@ -82,6 +82,10 @@ pub struct InsightLayer {
 pub(crate) enum Kind {
     SpanNew,
     SpanClose(u64),
+    /// A direct span's close: folded into its opening record (see
+    /// [`CLOSED_AT`]) when that is still the last record of the thread's
+    /// batch, else a close record of its own.
+    DirectClose(u64),
     Event,
 }
 
@@ -181,8 +185,21 @@ pub(crate) fn append(
     epoch: Instant,
     kind: Kind,
     parent: u64,
-    (name, target): (&'static str, &'static str),
+    names: (&'static str, &'static str),
     fill: impl FnOnce(&mut Fields),
+) -> Option<u64> {
+    append_merging(shared, epoch, kind, parent, names, |fields, _| fill(fields))
+}
+
+/// [`append`], with `fill` told whether a [`Kind::DirectClose`] was folded
+/// into its opening record (`true`) or is a close record of its own.
+pub(crate) fn append_merging(
+    shared: &Arc<Shared>,
+    epoch: Instant,
+    kind: Kind,
+    parent: u64,
+    (name, target): (&'static str, &'static str),
+    fill: impl FnOnce(&mut Fields, bool),
 ) -> Option<u64> {
     let at_nanos = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
     let appended = THREAD_STATE.try_with(|cell| {
@@ -191,6 +208,24 @@ pub(crate) fn append(
         let (kind, span) = match kind {
             Kind::SpanNew => (RecordKind::SpanNew, state.next_span_id()),
             Kind::SpanClose(span) => (RecordKind::SpanClose, span),
+            Kind::DirectClose(span) => {
+                let buffer = state.buffer_for(shared);
+                let mut records = buffer.records.lock();
+                // Nothing was recorded on this thread since the span
+                // opened (its opening is the batch's last record): one
+                // record stands for both.
+                if let Some(open) = records
+                    .last_mut()
+                    .filter(|r| r.kind == RecordKind::SpanNew && r.span == span)
+                {
+                    fill(&mut open.fields, true);
+                    open.fields.push(CLOSED_AT, FieldValue::U64(at_nanos));
+                    flush_if_due(shared, &mut records, at_nanos);
+                    return Some(span);
+                }
+                drop(records);
+                (RecordKind::SpanClose, span)
+            }
             Kind::Event => (RecordKind::Event, 0),
         };
         let buffer = state.buffer_for(shared);
@@ -206,7 +241,7 @@ pub(crate) fn append(
             fields: Fields::new(),
         });
         if let Some(record) = records.last_mut() {
-            fill(&mut record.fields);
+            fill(&mut record.fields, false);
         }
         flush_if_due(shared, &mut records, at_nanos);
         Some(span)

@@ -80,6 +80,6 @@ mod sink;
 pub mod views;
 
 pub use layer::{InsightConfig, InsightLayer};
-pub use record::{FieldStr, FieldValue, Fields, Record, RecordKind};
+pub use record::{FieldStr, FieldValue, Fields, Record, RecordKind, CLOSED_AT};
 pub use sink::{Collector, MemorySink, Sink, Tee};
 pub use views::{Limits, Snapshot, Views};

@@ -523,6 +523,7 @@ impl Replay {
         // `views()` shows the views as of t at every point of the replay.
         if let Some(t) = at_nanos {
             views.advance_to(t);
+            views.set_horizon(t);
         }
         Self {
             views,

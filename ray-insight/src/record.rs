@@ -12,6 +12,14 @@ use std::fmt::{self, Write as _};
 
 use tracing::field::{Field, Visit};
 
+/// The field that makes a span's opening record stand for its close too:
+/// the runtime's own spans (a task's run, an actor call) that close with
+/// nothing recorded on their thread in between are written as one
+/// [`RecordKind::SpanNew`] carrying `closed_at` (nanoseconds since the
+/// epoch, like `at_nanos`) and the close's own fields, instead of an
+/// opening and a [`RecordKind::SpanClose`]. See [`Record::closed_at`].
+pub const CLOSED_AT: &str = "closed_at";
+
 /// What a [`Record`] stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RecordKind {
@@ -72,6 +80,31 @@ impl Record {
     /// The value of field `key`, if this record carries it.
     pub fn field(&self, key: &str) -> Option<&FieldValue> {
         self.fields.get(key)
+    }
+
+    /// Moves this record's times by `shift` nanoseconds (clamped to
+    /// `0..=u64::MAX`): `at_nanos`, and a folded close's [`CLOSED_AT`].
+    /// What a collector does to put another process's records on its own
+    /// clock.
+    pub fn shift_times(&mut self, shift: i128) {
+        let shifted = |t: u64| u64::try_from((i128::from(t) + shift).max(0)).unwrap_or(u64::MAX);
+        self.at_nanos = shifted(self.at_nanos);
+        if self.kind == RecordKind::SpanNew {
+            if let Some(FieldValue::U64(closed)) = self.fields.get_mut(CLOSED_AT) {
+                *closed = shifted(*closed);
+            }
+        }
+    }
+
+    /// When the span this record is about closed, if this record says: a
+    /// [`RecordKind::SpanClose`] at its own time, or an opening that
+    /// carries [`CLOSED_AT`] (a span recorded as one record).
+    pub fn closed_at(&self) -> Option<u64> {
+        match self.kind {
+            RecordKind::SpanClose => Some(self.at_nanos),
+            RecordKind::SpanNew => self.field(CLOSED_AT).and_then(FieldValue::as_u64),
+            RecordKind::Event => None,
+        }
     }
 
     /// The name the views read this record by: its callsite name, except
@@ -364,6 +397,17 @@ impl Fields {
         self.slots().rev().find(|(k, _)| same(k)).map(|(_, v)| v)
     }
 
+    /// The last field named `key`, to change, if any.
+    pub fn get_mut(&mut self, key: &str) -> Option<&mut FieldValue> {
+        let len = usize::from(self.len);
+        self.inline[..len]
+            .iter_mut()
+            .chain(self.spill.iter_mut())
+            .rev()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v)
+    }
+
     /// The fields in recording order.
     pub fn iter(&self) -> impl Iterator<Item = (&'static str, &FieldValue)> + '_ {
         self.slots().map(|(k, v)| (*k, v))
@@ -554,6 +598,39 @@ mod tests {
         assert!(more.is_empty());
         assert_eq!(all.len(), keys.len() + 1);
         assert_ne!(all, fields);
+    }
+
+    #[test]
+    fn shifting_a_folded_run_moves_its_close_too() {
+        let mut run = Record {
+            kind: RecordKind::SpanNew,
+            span: 1,
+            parent: 0,
+            name: "task.run",
+            target: "ray::task",
+            at_nanos: 1_000,
+            thread: 0,
+            fields: Fields::from_iter([(CLOSED_AT, FieldValue::U64(4_000))]),
+        };
+        assert_eq!(run.closed_at(), Some(4_000));
+        run.shift_times(500);
+        assert_eq!((run.at_nanos, run.closed_at()), (1_500, Some(4_500)));
+        run.shift_times(-2_000);
+        assert_eq!(
+            (run.at_nanos, run.closed_at()),
+            (0, Some(2_500)),
+            "clamped at 0"
+        );
+        let mut close = Record {
+            kind: RecordKind::SpanClose,
+            ..run.clone()
+        };
+        close.shift_times(100);
+        assert_eq!(
+            close.closed_at(),
+            Some(100),
+            "a close record closes at its time"
+        );
     }
 
     #[test]

@@ -48,6 +48,17 @@ fn direct_records_nest_with_tracing_ones_and_stop_with_their_layer() {
         }
         drop(run);
         direct::event("object.put", "ray::object", |_| {});
+        // Nothing recorded inside: the close is folded into the opening.
+        let quick = direct::open_span("actor.call", "ray::actor", |f| {
+            f.push("task_id", FieldValue::U64(8));
+        });
+        quick.close_with(|f, one_record| f.push("folded", FieldValue::Bool(one_record)));
+        // A record inside: the close is a record of its own.
+        let slow = direct::open_span("task.run", "ray::task", |f| {
+            f.push("task_id", FieldValue::U64(9));
+        });
+        direct::event("object.get", "ray::object", |_| {});
+        slow.close_with(|f, one_record| f.push("folded", FieldValue::Bool(one_record)));
     });
     // The layer is gone with its subscriber: direct recording stops.
     assert!(!direct::enabled());
@@ -55,7 +66,7 @@ fn direct_records_nest_with_tracing_ones_and_stop_with_their_layer() {
     let mut sink = MemorySink::new(64);
     collector.drain_into(&mut sink);
     let records = sink.records();
-    assert_eq!(records.len(), 7, "{records:#?}");
+    assert_eq!(records.len(), 11, "{records:#?}");
 
     let run = find(records, RecordKind::SpanNew, "task.run");
     assert_ne!(run.span, 0);
@@ -83,4 +94,23 @@ fn direct_records_nest_with_tracing_ones_and_stop_with_their_layer() {
         records.iter().position(|r| r.name == "object.put") > Some(closed),
         "records keep the thread's order"
     );
+
+    let quick = find(records, RecordKind::SpanNew, "actor.call");
+    assert_eq!(quick.field("task_id"), Some(&FieldValue::U64(8)));
+    assert_eq!(quick.field("folded"), Some(&FieldValue::Bool(true)));
+    let closed_at = quick.closed_at().expect("one record for the call");
+    assert!(closed_at >= quick.at_nanos);
+    assert!(!records
+        .iter()
+        .any(|r| r.kind == RecordKind::SpanClose && r.span == quick.span));
+    let slow = records
+        .iter()
+        .find(|r| r.field("task_id") == Some(&FieldValue::U64(9)))
+        .expect("the second run");
+    assert_eq!(slow.closed_at(), None, "a record came inside it");
+    let slow_close = records
+        .iter()
+        .find(|r| r.kind == RecordKind::SpanClose && r.span == slow.span)
+        .expect("its own close record");
+    assert_eq!(slow_close.field("folded"), Some(&FieldValue::Bool(false)));
 }

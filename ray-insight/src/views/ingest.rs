@@ -12,7 +12,7 @@ use super::model::{
 use super::physical::{ActorInfo, ActorUsage, GroupInfo, NodeRegistration, ProcessFields};
 use super::task::{LiveTask, OpenWait, Orphan, RecentTask, TaskState};
 use super::{CallKind, LogicalNode, SliceState, Views};
-use crate::record::{FieldValue, Record, RecordKind};
+use crate::record::{FieldValue, Record, RecordKind, CLOSED_AT};
 use crate::sink::Sink;
 
 impl UserSpan {
@@ -175,7 +175,7 @@ impl Views {
             (RecordKind::SpanNew, "actor.create") => self.start_task(record, CallKind::ActorCreate),
             (RecordKind::SpanNew, "wait") => self.begin_wait(record),
             (RecordKind::SpanNew, _) => self.begin_user_span(record),
-            (RecordKind::SpanClose, _) => self.close_span(record),
+            (RecordKind::SpanClose, _) => self.close_span(record, record.at_nanos),
             (RecordKind::Event, "task.submit") => {
                 let submitted = self.on_submit(record);
                 self.then_early_loss(submitted, record)
@@ -201,9 +201,31 @@ impl Views {
         };
         if understood {
             self.stats.applied += 1;
+            if record.kind == RecordKind::SpanNew {
+                self.then_closed(record);
+            }
         } else {
             self.stats.ignored += 1;
         }
+    }
+
+    /// A span's opening that also says when it closed ([`CLOSED_AT`]: the
+    /// runtime's run with nothing recorded inside it): closed now, unless
+    /// that is past the horizon (a replay at an earlier time).
+    fn then_closed(&mut self, record: &Record) {
+        let Some(closed) = record.field(CLOSED_AT).and_then(FieldValue::as_u64) else {
+            return;
+        };
+        if closed <= self.horizon {
+            self.now = self.now.max(closed);
+            self.close_span(record, closed.max(record.at_nanos));
+        }
+    }
+
+    /// Until when closes folded into openings are applied (see
+    /// [`Self::then_closed`]); the default is all of them.
+    pub(crate) fn set_horizon(&mut self, at_nanos: u64) {
+        self.horizon = at_nanos;
     }
 
     fn drop_record(&mut self) -> bool {
@@ -616,22 +638,27 @@ impl Views {
         lanes.lane(&process, Arc::from(name))
     }
 
-    fn close_span(&mut self, record: &Record) -> bool {
+    /// Closes `record`'s span at `at`: a close record, or an opening
+    /// that says it closed (then an actor run without `cpu_nanos` was
+    /// counted at its wall time, the record's own span).
+    fn close_span(&mut self, record: &Record, at: u64) -> bool {
         match self.spans.remove(&record.span) {
             Some(SpanRole::Task(id)) => {
+                let one_record = record.kind == RecordKind::SpanNew;
                 let ended = Ended {
-                    cpu_nanos: u64_field(record, "cpu_nanos"),
+                    cpu_nanos: u64_field(record, "cpu_nanos")
+                        .or_else(|| one_record.then(|| at.saturating_sub(record.at_nanos))),
                     failed: record.field("error").is_some(),
                 };
-                self.finish_task(&id, record.at_nanos, ended);
+                self.finish_task(&id, at, ended);
                 true
             }
             Some(SpanRole::Wait(id)) => {
-                self.end_wait(&id, record.span, record.at_nanos);
+                self.end_wait(&id, record.span, at);
                 true
             }
             Some(SpanRole::User(user)) => {
-                self.end_user_span(*user, record.at_nanos);
+                self.end_user_span(*user, at);
                 true
             }
             None => false,

@@ -66,7 +66,12 @@
 //!
 //! An absent `parent_task` or `task_id` means the driver, unless the record is
 //! nested in a span the engine knows as a task (then that task). A span's
-//! close record carries no fields; the engine finds the task by span id.
+//! close record may carry `error` (the run failed) and, on an actor run,
+//! `cpu_nanos`; the engine finds the task by span id. An opening may carry
+//! `closed_at` ([`crate::CLOSED_AT`]) instead of a close record: the span
+//! closed then, the close's fields on the same record (the runtime writes
+//! a run so when nothing was recorded inside it); an actor run recorded so
+//! without `cpu_nanos` is counted at its wall time.
 //! An event may carry its name as the callsite name (`info!(name: "object.put", …)`)
 //! or as its message (`info!(…, "object.put")`). Other names are ignored.
 //!
@@ -295,6 +300,9 @@ pub struct Stats {
 pub struct Views {
     limits: Limits,
     now: u64,
+    /// Closes folded into opening records ([`crate::CLOSED_AT`]) after this
+    /// time are not applied: a replay at t shows such a span still open.
+    horizon: u64,
     tasks: HashMap<IdKey, LiveTask>,
     spans: HashMap<u64, SpanRole>,
     recent: FifoMap<IdKey, RecentTask>,
@@ -333,6 +341,7 @@ impl Views {
     pub fn new(limits: Limits) -> Self {
         Self {
             now: 0,
+            horizon: u64::MAX,
             tasks: HashMap::new(),
             spans: HashMap::new(),
             recent: FifoMap::new(limits.max_recent_tasks),

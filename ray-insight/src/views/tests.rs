@@ -2280,3 +2280,129 @@ fn the_stack_names_the_user_spans_a_task_is_in() {
         serde_json::json!(["reward_fn", "tokenize"])
     );
 }
+
+/// `records` as the runtime writes them: a span's close folded into its
+/// opening when that is the record right before it ([`crate::CLOSED_AT`]),
+/// and an actor run's `cpu_nanos` left out when it is its wall time.
+fn folded_runs(records: &[Record]) -> Vec<Record> {
+    let mut out: Vec<Record> = Vec::new();
+    for record in records {
+        let open = out
+            .last_mut()
+            .filter(|o| o.kind == RecordKind::SpanNew && o.span == record.span);
+        match (record.kind, open) {
+            (RecordKind::SpanClose, Some(open)) => {
+                let wall = record.at_nanos - open.at_nanos;
+                for (key, value) in record.fields.iter() {
+                    if !(key == "cpu_nanos" && value.as_u64() == Some(wall)) {
+                        open.fields.push(key, value.clone());
+                    }
+                }
+                open.fields
+                    .push(crate::CLOSED_AT, FieldValue::U64(record.at_nanos));
+            }
+            _ => out.push(record.clone()),
+        }
+    }
+    out
+}
+
+/// Every view of `views` as text, to compare two engines.
+fn all_views(views: &Views) -> Vec<String> {
+    let snapshot = views.snapshot();
+    vec![
+        snapshot.logical().to_json().to_string(),
+        snapshot.flame().folded(FlameMetric::Running),
+        snapshot.flame().folded(FlameMetric::SelfTime),
+        snapshot.gantt().to_chrome_trace().to_string(),
+        snapshot.stacks().to_json().to_string(),
+        snapshot.physical().to_json().to_string(),
+    ]
+}
+
+#[test]
+fn a_run_recorded_as_one_record_is_its_opening_and_its_close() {
+    let mut s = Script::default();
+    let place = [("node_id", "n1"), ("worker_id", "w1")];
+    let with_place = |f: &[(&'static str, &'static str)]| {
+        let mut f = f.to_vec();
+        f.extend(place);
+        f
+    };
+    let t1 = s.open(
+        "task.run",
+        0,
+        &with_place(&[("task_id", "t1"), ("function", "m::f")]),
+    );
+    s.close(t1, 50);
+    let actor = [("actor_id", "A1"), ("class", "C")];
+    let mut ctor = vec![("task_id", "c0")];
+    ctor.extend(actor);
+    let c0 = s.open("actor.create", 60, &with_place(&ctor));
+    s.close(c0, 70);
+    let mut call = vec![("task_id", "t2"), ("method", "m")];
+    call.extend(actor);
+    let t2 = s.open("actor.call", 80, &with_place(&call));
+    s.close(t2, 120);
+    // The runtime's CPU times: the constructor's read from the clock, the
+    // call's its wall time (left out when folded).
+    for (span, cpu) in [(c0, 4_000u64), (t2, 40_000)] {
+        if let Some(close) = s
+            .records
+            .iter_mut()
+            .find(|r| r.kind == RecordKind::SpanClose && r.span == span)
+        {
+            close.fields.push("cpu_nanos", FieldValue::U64(cpu));
+        }
+    }
+    // A run with a wait inside: its close stays a record of its own.
+    let t3 = s.open(
+        "task.run",
+        130,
+        &with_place(&[("task_id", "t3"), ("function", "m::g")]),
+    );
+    let wait = s.open_in("wait", t3, 140, &[("task_id", "t3"), ("objects", "o1")]);
+    s.close(wait, 150);
+    s.close(t3, 200);
+
+    let folded = folded_runs(&s.records);
+    assert_eq!(
+        folded.len(),
+        s.records.len() - 4,
+        "three runs and the wait folded"
+    );
+    let closing = folded.iter().filter(|r| r.closed_at().is_some()).count();
+    assert_eq!(closing, 5, "4 folded spans and t3's close");
+    let cpu_left = folded
+        .iter()
+        .filter(|r| r.field("cpu_nanos").is_some())
+        .count();
+    assert_eq!(cpu_left, 1, "the call's wall-time CPU was left out");
+
+    let mut apart = Views::default();
+    apart.accept(&s.records);
+    let mut together = Views::default();
+    together.accept(&folded);
+    assert_eq!(all_views(&apart), all_views(&together));
+    let physical = together.snapshot().physical();
+    let usage = physical_worker(physical_node(&physical, "n1"), "w1").actors[0].usage;
+    assert_eq!(usage.cpu_nanos, Some(44_000), "clock and wall time");
+
+    // A replay before a folded run's close shows it running, as the
+    // records apart do.
+    for at_us in [100, 170, 300] {
+        let at = Some(at_us * 1_000);
+        let apart = crate::log::replay(&s.records, Limits::default(), at);
+        let together = crate::log::replay(&folded, Limits::default(), at);
+        assert_eq!(all_views(&apart), all_views(&together), "at {at_us} µs");
+    }
+    let at_100 = crate::log::replay(&folded, Limits::default(), Some(100_000));
+    let running: Vec<String> = at_100
+        .snapshot()
+        .stacks()
+        .tasks
+        .iter()
+        .map(|t| t.task.task_id.clone())
+        .collect();
+    assert_eq!(running, ["t2"], "the call is running at 100 µs");
+}

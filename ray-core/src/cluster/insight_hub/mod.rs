@@ -325,8 +325,7 @@ impl InsightHub {
         // Sender time t is job time t + (sender epoch - job epoch).
         let shift = i128::from(epoch_unix_nanos) - i128::from(state.epoch_unix_nanos);
         for r in &mut records {
-            let at = i128::from(r.at_nanos) + shift;
-            r.at_nanos = u64::try_from(at.max(0)).unwrap_or(u64::MAX);
+            r.shift_times(shift);
             r.span = global_span(worker, r.span);
             r.parent = global_span(worker, r.parent);
             r.thread = global_thread(worker, r.thread);
