@@ -1071,8 +1071,11 @@ impl Views {
     fn return_producer(&self, object: &IdKey) -> (LogicalNode, Option<Id>) {
         let task = match object {
             IdKey::Num(..) => object.clone(),
-            // Not a runtime id: no task of the runtime's returned it.
-            IdKey::Text(_) => return (LogicalNode::Unknown, None),
+            // Named by hand (`obj-x`): the task of the same name (`task-x`).
+            IdKey::Text(text) => match text.strip_prefix("obj-") {
+                Some(rest) => IdKey::text(format!("task-{rest}")),
+                None => return (LogicalNode::Unknown, None),
+            },
         };
         let producer = self
             .node_and_labels(Some(&task))

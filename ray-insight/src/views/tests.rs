@@ -1388,7 +1388,26 @@ fn a_task_return_read_without_a_put_is_a_data_edge_from_its_task() {
     );
     // An object id that is no task's return stays unknown.
     s.event("object.get", 300, &[("object_id", "x-9"), ("bytes", "1")]);
+    // Ids named by hand, not as the runtime renders them: `obj-x` is the
+    // return of `task-x`.
+    let other = s.open(
+        "task.run",
+        400,
+        &[("task_id", "task-mk"), ("function", "m::other")],
+    );
+    s.close(other, 500);
+    s.event(
+        "object.get",
+        600,
+        &[("object_id", "obj-mk"), ("bytes", "7")],
+    );
     let logical = s.views().snapshot().logical();
+    let by_hand = logical
+        .data_edges
+        .iter()
+        .find(|e| e.from == LogicalNode::Function("m::other".into()))
+        .expect("a data edge from the task named by hand");
+    assert_eq!((by_hand.count, by_hand.total_bytes), (1, 7));
     let edge = logical
         .data_edges
         .iter()
