@@ -213,11 +213,14 @@ pub(crate) fn append_merging(
                 let mut records = buffer.records.lock();
                 // Nothing was recorded on this thread since the span
                 // opened (its opening is the batch's last record): one
-                // record stands for both.
-                if let Some(open) = records
-                    .last_mut()
-                    .filter(|r| r.kind == RecordKind::SpanNew && r.span == span)
-                {
+                // record stands for both, when `closed_at` still fits its
+                // inline fields (a close's own fields may not: an error,
+                // or the CPU time of a run of 50 µs or more).
+                if let Some(open) = records.last_mut().filter(|r| {
+                    r.kind == RecordKind::SpanNew
+                        && r.span == span
+                        && r.fields.len() < Fields::INLINE
+                }) {
                     fill(&mut open.fields, true);
                     open.fields.push(CLOSED_AT, FieldValue::U64(at_nanos));
                     flush_if_due(shared, &mut records, at_nanos);

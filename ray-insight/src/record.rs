@@ -18,7 +18,13 @@ use tracing::field::{Field, Visit};
 /// [`RecordKind::SpanNew`] carrying `closed_at` (nanoseconds since the
 /// epoch, like `at_nanos`) and the close's own fields, instead of an
 /// opening and a [`RecordKind::SpanClose`]. See [`Record::closed_at`].
+/// Only the runtime's runs (`task.run`, `actor.call`, `actor.create`) are
+/// read so, and only with a `u64` value: a field of that name on any other
+/// span is the application's own.
 pub const CLOSED_AT: &str = "closed_at";
+
+/// The spans whose opening may carry [`CLOSED_AT`].
+const FOLDABLE: [&str; 3] = ["task.run", "actor.call", "actor.create"];
 
 /// What a [`Record`] stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -89,11 +95,17 @@ impl Record {
     pub fn shift_times(&mut self, shift: i128) {
         let shifted = |t: u64| u64::try_from((i128::from(t) + shift).max(0)).unwrap_or(u64::MAX);
         self.at_nanos = shifted(self.at_nanos);
-        if self.kind == RecordKind::SpanNew {
+        if self.is_foldable() {
             if let Some(FieldValue::U64(closed)) = self.fields.get_mut(CLOSED_AT) {
                 *closed = shifted(*closed);
             }
         }
+    }
+
+    /// Whether this is the opening of a runtime run, which may carry
+    /// [`CLOSED_AT`].
+    fn is_foldable(&self) -> bool {
+        self.kind == RecordKind::SpanNew && FOLDABLE.contains(&self.name)
     }
 
     /// When the span this record is about closed, if this record says: a
@@ -102,8 +114,11 @@ impl Record {
     pub fn closed_at(&self) -> Option<u64> {
         match self.kind {
             RecordKind::SpanClose => Some(self.at_nanos),
-            RecordKind::SpanNew => self.field(CLOSED_AT).and_then(FieldValue::as_u64),
-            RecordKind::Event => None,
+            RecordKind::SpanNew if self.is_foldable() => match self.field(CLOSED_AT) {
+                Some(FieldValue::U64(closed)) => Some(*closed),
+                _ => None,
+            },
+            RecordKind::SpanNew | RecordKind::Event => None,
         }
     }
 

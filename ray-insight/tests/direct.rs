@@ -4,7 +4,7 @@
 //! Its own test binary: the direct target is process-wide.
 
 use ray_insight::{
-    direct, FieldValue, InsightConfig, InsightLayer, MemorySink, Record, RecordKind,
+    direct, FieldValue, Fields, InsightConfig, InsightLayer, MemorySink, Record, RecordKind,
 };
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -59,6 +59,14 @@ fn direct_records_nest_with_tracing_ones_and_stop_with_their_layer() {
         });
         direct::event("object.get", "ray::object", |_| {});
         slow.close_with(|f, one_record| f.push("folded", FieldValue::Bool(one_record)));
+        // An opening whose inline fields are full: `closed_at` would spill
+        // to the heap, so the close stays a record of its own.
+        let full = direct::open_span("actor.call", "ray::actor", |f| {
+            for key in ["task_id", "a", "b", "c", "d", "e", "g"] {
+                f.push(key, FieldValue::U64(10));
+            }
+        });
+        full.close_with(|f, one_record| f.push("folded", FieldValue::Bool(one_record)));
     });
     // The layer is gone with its subscriber: direct recording stops.
     assert!(!direct::enabled());
@@ -66,7 +74,7 @@ fn direct_records_nest_with_tracing_ones_and_stop_with_their_layer() {
     let mut sink = MemorySink::new(64);
     collector.drain_into(&mut sink);
     let records = sink.records();
-    assert_eq!(records.len(), 11, "{records:#?}");
+    assert_eq!(records.len(), 13, "{records:#?}");
 
     let run = find(records, RecordKind::SpanNew, "task.run");
     assert_ne!(run.span, 0);
@@ -113,4 +121,15 @@ fn direct_records_nest_with_tracing_ones_and_stop_with_their_layer() {
         .find(|r| r.kind == RecordKind::SpanClose && r.span == slow.span)
         .expect("its own close record");
     assert_eq!(slow_close.field("folded"), Some(&FieldValue::Bool(false)));
+    let full = records
+        .iter()
+        .find(|r| r.field("task_id") == Some(&FieldValue::U64(10)))
+        .expect("the full opening");
+    assert_eq!(full.fields.len(), Fields::INLINE);
+    assert_eq!(full.closed_at(), None, "no room inline");
+    let full_close = records
+        .iter()
+        .find(|r| r.kind == RecordKind::SpanClose && r.span == full.span)
+        .expect("its own close record");
+    assert_eq!(full_close.field("folded"), Some(&FieldValue::Bool(false)));
 }

@@ -190,7 +190,9 @@ impl Sink for Deliver<'_> {
 
     fn accept_owned(&mut self, batch: &mut Vec<Record>) {
         if let Some(last) = batch.last() {
-            self.last_at = self.last_at.max(last.at_nanos);
+            // A run recorded as one record ends at its close.
+            let last_at = last.closed_at().unwrap_or(0).max(last.at_nanos);
+            self.last_at = self.last_at.max(last_at);
         }
         match &mut self.to {
             To::Local(local) => {

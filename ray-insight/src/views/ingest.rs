@@ -12,7 +12,7 @@ use super::model::{
 use super::physical::{ActorInfo, ActorUsage, GroupInfo, NodeRegistration, ProcessFields};
 use super::task::{LiveTask, OpenWait, Orphan, RecentTask, TaskState};
 use super::{CallKind, LogicalNode, SliceState, Views};
-use crate::record::{FieldValue, Record, RecordKind, CLOSED_AT};
+use crate::record::{FieldValue, Record, RecordKind};
 use crate::sink::Sink;
 
 impl UserSpan {
@@ -202,6 +202,7 @@ impl Views {
         if understood {
             self.stats.applied += 1;
             if record.kind == RecordKind::SpanNew {
+                // A run recorded as one record (only the runtime's runs).
                 self.then_closed(record);
             }
         } else {
@@ -209,11 +210,11 @@ impl Views {
         }
     }
 
-    /// A span's opening that also says when it closed ([`CLOSED_AT`]: the
+    /// A span's opening that also says when it closed ([`crate::CLOSED_AT`]: the
     /// runtime's run with nothing recorded inside it): closed now, unless
     /// that is past the horizon (a replay at an earlier time).
     fn then_closed(&mut self, record: &Record) {
-        let Some(closed) = record.field(CLOSED_AT).and_then(FieldValue::as_u64) else {
+        let Some(closed) = record.closed_at() else {
             return;
         };
         if closed <= self.horizon {
@@ -1066,8 +1067,6 @@ impl Views {
     /// (`obj-<owner>.<seq>` is the result of `task-<owner>.<seq>`), as the
     /// task's caller-graph node and the node it ran on, when the task is
     /// still known.
-    /// The task that returned `object` (its id is the object's), as the
-    /// logical node that produced it, and the node it ran on.
     fn return_producer(&self, object: &IdKey) -> (LogicalNode, Option<Id>) {
         let task = match object {
             IdKey::Num(..) => object.clone(),

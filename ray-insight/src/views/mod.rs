@@ -46,7 +46,8 @@
 //!
 //! # Schema
 //!
-//! Ids may arrive as strings or numbers; they are compared as strings.
+//! Ids may arrive as strings or numbers; an id recorded as numbers and as
+//! the string the runtime displays it as (`task-1a.2b`) is the same id.
 //!
 //! | record | name | fields |
 //! |---|---|---|
@@ -104,9 +105,10 @@
 //! and label set) plus, until evicted, one recent-task entry and its Gantt
 //! slices.
 //!
-//! Besides the entries, the ingesting thread keeps caches of fixed size
-//! that render a recorded id once while it is in use (4,096 slots each,
-//! under 1 MB in all, whatever the job's size).
+//! Besides the entries, each thread that applies records keeps caches of
+//! 4,096 slots each that render a recorded id or name once while it is in
+//! use; strings over 64 bytes are not cached, so they hold under 2 MB a
+//! thread, whatever the job's size.
 
 mod flame;
 mod gantt;

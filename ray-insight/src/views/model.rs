@@ -164,6 +164,10 @@ fn hex_id(prefix: &str, hi: Option<u64>, lo: u64) -> Id {
     Arc::from(std::str::from_utf8(&out[..end]).unwrap_or_default())
 }
 
+/// The longest string the id cache keeps (a longer one, from a hostile or
+/// unusual record, is built anew each time rather than held).
+const MAX_CACHED_STRING: usize = 64;
+
 /// Slots of each of the ingesting thread's id caches.
 const ID_CACHE_SLOTS: usize = 4096;
 
@@ -185,8 +189,9 @@ struct IdCache {
     /// two parts, and its parts: integers, cheap to hash and compare.
     numbers: SlotCache<NumberKey, Id>,
     /// The same for nodes, workers, actors and groups, apart from the
-    /// flood of task and object ids: an id of these few keeps its string,
-    /// and so its address (what [`Memo`] keys on).
+    /// flood of task and object ids: an id of these few mostly keeps its
+    /// string, and so its address (what [`Memo`] keys on; a slot taken by
+    /// another id only costs the memo a miss).
     places: SlotCache<NumberKey, Id>,
     /// The last number of each prefix code: a record's node and worker
     /// (an actor's every call) are found here without touching the slots.
@@ -227,6 +232,9 @@ impl IdCache {
     }
 
     fn string(&mut self, s: &str) -> Id {
+        if s.len() > MAX_CACHED_STRING {
+            return Arc::from(s);
+        }
         self.strings
             .get_or_insert_with(s, ID_CACHE_SLOTS, || (Arc::from(s), ()))
             .0

@@ -90,7 +90,8 @@ pub struct Deadlock {
 pub struct StackView {
     /// Running and blocked tasks, sorted by task id.
     pub tasks: Vec<TaskStack>,
-    /// Wait-for cycles, each starting at its smallest task id.
+    /// Wait-for cycles, each starting at its smallest task id (the
+    /// runtime's ids compared by their numbers, before any other id).
     pub deadlocks: Vec<Deadlock>,
     /// The engine's latest time, in nanoseconds.
     pub now_nanos: u64,
