@@ -111,25 +111,25 @@ fn direct_records_nest_with_tracing_ones_and_stop_with_their_layer() {
     assert!(!records
         .iter()
         .any(|r| r.kind == RecordKind::SpanClose && r.span == quick.span));
-    let slow = records
-        .iter()
-        .find(|r| r.field("task_id") == Some(&FieldValue::U64(9)))
-        .expect("the second run");
-    assert_eq!(slow.closed_at(), None, "a record came inside it");
-    let slow_close = records
-        .iter()
-        .find(|r| r.kind == RecordKind::SpanClose && r.span == slow.span)
-        .expect("its own close record");
-    assert_eq!(slow_close.field("folded"), Some(&FieldValue::Bool(false)));
-    let full = records
-        .iter()
-        .find(|r| r.field("task_id") == Some(&FieldValue::U64(10)))
-        .expect("the full opening");
-    assert_eq!(full.fields.len(), Fields::INLINE);
-    assert_eq!(full.closed_at(), None, "no room inline");
-    let full_close = records
-        .iter()
-        .find(|r| r.kind == RecordKind::SpanClose && r.span == full.span)
-        .expect("its own close record");
-    assert_eq!(full_close.field("folded"), Some(&FieldValue::Bool(false)));
+    // The run with a record inside, and the one whose opening was full:
+    // each closes with a record of its own, told it was not folded.
+    for (task, why) in [(9, "a record came inside it"), (10, "no room inline")] {
+        let open = records
+            .iter()
+            .find(|r| r.field("task_id") == Some(&FieldValue::U64(task)))
+            .expect("the run's opening");
+        assert_eq!(open.closed_at(), None, "{why}");
+        let close = records
+            .iter()
+            .find(|r| r.kind == RecordKind::SpanClose && r.span == open.span)
+            .expect("its own close record");
+        assert_eq!(
+            close.field("folded"),
+            Some(&FieldValue::Bool(false)),
+            "{why}"
+        );
+        if task == 10 {
+            assert_eq!(open.fields.len(), Fields::INLINE);
+        }
+    }
 }
