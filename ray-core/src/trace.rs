@@ -84,14 +84,7 @@ impl Drop for RunSpan {
             error,
         } = self
         {
-            let used = started.map(|s| {
-                let wall = s.elapsed();
-                let used = cpu::run_ended(wall);
-                (
-                    used,
-                    used == u64::try_from(wall.as_nanos()).unwrap_or(u64::MAX),
-                )
-            });
+            let used = started.map(|s| cpu::run_ended(s.elapsed()));
             if let Some(span) = span.take() {
                 span.close_with(|f, one_record| {
                     match used {
@@ -167,23 +160,26 @@ mod cpu {
         });
     }
 
-    /// An actor run that took `wall` ended: the CPU time it is counted at.
-    pub(super) fn run_ended(wall: Duration) -> u64 {
+    /// An actor run that took `wall` ended: the CPU time it is counted at,
+    /// and whether that is its wall time (no clock reading).
+    pub(super) fn run_ended(wall: Duration) -> (u64, bool) {
         let wall_nanos = u64::try_from(wall.as_nanos()).unwrap_or(u64::MAX);
         MARK.with(|m| match m.get() {
             Some((mark, short)) if wall >= LONG_RUN => {
                 let now = read();
                 m.set(Some((now, 0)));
-                now.saturating_sub(mark)
+                let used = now
+                    .saturating_sub(mark)
                     .saturating_sub(short)
-                    .min(wall_nanos)
+                    .min(wall_nanos);
+                (used, false)
             }
             Some((mark, short)) => {
                 m.set(Some((mark, short.saturating_add(wall_nanos))));
-                wall_nanos
+                (wall_nanos, true)
             }
             // Cleared meanwhile (a task ran inside the call): its wall time.
-            None => wall_nanos,
+            None => (wall_nanos, true),
         })
     }
 

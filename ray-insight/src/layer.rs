@@ -205,34 +205,31 @@ pub(crate) fn append_merging(
     let appended = THREAD_STATE.try_with(|cell| {
         let mut state = cell.try_borrow_mut().ok()?;
         let thread = state.index;
-        let (kind, span) = match kind {
-            Kind::SpanNew => (RecordKind::SpanNew, state.next_span_id()),
-            Kind::SpanClose(span) => (RecordKind::SpanClose, span),
-            Kind::DirectClose(span) => {
-                let buffer = state.buffer_for(shared);
-                let mut records = buffer.records.lock();
-                // Nothing was recorded on this thread since the span
-                // opened (its opening is the batch's last record): one
-                // record stands for both, when `closed_at` still fits its
-                // inline fields (a close's own fields may not: an error,
-                // or the CPU time of a run of 50 µs or more).
-                if let Some(open) = records.last_mut().filter(|r| {
-                    r.kind == RecordKind::SpanNew
-                        && r.span == span
-                        && r.fields.len() < Fields::INLINE
-                }) {
-                    fill(&mut open.fields, true);
-                    open.fields.push(CLOSED_AT, FieldValue::U64(at_nanos));
-                    flush_if_due(shared, &mut records, at_nanos);
-                    return Some(span);
-                }
-                drop(records);
-                (RecordKind::SpanClose, span)
-            }
-            Kind::Event => (RecordKind::Event, 0),
+        let (kind, span, folds) = match kind {
+            Kind::SpanNew => (RecordKind::SpanNew, state.next_span_id(), false),
+            Kind::SpanClose(span) => (RecordKind::SpanClose, span, false),
+            Kind::DirectClose(span) => (RecordKind::SpanClose, span, true),
+            Kind::Event => (RecordKind::Event, 0, false),
         };
         let buffer = state.buffer_for(shared);
         let mut records = buffer.records.lock();
+        // A direct close with nothing recorded on this thread since its
+        // span opened (the opening is the batch's last record): one record
+        // stands for both, when `closed_at` still fits its inline fields
+        // (a close's own fields may not: an error, or the CPU time of a run
+        // of 50 µs or more).
+        let open = records.last_mut().filter(|r| {
+            folds
+                && r.kind == RecordKind::SpanNew
+                && r.span == span
+                && r.fields.len() < Fields::INLINE
+        });
+        if let Some(open) = open {
+            fill(&mut open.fields, true);
+            open.fields.push(CLOSED_AT, FieldValue::U64(at_nanos));
+            flush_if_due(shared, &mut records, at_nanos);
+            return Some(span);
+        }
         records.push(Record {
             kind,
             span,

@@ -12,7 +12,7 @@ use super::model::{
 use super::physical::{ActorInfo, ActorUsage, GroupInfo, NodeRegistration, ProcessFields};
 use super::task::{LiveTask, OpenWait, Orphan, RecentTask, TaskState};
 use super::{CallKind, LogicalNode, SliceState, Views};
-use crate::record::{FieldValue, Record, RecordKind};
+use crate::record::{FieldValue, Record, RecordKind, CLOSED_AT};
 use crate::sink::Sink;
 
 impl UserSpan {
@@ -166,13 +166,18 @@ impl Views {
         let understood = match (record.kind, name) {
             (RecordKind::SpanNew, "task.run") => {
                 let started = self.start_task(record, CallKind::Task);
-                self.then_early_loss(started, record)
+                let started = self.then_early_loss(started, record);
+                self.then_closed(started, record)
             }
             (RecordKind::SpanNew, "actor.call") => {
                 let started = self.start_task(record, CallKind::ActorCall);
-                self.then_early_loss(started, record)
+                let started = self.then_early_loss(started, record);
+                self.then_closed(started, record)
             }
-            (RecordKind::SpanNew, "actor.create") => self.start_task(record, CallKind::ActorCreate),
+            (RecordKind::SpanNew, "actor.create") => {
+                let started = self.start_task(record, CallKind::ActorCreate);
+                self.then_closed(started, record)
+            }
             (RecordKind::SpanNew, "wait") => self.begin_wait(record),
             (RecordKind::SpanNew, _) => self.begin_user_span(record),
             (RecordKind::SpanClose, _) => self.close_span(record, record.at_nanos),
@@ -201,26 +206,23 @@ impl Views {
         };
         if understood {
             self.stats.applied += 1;
-            if record.kind == RecordKind::SpanNew {
-                // A run recorded as one record (only the runtime's runs).
-                self.then_closed(record);
-            }
         } else {
             self.stats.ignored += 1;
         }
     }
 
-    /// A span's opening that also says when it closed ([`crate::CLOSED_AT`]: the
-    /// runtime's run with nothing recorded inside it): closed now, unless
-    /// that is past the horizon (a replay at an earlier time).
-    fn then_closed(&mut self, record: &Record) {
-        let Some(closed) = record.closed_at() else {
-            return;
-        };
-        if closed <= self.horizon {
-            self.now = self.now.max(closed);
-            self.close_span(record, closed.max(record.at_nanos));
+    /// `understood`, after a run's opening was applied: if the opening
+    /// also says when the run closed ([`crate::CLOSED_AT`]: the runtime's
+    /// run with nothing recorded inside it), closed now, unless that is
+    /// past the horizon (a replay at an earlier time).
+    fn then_closed(&mut self, understood: bool, record: &Record) -> bool {
+        if let (true, Some(FieldValue::U64(closed))) = (understood, record.field(CLOSED_AT)) {
+            if *closed <= self.horizon {
+                self.now = self.now.max(*closed);
+                self.close_span(record, (*closed).max(record.at_nanos));
+            }
         }
+        understood
     }
 
     /// Until when closes folded into openings are applied (see
