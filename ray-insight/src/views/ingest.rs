@@ -258,7 +258,10 @@ impl Views {
                 lane: None,
             };
         };
-        if let Some(t) = self.tasks.get(parent) {
+        // A caller only submitted so far has no place in the call paths:
+        // its call waits for its start like a caller not yet seen (its
+        // records, from another process, can come after its callee's).
+        if let Some(t) = self.tasks.get(parent).filter(|t| t.started_at.is_some()) {
             return CallerInfo {
                 node: t.logical_node(),
                 path: t.path,

@@ -2446,3 +2446,44 @@ fn a_run_recorded_as_one_record_is_its_opening_and_its_close() {
     let flame = user.views().snapshot().flame().folded(FlameMetric::Running);
     assert!(flame.contains("driver;m::h;settle 30"), "{flame}");
 }
+
+#[test]
+fn a_call_whose_caller_is_only_submitted_waits_for_the_callers_start() {
+    // Records of three processes: the driver's submit of `relay`, then the
+    // callee's whole run (one record) from another node, and only then
+    // `relay`'s own run from a third.
+    let mut s = Script::default();
+    s.event(
+        "task.submit",
+        0,
+        &[("task_id", "r1"), ("function", "m::relay")],
+    );
+    let add = s.open(
+        "task.run",
+        20,
+        &[
+            ("task_id", "a1"),
+            ("function", "m::add"),
+            ("parent_task", "r1"),
+        ],
+    );
+    s.close(add, 30);
+    let folded = folded_runs(&s.records);
+    let mut views = Views::default();
+    views.accept(&folded);
+    let mut relay = Script {
+        next_span: 100,
+        ..Script::default()
+    };
+    let run = relay.open(
+        "task.run",
+        10,
+        &[("task_id", "r1"), ("function", "m::relay")],
+    );
+    relay.close(run, 40);
+    views.accept(&relay.records);
+    let flame = views.snapshot().flame().folded(FlameMetric::Running);
+    assert!(flame.contains("driver;m::relay;m::add 10"), "{flame}");
+    assert!(!flame.contains("unknown"), "{flame}");
+    assert_eq!(views.stats().dropped, 0);
+}
