@@ -95,6 +95,13 @@ impl RefHandle {
         }
     }
 
+    /// Takes the refs nested in the object's value (their holder keeps
+    /// them): from this handle's own cell, which is the table's entry.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
+    pub(crate) fn take_contained(&self) -> Vec<Arc<RefHandle>> {
+        std::mem::take(&mut self.cell.0.lock().contained)
+    }
+
     /// [`fetch`](Self::fetch) if the fetch still waits (once).
     #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
     pub(crate) fn fetch_if_lazy(&self) {
@@ -448,17 +455,6 @@ impl ObjectTable {
         drop(shard);
         drop(old);
         (handle, failed)
-    }
-
-    /// Takes the refs nested in `id`'s value (their holder keeps them).
-    #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
-    #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
-    pub(crate) fn take_contained(&self, id: ObjectId) -> Vec<Arc<RefHandle>> {
-        self.shard(id)
-            .lock()
-            .get(&id)
-            .map(|c| std::mem::take(&mut c.0.lock().contained))
-            .unwrap_or_default()
     }
 
     /// A new counted reference to a live object (used when a ref is decoded).

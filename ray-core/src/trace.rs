@@ -20,6 +20,19 @@ fn direct() -> bool {
     direct::enabled()
 }
 
+/// Whether anything could take the runtime's records: direct recording,
+/// or a `tracing` subscriber that lets `TRACE` through. One or two relaxed
+/// loads; when false the callers build nothing (the `tracing` macros would
+/// find that out too, a few dozen instructions later, on every task).
+#[inline]
+fn listened() -> bool {
+    #[cfg(feature = "insight")]
+    if direct() {
+        return true;
+    }
+    tracing::level_enabled!(tracing::Level::TRACE)
+}
+
 /// A run of a task, an actor call or a constructor, open until dropped.
 #[must_use = "the run's span closes when this drops"]
 pub(crate) enum RunSpan {
@@ -35,6 +48,8 @@ pub(crate) enum RunSpan {
         error: Option<String>,
     },
     Tracing(tracing::span::EnteredSpan),
+    /// Nothing listens: nothing to close.
+    Off,
 }
 
 impl RunSpan {
@@ -53,6 +68,7 @@ impl RunSpan {
             RunSpan::Tracing(span) => {
                 span.record("error", tracing::field::display(error));
             }
+            RunSpan::Off => {}
         }
     }
 }
@@ -229,7 +245,15 @@ pub(crate) struct Run {
 }
 
 /// Opens `task.run` for a task's run (`attempt` > 0 for retries).
+#[inline]
 pub(crate) fn task_run(run: Run, function: &'static str, attempt: u32) -> RunSpan {
+    if !listened() {
+        return RunSpan::Off;
+    }
+    task_run_listened(run, function, attempt)
+}
+
+fn task_run_listened(run: Run, function: &'static str, attempt: u32) -> RunSpan {
     #[cfg(feature = "insight")]
     if direct() {
         cpu::forget();
@@ -269,7 +293,20 @@ pub(crate) fn task_run(run: Run, function: &'static str, attempt: u32) -> RunSpa
 
 /// Opens `actor.call` (`method` given) or `actor.create` (`None`) for a run
 /// on `actor` of `class`.
+#[inline]
 pub(crate) fn actor_run(
+    run: Run,
+    actor: u128,
+    class: &'static str,
+    method: Option<&'static str>,
+) -> RunSpan {
+    if !listened() {
+        return RunSpan::Off;
+    }
+    actor_run_listened(run, actor, class, method)
+}
+
+fn actor_run_listened(
     run: Run,
     actor: u128,
     class: &'static str,
@@ -332,7 +369,19 @@ pub(crate) fn actor_run(
 }
 
 /// `task.submit`: a task of `function`, or a call of `method` on `actor`.
+#[inline]
 pub(crate) fn submit(
+    task: TaskId,
+    parent: Option<TaskId>,
+    function: &'static str,
+    actor: Option<u128>,
+) {
+    if listened() {
+        submit_listened(task, parent, function, actor);
+    }
+}
+
+fn submit_listened(
     task: TaskId,
     parent: Option<TaskId>,
     function: &'static str,
@@ -406,7 +455,14 @@ pub(crate) fn lost(task: TaskId, attempt: Option<u32>, error: Option<&dyn std::f
 /// `object.put` (`get` false) or `object.get`: `bytes` of `object` moved on
 /// `node`, by the current task (the driver outside one); `arg`: read as a
 /// task's argument. Nothing is looked up when nothing records.
+#[inline]
 pub(crate) fn object(get: bool, object: ObjectId, bytes: usize, node: NodeId, arg: bool) {
+    if listened() {
+        object_listened(get, object, bytes, node, arg);
+    }
+}
+
+fn object_listened(get: bool, object: ObjectId, bytes: usize, node: NodeId, arg: bool) {
     #[cfg(feature = "insight")]
     if direct() {
         let event = if get { "object.get" } else { "object.put" };

@@ -420,7 +420,7 @@ impl ClusterCore {
         st.task_ended(TaskId::new(local.owner, local.seq));
         self.lease_actions(st);
         let nested = match &out {
-            Ok(_) => rt.objects.take_contained(local),
+            Ok(_) => f.handle.take_contained(),
             Err(_) => Vec::new(),
         };
         let kept = match f.borrowed.is_empty() {
