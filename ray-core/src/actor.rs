@@ -43,6 +43,9 @@ struct ActorCall {
     trace: TaskId,
     /// The return object's cell (the caller's handle holds it too).
     ret: Arc<crate::ownership::ObjectCell>,
+    /// Which send of the call this is (0: its first; see
+    /// `WorkItem::ActorCall`).
+    attempt: u32,
 }
 
 enum Status {
@@ -89,6 +92,7 @@ impl ActorCell {
         args: Vec<TaskArg>,
         trace: TaskId,
         parent: Option<TaskId>,
+        attempt: u32,
     ) -> Result<Arc<crate::ownership::RefHandle>> {
         let rt = &self.rt;
         rt.check_running()?;
@@ -101,6 +105,7 @@ impl ActorCell {
             parent,
             trace,
             ret: handle.cell.clone(),
+            attempt,
         });
         Ok(handle)
     }
@@ -252,7 +257,7 @@ impl ActorCell {
             },
             self.id.as_u128(),
             self.class.name,
-            Some(call.method.name),
+            Some((call.method.name, call.attempt)),
         );
         let outcome = context::with_task(rt, call.task, call.trace, Some(self.id), None, || {
             let args = resolve_args(&call.args)?;
@@ -485,6 +490,7 @@ impl RawActorHandle {
                 parent,
                 trace: task,
                 ret: handle.cell.clone(),
+                attempt: 0,
             }),
             Target::Remote(actor, rt) => actor.call(rt, task, method, args, parent),
         }

@@ -291,30 +291,31 @@ fn task_run_listened(run: Run, function: &'static str, attempt: u32) -> RunSpan 
     )
 }
 
-/// Opens `actor.call` (`method` given) or `actor.create` (`None`) for a run
-/// on `actor` of `class`.
+/// Opens `actor.call` (`call`: the method and which send of the call this
+/// is, recorded when above 0) or `actor.create` (`None`) for a run on
+/// `actor` of `class`.
 #[inline]
 pub(crate) fn actor_run(
     run: Run,
     actor: u128,
     class: &'static str,
-    method: Option<&'static str>,
+    call: Option<(&'static str, u32)>,
 ) -> RunSpan {
     if !listened() {
         return RunSpan::Off;
     }
-    actor_run_listened(run, actor, class, method)
+    actor_run_listened(run, actor, class, call)
 }
 
 fn actor_run_listened(
     run: Run,
     actor: u128,
     class: &'static str,
-    method: Option<&'static str>,
+    call: Option<(&'static str, u32)>,
 ) -> RunSpan {
     #[cfg(feature = "insight")]
     if direct() {
-        let span_name = if method.is_some() {
+        let span_name = if call.is_some() {
             "actor.call"
         } else {
             "actor.create"
@@ -325,8 +326,11 @@ fn actor_run_listened(
             id(f, "task_id", run.task.as_u128());
             id(f, "actor_id", actor);
             name(f, "class", class);
-            if let Some(method) = method {
+            if let Some((method, attempt)) = call {
                 name(f, "method", method);
+                if attempt > 0 {
+                    f.push("attempt", FieldValue::U64(u64::from(attempt)));
+                }
             }
             if let Some(parent) = run.parent {
                 id(f, "parent_task", parent.as_u128());
@@ -340,14 +344,15 @@ fn actor_run_listened(
         };
     }
     let parent_task = run.parent.map(TaskId::as_u128);
-    let span = match method {
-        Some(method) => tracing::trace_span!(
+    let span = match call {
+        Some((method, attempt)) => tracing::trace_span!(
             target: "ray::actor",
             "actor.call",
             task_id = run.task.as_u128(),
             actor_id = actor,
             class,
             method,
+            attempt = (attempt > 0).then_some(attempt),
             parent_task,
             node_id = run.node.0,
             worker_id = run.worker.0,

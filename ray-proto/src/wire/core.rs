@@ -106,6 +106,9 @@ pub enum WorkItem {
         args: Vec<WireArg>,
         /// The task that made the call (`None`: the driver), for insight.
         parent: Option<TaskId>,
+        /// 0 for the call's first send; n for its n-th resend to a later
+        /// life of the actor (`max_task_retries`), for insight.
+        attempt: u32,
     },
     /// Stop an actor; its pending calls fail.
     KillActor { actor: ActorId },

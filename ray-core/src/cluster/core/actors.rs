@@ -502,13 +502,13 @@ impl ClusterCore {
                     } => match &link {
                         Some(k) => {
                             if attempt > 0 {
-                                // (No `task.lost` here: an actor call's run
-                                // does not record its attempt, so the views
-                                // could not tell the resent run from the
-                                // lost one; the resent run takes its place.)
+                                // The send before was lost with its life:
+                                // the views end that run as failed (the
+                                // resent run records its attempt).
                                 tracing::debug!(target: "ray::cluster", actor = %actor.id, %task, attempt, "actor.call.resent");
+                                crate::trace::lost(task, Some(attempt - 1), None);
                             }
-                            self.send_call(&actor, k, task, payload).await
+                            self.send_call(&actor, k, task, payload, attempt).await
                         }
                         // (The machine pushes only to a life it was told
                         // is created.)
@@ -666,6 +666,7 @@ impl ClusterCore {
         link: &Arc<Link>,
         task: TaskId,
         call: Call,
+        attempt: u32,
     ) {
         let wire = match self.wire_args(&call.args).await {
             Ok(w) => w,
@@ -695,6 +696,7 @@ impl ClusterCore {
             method: call.method.id,
             args: wire,
             parent: call.parent,
+            attempt,
         };
         self.push(link, task, f, item);
     }

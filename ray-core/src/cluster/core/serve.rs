@@ -350,6 +350,7 @@ impl ClusterCore {
                 method,
                 args,
                 parent,
+                attempt,
             } => {
                 let Some(m) = registry().actor_method(method) else {
                     return fail(task, missing(method.0, "actor method"));
@@ -366,7 +367,7 @@ impl ClusterCore {
                     );
                 };
                 let (args, borrowed) = self.args_from_wire(&rt, args);
-                match cell.call_pushed(m, args, task, parent) {
+                match cell.call_pushed(m, args, task, parent, attempt) {
                     Ok(handle) => self.forward(handle, task, results.clone(), borrowed),
                     Err(e) => fail(task, e),
                 }
