@@ -17,6 +17,9 @@ pub(super) struct ForwardState {
     /// The task's arguments borrowed from other processes (see
     /// [`ClusterCore::kept_unregistered`]).
     pub(super) borrowed: Vec<ObjectId>,
+    /// A task run under a lease the worker's lease machine tracks (an
+    /// actor call runs under its actor's lease, which it does not).
+    pub(super) leased: bool,
 }
 
 /// Forwards a pushed task's outcome from the thread that completes its
@@ -279,7 +282,7 @@ impl ClusterCore {
                     trace: Some(task),
                     ret: Some(handle.cell.clone()),
                 });
-                self.forward(handle, task, results.clone(), borrowed);
+                self.forward(handle, task, results.clone(), borrowed, true);
             }
             WorkItem::CreateActor {
                 actor,
@@ -368,7 +371,7 @@ impl ClusterCore {
                 };
                 let (args, borrowed) = self.args_from_wire(&rt, args);
                 match cell.call_pushed(m, args, task, parent, attempt) {
-                    Ok(handle) => self.forward(handle, task, results.clone(), borrowed),
+                    Ok(handle) => self.forward(handle, task, results.clone(), borrowed, false),
                     Err(e) => fail(task, e),
                 }
             }
@@ -388,13 +391,15 @@ impl ClusterCore {
         cell
     }
 
-    /// Sends the local result of pushed work back to its owner as `task`.
+    /// Sends the local result of pushed work back to its owner as `task`
+    /// (`leased`: a task under a lease the lease machine tracks).
     pub(super) fn forward(
         self: &Arc<Self>,
         handle: Arc<RefHandle>,
         task: TaskId,
         results: mpsc::UnboundedSender<WorkResult>,
         borrowed: Vec<ObjectId>,
+        leased: bool,
     ) {
         Forward::start(ForwardState {
             core: self.clone(),
@@ -402,6 +407,7 @@ impl ClusterCore {
             task,
             results,
             borrowed,
+            leased,
         });
     }
 
@@ -416,10 +422,12 @@ impl ClusterCore {
         out: Result<ObjectBuffer, Error>,
     ) {
         let Some(rt) = self.rt() else { return };
-        let local = f.handle.id;
-        let mut st = self.leases.lock();
-        st.task_ended(TaskId::new(local.owner, local.seq));
-        self.lease_actions(st);
+        if f.leased {
+            let local = f.handle.id;
+            let mut st = self.leases.lock();
+            st.task_ended(TaskId::new(local.owner, local.seq));
+            self.lease_actions(st);
+        }
         let nested = match &out {
             Ok(_) => f.handle.take_contained(),
             Err(_) => Vec::new(),
