@@ -30,6 +30,11 @@ impl UserSpan {
     pub(super) fn since(&self) -> u64 {
         self.since
     }
+
+    /// The span it opened inside (the task's run, or another user span).
+    pub(super) fn parent_span(&self) -> u64 {
+        self.parent_span
+    }
 }
 
 /// What an open span the engine tracks stands for.

@@ -5,11 +5,15 @@ use std::sync::Arc;
 
 use super::gantt::StoredSlice;
 use super::ingest::SpanRole;
-use super::model::{Id, IdKey, LabelSetId};
+use super::model::LabelSetId;
 use super::{physical, stack};
 use super::{
     FlameView, GanttView, LogicalNode, LogicalView, PhysicalView, SliceState, StackView, Views,
 };
+
+/// How deep the stack view follows a user span's parents to order it
+/// (deeper ones sort as this deep).
+const MAX_USER_SPAN_DEPTH: u64 = 64;
 
 /// The five views of a [`Views`] engine, optionally restricted to one context
 /// label (see [`Views::filter`]). Each view is built on request from the
@@ -107,14 +111,30 @@ impl Snapshot<'_> {
     /// The distributed stack of every running or blocked task, and deadlocks.
     pub fn stacks(&self) -> StackView {
         let v = self.views;
-        // The user spans open in each task, with when they opened.
-        let mut user_spans: hashbrown::HashMap<&IdKey, Vec<(u64, &Id)>> = hashbrown::HashMap::new();
+        // The user spans open in each task, keyed by how deep they are
+        // nested (then when they opened): outermost first even when two
+        // opened in the same nanosecond.
+        let depth = |mut parent: u64| {
+            let mut depth = 0;
+            // (Bounded: a hostile log could make a loop of parents.)
+            while depth < MAX_USER_SPAN_DEPTH {
+                match v.spans.get(&parent) {
+                    Some(SpanRole::User(outer)) => {
+                        depth += 1;
+                        parent = outer.parent_span();
+                    }
+                    _ => break,
+                }
+            }
+            depth
+        };
+        let mut user_spans = stack::OpenUserSpans::new();
         for role in v.spans.values() {
             if let SpanRole::User(user) = role {
                 user_spans
                     .entry(user.task())
                     .or_default()
-                    .push((user.since(), user.name()));
+                    .push(((depth(user.parent_span()), user.since()), user.name()));
             }
         }
         stack::build(

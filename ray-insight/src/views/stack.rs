@@ -269,9 +269,13 @@ fn cycle_in(component: &[IdKey], graph: &BTreeMap<IdKey, Vec<IdKey>>) -> Vec<IdK
     component.to_vec()
 }
 
+/// The user spans open in each task, each keyed by its nesting depth and
+/// when it opened (the order the stack lists them in).
+pub(crate) type OpenUserSpans<'a> = HashMap<&'a IdKey, Vec<((u64, u64), &'a Id)>>;
+
 pub(crate) fn build(
     tasks: &HashMap<IdKey, LiveTask>,
-    user_spans: &HashMap<&IdKey, Vec<(u64, &Id)>>,
+    user_spans: &OpenUserSpans<'_>,
     recent: &FifoMap<IdKey, RecentTask>,
     keep: &dyn Fn(LabelSetId) -> bool,
     label_sets: &LabelSets,

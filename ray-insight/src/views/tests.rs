@@ -2257,6 +2257,22 @@ fn a_lost_run_fails_only_the_attempt_it_names() {
 }
 
 #[test]
+fn the_stack_lists_nested_user_spans_outermost_first_even_when_they_opened_together() {
+    let mut s = Script::default();
+    let run = s.open(
+        "task.run",
+        0,
+        &[("task_id", "t1"), ("function", "m::score")],
+    );
+    // Opened in one nanosecond, the inner span's name first in order.
+    let outer = s.open_in("zeta", run, 10, &[]);
+    let middle = s.open_in("beta", outer, 10, &[]);
+    s.open_in("alpha", middle, 10, &[]);
+    let stacks = s.views().snapshot().stacks();
+    assert_eq!(stacks.tasks[0].spans, ["zeta", "beta", "alpha"]);
+}
+
+#[test]
 fn the_stack_names_the_user_spans_a_task_is_in() {
     let mut s = Script::default();
     let run = s.open(
