@@ -49,6 +49,16 @@ impl Phoenix {
     }
 }
 
+/// A driver joined to `cluster`, recording for insight.
+async fn recording_driver(cluster: &Cluster) -> Ray {
+    ray_core::init_with(Config {
+        insight: Some(InsightOptions::default()),
+        ..cluster.config()
+    })
+    .await
+    .expect("driver joins, recording")
+}
+
 fn json(text: &str) -> Value {
     serde_json::from_str(text).expect("the head exports valid JSON")
 }
@@ -56,12 +66,7 @@ fn json(text: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_head_builds_one_jobs_views_from_every_process_and_replays_its_log() {
     let mut cluster = Cluster::local(2).await.expect("cluster starts");
-    let ray = ray_core::init_with(Config {
-        insight: Some(InsightOptions::default()),
-        ..cluster.config()
-    })
-    .await
-    .expect("driver joins, recording");
+    let ray = recording_driver(&cluster).await;
     let insight = ray.insight().expect("the driver records");
 
     let tallies = insight_job::run(&ray).await;
@@ -307,12 +312,7 @@ fn registered(nodes: &[Value], alive: bool) -> usize {
 async fn an_actor_call_resent_to_the_next_life_counts_its_lost_run_failed_and_its_resend_finished()
 {
     let cluster = Cluster::local(1).await.expect("cluster starts");
-    let ray = ray_core::init_with(Config {
-        insight: Some(InsightOptions::default()),
-        ..cluster.config()
-    })
-    .await
-    .expect("driver joins, recording");
+    let ray = recording_driver(&cluster).await;
     let insight = ray.insight().expect("the driver records");
     let a = Phoenix::options()
         .max_restarts(1)
