@@ -84,7 +84,8 @@ pub(crate) struct ActorCell {
 impl ActorCell {
     /// Runs a call another process pushed to this worker's actor: under a
     /// local id (`task`), recorded by insight as the owner's `trace` id
-    /// with the owner's `parent`; the owner already recorded the submit.
+    /// with the owner's `parent` and `attempt` (which send of the call this
+    /// is); the owner already recorded the submit.
     #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
     pub(crate) fn call_pushed(
         self: &Arc<Self>,

@@ -8,11 +8,14 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use ray_core::insight::InsightOptions;
 use ray_core::prelude::*;
-use ray_core::{Cluster, Config, NodeId};
+use ray_core::{Cluster, NodeId};
 use ray_test_support::insight_job::{self, edge};
 use serde_json::Value;
+
+#[path = "support/head_views.rs"]
+mod head_views;
+use head_views::{edge_field, json, poll_logical, poll_view, recording_driver};
 
 /// Sleeps `ms` milliseconds: a call that is still running when its node dies.
 #[remote]
@@ -25,42 +28,6 @@ fn sleepy(ms: u64) -> u64 {
 #[remote]
 fn crash() -> u64 {
     std::process::abort()
-}
-
-/// An actor whose first call aborts its process when told to (`go`
-/// exists), leaving `marker`; the call's resend to its next life returns.
-#[remote]
-struct Phoenix;
-
-#[remote]
-impl Phoenix {
-    fn new() -> Self {
-        Phoenix
-    }
-    fn die_once(&self, marker: String, go: String) -> u32 {
-        if !std::path::Path::new(&marker).exists() {
-            std::fs::write(&marker, "x").unwrap();
-            while !std::path::Path::new(&go).exists() {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            std::process::abort();
-        }
-        std::process::id()
-    }
-}
-
-/// A driver joined to `cluster`, recording for insight.
-async fn recording_driver(cluster: &Cluster) -> Ray {
-    ray_core::init_with(Config {
-        insight: Some(InsightOptions::default()),
-        ..cluster.config()
-    })
-    .await
-    .expect("driver joins, recording")
-}
-
-fn json(text: &str) -> Value {
-    serde_json::from_str(text).expect("the head exports valid JSON")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -260,40 +227,6 @@ async fn the_head_builds_one_jobs_views_from_every_process_and_replays_its_log()
     ray.shutdown();
 }
 
-/// Field `field` of the call edge whose name ends with `name` (0 if none).
-fn edge_field(logical: &Value, name: &str, field: &str) -> u64 {
-    logical["call_edges"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|e| e["name"].as_str().is_some_and(|n| n.ends_with(name)))
-        .filter_map(|e| e[field].as_u64())
-        .sum()
-}
-
-/// The head's `view` (JSON), once `done` holds of it (or after 30 s, for
-/// the caller's assertion to say what is missing).
-async fn poll_view(cluster: &Cluster, view: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let exported = json(
-            &cluster
-                .insight_export(None, view, "json", None, None)
-                .await
-                .expect("the head exports the view"),
-        );
-        if done(&exported) || Instant::now() > deadline {
-            return exported;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// The head's logical view, once `done` holds of it.
-async fn poll_logical(cluster: &Cluster, done: impl Fn(&Value) -> bool) -> Value {
-    poll_view(cluster, "logical", done).await
-}
-
 /// The head's physical view's nodes, once `done` holds of them.
 async fn poll_physical(cluster: &Cluster, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
     let nodes = |physical: &Value| physical["nodes"].as_array().cloned().unwrap_or_default();
@@ -306,47 +239,4 @@ fn registered(nodes: &[Value], alive: bool) -> usize {
         .iter()
         .filter(|n| n["alive"].as_bool() == Some(alive))
         .count()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_actor_call_resent_to_the_next_life_counts_its_lost_run_failed_and_its_resend_finished()
-{
-    let cluster = Cluster::local(1).await.expect("cluster starts");
-    let ray = recording_driver(&cluster).await;
-    let insight = ray.insight().expect("the driver records");
-    let a = Phoenix::options()
-        .max_restarts(1)
-        .max_task_retries(1)
-        .remote(&ray)
-        .unwrap();
-    let dir = std::env::temp_dir();
-    let tag = format!("{}-{:?}", std::process::id(), Instant::now());
-    let marker = dir.join(format!("rayrs-phoenix-marker-{tag}"));
-    let go = dir.join(format!("rayrs-phoenix-go-{tag}"));
-    let call = a
-        .die_once(marker.display().to_string(), go.display().to_string())
-        .unwrap();
-    insight.flush().await;
-    // The first run is seen running before its process dies under it.
-    let logical = poll_logical(&cluster, |l| edge_field(l, "die_once", "running") == 1).await;
-    assert_eq!(
-        edge_field(&logical, "die_once", "running"),
-        1,
-        "{logical:#}"
-    );
-    std::fs::write(&go, "go").unwrap();
-    call.get().await.expect("resent to the actor's next life");
-    insight.flush().await;
-    let logical = poll_logical(&cluster, |l| edge_field(l, "die_once", "count") == 2).await;
-    assert_eq!(edge_field(&logical, "die_once", "count"), 2, "{logical:#}");
-    assert_eq!(edge_field(&logical, "die_once", "failed"), 1, "{logical:#}");
-    assert_eq!(
-        edge_field(&logical, "die_once", "running"),
-        0,
-        "{logical:#}"
-    );
-    for f in [&marker, &go] {
-        let _ = std::fs::remove_file(f);
-    }
-    ray.shutdown();
 }

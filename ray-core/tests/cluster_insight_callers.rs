@@ -8,11 +8,14 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use ray_core::insight::InsightOptions;
 use ray_core::prelude::*;
-use ray_core::{Cluster, Config};
+use ray_core::Cluster;
 use ray_test_support::insight_job::edge;
 use serde_json::Value;
+
+#[path = "support/head_views.rs"]
+mod head_views;
+use head_views::{json, recording_driver};
 
 /// Calls from `Relay` to `Sink`, in all.
 const CALLS: u64 = 10_000;
@@ -72,19 +75,10 @@ impl Relay {
     }
 }
 
-fn json(text: &str) -> Value {
-    serde_json::from_str(text).expect("the head exports valid JSON")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_cross_node_calls_all_reach_the_views_with_their_caller() {
     let cluster = Cluster::local(2).await.expect("cluster starts");
-    let ray = ray_core::init_with(Config {
-        insight: Some(InsightOptions::default()),
-        ..cluster.config()
-    })
-    .await
-    .expect("driver joins, recording");
+    let ray = recording_driver(&cluster).await;
     let insight = ray.insight().expect("the driver records");
     let sink = Sink::options().spread().remote(&ray).unwrap();
     let relay = Relay::options()

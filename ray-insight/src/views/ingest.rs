@@ -472,6 +472,18 @@ impl Views {
         if self.spans.len() >= self.limits.max_live_spans {
             return self.drop_record();
         }
+        // A later attempt starts while an earlier run of the task still
+        // runs here: that run was lost (its owner's `task.lost`, from
+        // another process, may come after this start): it ends as failed
+        // now, and the loss, when it comes, names a run already ended.
+        let attempt = u64_field(record, "attempt").unwrap_or(0);
+        if self
+            .tasks
+            .get(&id)
+            .is_some_and(|t| t.started_at.is_some() && attempt > t.attempt)
+        {
+            self.fail_task(&id, record.at_nanos);
+        }
         let mut task = match self.tasks.remove(&id) {
             Some(task) => task,
             None if self.tasks.len() + self.orphans.len() >= self.limits.max_live_tasks => {

@@ -51,11 +51,12 @@
 //!
 //! | record | name | fields |
 //! |---|---|---|
-//! | span | `task.run` | `task_id`, `function`, `parent_task`?, `node_id`?, `worker_id`? |
-//! | span | `actor.call` | `task_id`, `actor_id`, `class`, `method`, `parent_task`?, `node_id`?, `worker_id`? |
+//! | span | `task.run` | `task_id`, `function`, `attempt`? (0 when absent: the first run), `parent_task`?, `node_id`?, `worker_id`? |
+//! | span | `actor.call` | `task_id`, `actor_id`, `class`, `method`, `attempt`? (a resend to the actor's next life), `parent_task`?, `node_id`?, `worker_id`? |
 //! | span | `actor.create` | `actor_id`, `class`, `task_id`? (the creation task: what the constructor's children name as parent), `parent_task`?, `node_id`?, `worker_id`? |
 //! | span | `wait` | `task_id`, `objects` (comma-separated), `producers` (comma-separated task ids, same order, entries may be empty) |
 //! | event | `task.submit` | `task_id`, `function` or `method`, `parent_task`?, `actor_id`? |
+//! | event | `task.lost` | `task_id`, `attempt`? (that run was lost with its worker or node: a retry follows; a later attempt's start also ends it), `error`? (without `attempt`: the call failed for good) |
 //! | event | `task.scheduled` | `task_id`, `node_id`?, `worker_id`? (placed: an owner pushed it to a worker on a cluster) |
 //! | event | `object.put` | `object_id`, `bytes`, `node_id`?, `task_id`? |
 //! | event | `object.get` | `object_id`, `bytes`, `task_id`?, `node_id`?, `producer_node`? |

@@ -111,8 +111,8 @@ impl Snapshot<'_> {
     /// The distributed stack of every running or blocked task, and deadlocks.
     pub fn stacks(&self) -> StackView {
         let v = self.views;
-        // The user spans open in each task, keyed by how deep they are
-        // nested (then when they opened): outermost first even when two
+        // The user spans open in each task, keyed by when they opened,
+        // then how deep they are nested: outermost first even when two
         // opened in the same nanosecond.
         let depth = |mut parent: u64| {
             let mut depth = 0;
@@ -134,7 +134,7 @@ impl Snapshot<'_> {
                 user_spans
                     .entry(user.task())
                     .or_default()
-                    .push(((depth(user.parent_span()), user.since()), user.name()));
+                    .push(((user.since(), depth(user.parent_span())), user.name()));
             }
         }
         stack::build(

@@ -269,8 +269,8 @@ fn cycle_in(component: &[IdKey], graph: &BTreeMap<IdKey, Vec<IdKey>>) -> Vec<IdK
     component.to_vec()
 }
 
-/// The user spans open in each task, each keyed by its nesting depth and
-/// when it opened (the order the stack lists them in).
+/// The user spans open in each task, each keyed by when it opened and its
+/// nesting depth (the order the stack lists them in).
 pub(crate) type OpenUserSpans<'a> = HashMap<&'a IdKey, Vec<((u64, u64), &'a Id)>>;
 
 pub(crate) fn build(

@@ -2175,16 +2175,96 @@ fn failed_calls_are_counted_and_a_dead_node_fails_the_calls_it_held() {
         .is_some_and(|edges| edges.iter().any(|e| e["failed"] == 2)));
 }
 
+/// A `task.lost` event of `task` at `at_us` µs, naming `attempt`.
+fn lost_record(at_us: u64, task: &str, attempt: Option<u64>) -> Record {
+    let mut fields = Fields::new();
+    fields.push("task_id", FieldValue::Str(task.into()));
+    if let Some(attempt) = attempt {
+        fields.push("attempt", FieldValue::U64(attempt));
+    }
+    Record::event("task.lost", "ray::task", at_us * 1_000, fields)
+}
+
+#[test]
+fn an_actor_calls_resend_counts_its_lost_run_failed_whichever_record_comes_first() {
+    let call = |s: &mut Script, at: u64, attempt: Option<&str>| {
+        let mut fields = vec![
+            ("task_id", "c1"),
+            ("actor_id", "a1"),
+            ("class", "m::Phoenix"),
+            ("method", "die_once"),
+        ];
+        if let Some(attempt) = attempt {
+            fields.push(("attempt", attempt));
+        }
+        let span = s.open("actor.call", at, &fields);
+        s.close(span, at + 5);
+    };
+    // The loss first: the first send was only queued (its start died with
+    // its process), then the resend runs.
+    let mut s = Script::default();
+    s.event(
+        "task.submit",
+        0,
+        &[
+            ("task_id", "c1"),
+            ("actor_id", "a1"),
+            ("method", "die_once"),
+        ],
+    );
+    let mut first = s.views();
+    first.accept(&[lost_record(10, "c1", Some(0))]);
+    let mut resend = Script {
+        next_span: 100,
+        ..Script::default()
+    };
+    call(&mut resend, 20, Some("1"));
+    first.accept(&resend.records);
+    // The resend's start first: the first send's run was seen running, its
+    // loss (from the owner's process) comes after the resend started.
+    let mut s = Script::default();
+    s.event(
+        "task.submit",
+        0,
+        &[
+            ("task_id", "c1"),
+            ("actor_id", "a1"),
+            ("method", "die_once"),
+        ],
+    );
+    s.open(
+        "actor.call",
+        5,
+        &[
+            ("task_id", "c1"),
+            ("actor_id", "a1"),
+            ("class", "m::Phoenix"),
+            ("method", "die_once"),
+        ],
+    );
+    let mut second = s.views();
+    let mut resend = Script {
+        next_span: 100,
+        ..Script::default()
+    };
+    call(&mut resend, 20, Some("1"));
+    second.accept(&resend.records);
+    second.accept(&[lost_record(30, "c1", Some(0))]);
+    for (order, views) in [("loss first", &first), ("resend first", &second)] {
+        let logical = views.snapshot().logical();
+        let e = call_edge(&logical, "die_once");
+        assert_eq!(
+            (e.count, e.failed, e.running, e.queued),
+            (2, 1, 0, 0),
+            "{order}: {e:?}"
+        );
+        assert_eq!(views.stats().live_tasks, 0, "{order}");
+    }
+}
+
 #[test]
 fn a_lost_run_fails_only_the_attempt_it_names() {
-    let lost = |at_us: u64, task: &str, attempt: Option<u64>| {
-        let mut fields = Fields::new();
-        fields.push("task_id", FieldValue::Str(task.into()));
-        if let Some(attempt) = attempt {
-            fields.push("attempt", FieldValue::U64(attempt));
-        }
-        Record::event("task.lost", "ray::task", at_us * 1_000, fields)
-    };
+    let lost = lost_record;
     let mut s = Script::default();
     s.event("task.submit", 0, &[("task_id", "t1"), ("function", "m::f")]);
     s.event("task.submit", 0, &[("task_id", "t2"), ("function", "m::f")]);
