@@ -2353,6 +2353,25 @@ fn the_stack_lists_nested_user_spans_outermost_first_even_when_they_opened_toget
 }
 
 #[test]
+fn a_loop_of_user_span_parents_from_a_hostile_log_still_builds_the_stack() {
+    let mut s = Script::default();
+    let run = s.open(
+        "task.run",
+        0,
+        &[("task_id", "t1"), ("function", "m::score")],
+    );
+    let a = s.open_in("a", run, 10, &[]);
+    let b = s.open_in("b", a, 11, &[]);
+    // `a` closes and its id comes back as a span inside `b`: `b`'s parent
+    // is now its own child.
+    s.close(a, 12);
+    s.next_span = a - 1;
+    assert_eq!(s.open_in("c", b, 13, &[]), a);
+    let stacks = s.views().snapshot().stacks();
+    assert_eq!(stacks.tasks[0].spans, ["b", "c"]);
+}
+
+#[test]
 fn the_stack_names_the_user_spans_a_task_is_in() {
     let mut s = Script::default();
     let run = s.open(
