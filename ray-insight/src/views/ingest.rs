@@ -476,12 +476,10 @@ impl Views {
         // runs here: that run was lost (its owner's `task.lost`, from
         // another process, may come after this start): it ends as failed
         // now, and the loss, when it comes, names a run already ended.
-        let attempt = u64_field(record, "attempt").unwrap_or(0);
-        if self
-            .tasks
-            .get(&id)
-            .is_some_and(|t| t.started_at.is_some() && attempt > t.attempt)
-        {
+        // (The attempt is read only for a task already running: rare.)
+        if self.tasks.get(&id).is_some_and(|t| {
+            t.started_at.is_some() && u64_field(record, "attempt").unwrap_or(0) > t.attempt
+        }) {
             self.fail_task(&id, record.at_nanos);
         }
         let mut task = match self.tasks.remove(&id) {
