@@ -38,6 +38,9 @@ struct ActorCall {
     args: Vec<TaskArg>,
     /// The task that made the call (`None`: the driver).
     parent: Option<TaskId>,
+    /// The application span it was made in (see
+    /// [`crate::trace::user_span`]), or 0.
+    parent_span: u64,
     /// The id insight records: `task`, or the owner's id for a call pushed
     /// by another process.
     trace: TaskId,
@@ -92,7 +95,7 @@ impl ActorCell {
         method: &'static ActorMethod,
         args: Vec<TaskArg>,
         trace: TaskId,
-        parent: Option<TaskId>,
+        (parent, parent_span): (Option<TaskId>, u64),
         attempt: u32,
     ) -> Result<Arc<crate::ownership::RefHandle>> {
         let rt = &self.rt;
@@ -104,6 +107,7 @@ impl ActorCell {
             method,
             args,
             parent,
+            parent_span,
             trace,
             ret: handle.cell.clone(),
             attempt,
@@ -125,6 +129,7 @@ impl ActorCell {
             crate::trace::Run {
                 task,
                 parent: self.creator,
+                parent_span: 0,
                 node: rt.node,
                 worker: rt.worker,
             },
@@ -253,6 +258,7 @@ impl ActorCell {
             crate::trace::Run {
                 task: call.trace,
                 parent: call.parent,
+                parent_span: call.parent_span,
                 node: rt.node,
                 worker: rt.worker,
             },
@@ -369,7 +375,7 @@ pub(crate) fn spawn_actor(
     opts: ActorOptions,
 ) -> Result<Arc<ActorCell>> {
     let id = ActorId::new(rt.worker, rt.next_seq());
-    context::before_child_submit();
+    context::before_child_submit(0);
     spawn_actor_as(rt, id, class, args, opts, context::current_trace()).map(|(cell, _)| cell)
 }
 
@@ -481,19 +487,27 @@ impl RawActorHandle {
         let task = rt.new_task_id();
         let handle = rt.pending_return(task)?;
         let parent = context::current_trace();
-        context::before_child_submit();
-        crate::trace::submit(task, parent, method.name, Some(self.id().as_u128()));
+        let parent_span = crate::trace::user_span();
+        context::before_child_submit(parent_span);
+        crate::trace::submit(
+            task,
+            parent,
+            parent_span,
+            method.name,
+            Some(self.id().as_u128()),
+        );
         match &self.target {
             Target::Local(cell) => cell.enqueue(ActorCall {
                 task,
                 method,
                 args,
                 parent,
+                parent_span,
                 trace: task,
                 ret: handle.cell.clone(),
                 attempt: 0,
             }),
-            Target::Remote(actor, rt) => actor.call(rt, task, method, args, parent),
+            Target::Remote(actor, rt) => actor.call(rt, task, method, args, parent, parent_span),
         }
         Ok(ObjectRef::from_handle(handle))
     }

@@ -54,6 +54,9 @@ pub(crate) struct TaskContext {
     /// Whether this task's records were handed to insight before its first
     /// child was submitted (see [`before_child_submit`]).
     announced: bool,
+    /// The last application span that was handed over so, before a child
+    /// submitted inside it (0: none yet).
+    announced_span: u64,
 }
 
 thread_local! {
@@ -77,6 +80,7 @@ pub(crate) fn with_task<R>(
         resources,
         blocked: 0,
         announced: false,
+        announced_span: 0,
     };
     let prev = CURRENT.with(|c| c.borrow_mut().replace(ctx));
     struct Restore(Option<TaskContext>);
@@ -111,18 +115,22 @@ pub(crate) fn current_trace() -> Option<TaskId> {
     CURRENT.with(|c| c.borrow().as_ref().map(|ctx| ctx.trace))
 }
 
-/// Called before a task submits a child task, actor call or actor: the
-/// first time, while the process records, the task's own records (its run
-/// span above all) go to the collector, so they reach the views before any
-/// record of its children, which other threads or processes emit.
-pub(crate) fn before_child_submit() {
+/// Called before a task submits a child task, actor call or actor (inside
+/// the application's span `span`, 0 for none; see
+/// [`crate::trace::user_span`]): the first time, and the first time inside
+/// each such span, while the process records, the task's own records (its
+/// run span and that span's opening above all) go to the collector, so
+/// they reach the views before any record of its children, which other
+/// threads or processes emit.
+pub(crate) fn before_child_submit(span: u64) {
     if !crate::hooks::recording() {
         return;
     }
     let first = CURRENT.with(|c| {
-        c.borrow_mut()
-            .as_mut()
-            .is_some_and(|ctx| !std::mem::replace(&mut ctx.announced, true))
+        c.borrow_mut().as_mut().is_some_and(|ctx| {
+            let new_span = span != 0 && std::mem::replace(&mut ctx.announced_span, span) != span;
+            !std::mem::replace(&mut ctx.announced, true) || new_span
+        })
     });
     if first {
         crate::hooks::flush();

@@ -515,8 +515,9 @@ impl Ray {
         let task = rt.new_task_id();
         let handle = rt.pending_return(task)?;
         let parent = crate::context::current_trace();
-        crate::context::before_child_submit();
-        crate::trace::submit(task, parent, function.name, None);
+        let parent_span = crate::trace::user_span();
+        crate::context::before_child_submit(parent_span);
+        crate::trace::submit(task, parent, parent_span, function.name, None);
         let spec = TaskSpec {
             task,
             function,
@@ -527,6 +528,7 @@ impl Ray {
             retry_exceptions: opts.retry_exceptions.clone(),
             attempt: 0,
             parent,
+            parent_span,
             trace: None,
             // On a cluster the result comes back by id.
             ret: remote.is_none().then(|| handle.cell.clone()),

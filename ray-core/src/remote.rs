@@ -140,6 +140,7 @@ pub(crate) trait RemoteActorRef: Send + Sync + 'static {
         method: &'static ActorMethod,
         args: Vec<TaskArg>,
         parent: Option<TaskId>,
+        parent_span: u64,
     );
 
     /// Kills the actor.

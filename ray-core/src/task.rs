@@ -32,6 +32,9 @@ pub(crate) struct TaskSpec {
     pub(crate) retry_exceptions: crate::options::RetryExceptions,
     pub(crate) attempt: u32,
     pub(crate) parent: Option<TaskId>,
+    /// The application span of its caller's it was submitted in, or 0
+    /// (see [`crate::trace::user_span`]).
+    pub(crate) parent_span: u64,
     /// The id insight records (see [`TaskSpec::trace_id`]); `None`: `task`.
     pub(crate) trace: Option<TaskId>,
     /// The return object's cell when this process owns it and runs the
@@ -237,6 +240,7 @@ impl Runtime {
             crate::trace::Run {
                 task: spec.trace_id(),
                 parent: spec.parent,
+                parent_span: spec.parent_span,
                 node: self.node,
                 worker: self.worker,
             },

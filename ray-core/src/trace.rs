@@ -33,6 +33,19 @@ fn listened() -> bool {
     tracing::level_enabled!(tracing::Level::TRACE)
 }
 
+/// The application's innermost recorded span entered on this thread (a
+/// `tracing` span such as `reward_fn` inside a task), or 0: tasks and calls
+/// submitted inside it carry it (`parent_span`), so the views put them
+/// under its frame. 0 at once when nothing listens.
+#[inline]
+pub(crate) fn user_span() -> u64 {
+    #[cfg(feature = "insight")]
+    if listened() {
+        return direct::current_user_span();
+    }
+    0
+}
+
 /// A run of a task, an actor call or a constructor, open until dropped.
 #[must_use = "the run's span closes when this drops"]
 pub(crate) enum RunSpan {
@@ -222,6 +235,14 @@ fn name(fields: &mut Fields, key: &'static str, value: &'static str) {
     fields.push(key, FieldValue::Str(FieldStr::from_static(value)));
 }
 
+/// `parent_span`, when the work was submitted inside an application span.
+#[cfg(feature = "insight")]
+fn span_field(fields: &mut Fields, span: u64) {
+    if span != 0 {
+        fields.push("parent_span", FieldValue::U64(span));
+    }
+}
+
 #[cfg(feature = "insight")]
 fn place(fields: &mut Fields, node: NodeId, worker: WorkerId) {
     fields.push("node_id", FieldValue::U64(node.0));
@@ -240,6 +261,8 @@ pub(crate) fn thread_idles() {
 pub(crate) struct Run {
     pub(crate) task: TaskId,
     pub(crate) parent: Option<TaskId>,
+    /// The span of the caller's it was submitted in ([`user_span`]), or 0.
+    pub(crate) parent_span: u64,
     pub(crate) node: NodeId,
     pub(crate) worker: WorkerId,
 }
@@ -266,6 +289,7 @@ fn task_run_listened(run: Run, function: &'static str, attempt: u32) -> RunSpan 
             if let Some(parent) = run.parent {
                 id(f, "parent_task", parent.as_u128());
             }
+            span_field(f, run.parent_span);
             place(f, run.node, run.worker);
         });
         return RunSpan::Direct {
@@ -283,6 +307,7 @@ fn task_run_listened(run: Run, function: &'static str, attempt: u32) -> RunSpan 
             // Recorded only for retries: one field less on every first run.
             attempt = (attempt > 0).then_some(attempt),
             parent_task = run.parent.map(TaskId::as_u128),
+            parent_span = (run.parent_span != 0).then_some(run.parent_span),
             node_id = run.node.0,
             worker_id = run.worker.0,
             error = tracing::field::Empty,
@@ -335,6 +360,7 @@ fn actor_run_listened(
             if let Some(parent) = run.parent {
                 id(f, "parent_task", parent.as_u128());
             }
+            span_field(f, run.parent_span);
             place(f, run.node, run.worker);
         });
         return RunSpan::Direct {
@@ -344,6 +370,7 @@ fn actor_run_listened(
         };
     }
     let parent_task = run.parent.map(TaskId::as_u128);
+    let parent_span = (run.parent_span != 0).then_some(run.parent_span);
     let span = match call {
         Some((method, attempt)) => tracing::trace_span!(
             target: "ray::actor",
@@ -354,6 +381,7 @@ fn actor_run_listened(
             method,
             attempt = (attempt > 0).then_some(attempt),
             parent_task,
+            parent_span,
             node_id = run.node.0,
             worker_id = run.worker.0,
             error = tracing::field::Empty,
@@ -365,6 +393,7 @@ fn actor_run_listened(
             actor_id = actor,
             class,
             parent_task,
+            parent_span,
             node_id = run.node.0,
             worker_id = run.worker.0,
             error = tracing::field::Empty,
@@ -378,17 +407,19 @@ fn actor_run_listened(
 pub(crate) fn submit(
     task: TaskId,
     parent: Option<TaskId>,
+    parent_span: u64,
     function: &'static str,
     actor: Option<u128>,
 ) {
     if listened() {
-        submit_listened(task, parent, function, actor);
+        submit_listened(task, parent, parent_span, function, actor);
     }
 }
 
 fn submit_listened(
     task: TaskId,
     parent: Option<TaskId>,
+    parent_span: u64,
     function: &'static str,
     actor: Option<u128>,
 ) {
@@ -406,10 +437,12 @@ fn submit_listened(
             if let Some(parent) = parent {
                 id(f, "parent_task", parent.as_u128());
             }
+            span_field(f, parent_span);
         });
         return;
     }
     let parent_task = parent.map(TaskId::as_u128);
+    let parent_span = (parent_span != 0).then_some(parent_span);
     match actor {
         Some(actor_id) => tracing::trace!(
             name: "task.submit",
@@ -417,14 +450,16 @@ fn submit_listened(
             task_id = task.as_u128(),
             method = function,
             actor_id,
-            parent_task
+            parent_task,
+            parent_span
         ),
         None => tracing::trace!(
             name: "task.submit",
             target: "ray::task",
             task_id = task.as_u128(),
             function,
-            parent_task
+            parent_task,
+            parent_span
         ),
     }
 }

@@ -62,6 +62,15 @@ fn target() -> Option<&'static (Arc<Shared>, Instant)> {
     }
 }
 
+/// The innermost span of the application's that the layer recorded and
+/// that is entered on this thread (such as `reward_fn` inside a task), or
+/// 0. The runtime sends it with the tasks and calls submitted there
+/// (`parent_span`), so the views put them under that span's frame. Works
+/// whether the runtime records directly or through `tracing`.
+pub fn current_user_span() -> u64 {
+    layer::current_user_span()
+}
+
 /// Records an event named `name` (under `target`), its fields written by
 /// `fill`, inside the innermost direct span open on this thread. Does
 /// nothing when direct recording is off.

@@ -311,6 +311,49 @@ pub(crate) fn track_direct_span(span: u64, open: bool) {
     });
 }
 
+/// The innermost application span this layer recorded that is entered on
+/// this thread, or 0: what a task submitted here runs under in the views.
+pub(crate) fn current_user_span() -> u64 {
+    THREAD_STATE
+        .try_with(|cell| {
+            cell.try_borrow()
+                .ok()
+                .and_then(|state| state.entered.last().copied())
+        })
+        .ok()
+        .flatten()
+        .unwrap_or(0)
+}
+
+/// Notes a recorded application span entered (`entered`) or exited on this
+/// thread. An exit takes out the innermost entry of that span, so spans
+/// exited out of order still leave the right ones.
+fn track_entered(span: u64, entered: bool) {
+    let _ = THREAD_STATE.try_with(|cell| {
+        if let Ok(mut state) = cell.try_borrow_mut() {
+            if entered {
+                state.entered.push(span);
+            } else if let Some(at) = state.entered.iter().rposition(|s| *s == span) {
+                state.entered.remove(at);
+            }
+        }
+    });
+}
+
+/// The id this layer recorded `id` under, if it is an application span
+/// (the runtime's own, under `ray::` targets, are not tracked as entered).
+fn recorded_user_span<S>(id: &Id, ctx: &Context<'_, S>) -> Option<u64>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    let span = ctx.span(id)?;
+    if span.metadata().target().starts_with("ray::") {
+        return None;
+    }
+    let recorded = span.extensions().get::<RecordedSpan>()?.id;
+    Some(recorded)
+}
+
 impl<S> Layer<S> for InsightLayer
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
@@ -338,6 +381,18 @@ where
                 parent,
                 late_fields: Fields::new(),
             });
+        }
+    }
+
+    fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
+        if let Some(span) = recorded_user_span(id, &ctx) {
+            track_entered(span, true);
+        }
+    }
+
+    fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
+        if let Some(span) = recorded_user_span(id, &ctx) {
+            track_entered(span, false);
         }
     }
 
@@ -424,6 +479,9 @@ struct ThreadState {
     buffers: Vec<ThreadBuffer>,
     /// The runtime's direct spans open on this thread, innermost last.
     open: Vec<u64>,
+    /// The application's recorded spans entered on this thread, innermost
+    /// last (see [`current_user_span`]).
+    entered: Vec<u64>,
 }
 
 impl ThreadState {
@@ -433,6 +491,7 @@ impl ThreadState {
             next_span_seq: 0,
             buffers: Vec::new(),
             open: Vec::new(),
+            entered: Vec::new(),
         }
     }
 
@@ -517,12 +576,14 @@ mod tests {
             next_span_seq: 0,
             buffers: Vec::new(),
             open: Vec::new(),
+            entered: Vec::new(),
         };
         let mut b = ThreadState {
             index: 1,
             next_span_seq: 0,
             buffers: Vec::new(),
             open: Vec::new(),
+            entered: Vec::new(),
         };
         let (a0, a1, b0) = (a.next_span_id(), a.next_span_id(), b.next_span_id());
         assert!(a0 != 0 && b0 != 0);

@@ -518,6 +518,7 @@ mod tests {
                         retry_exceptions: true,
                         retry_on: vec!["my::Error".into()],
                         parent: None,
+                        parent_span: 3,
                     },
                     WorkItem::KillActor {
                         actor: ActorId::new(WorkerId(2), 8),

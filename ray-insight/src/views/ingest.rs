@@ -78,6 +78,25 @@ struct CallerInfo {
     path: Option<PathId>,
     labels: LabelSetId,
     lane: Option<LaneId>,
+    /// The place is the caller's application span's (see
+    /// [`Views::caller_info_in`]), not the caller task's.
+    via_span: bool,
+}
+
+/// Where work submitted inside an application span goes, kept after the
+/// span closed: the task it ran in, and its frame, labels and lane.
+#[derive(Debug, Clone)]
+pub(super) struct SpanCaller {
+    task: IdKey,
+    path: Option<PathId>,
+    labels: LabelSetId,
+    lane: Option<LaneId>,
+}
+
+/// The key finished calls wait under for the opening of the application
+/// span they were submitted in (see [`Views::finish_task`]).
+fn span_key(span: u64) -> IdKey {
+    IdKey::text(format!("user-span:{span}"))
 }
 
 /// A loss (`task.lost`) kept for records of its task still to come.
@@ -261,6 +280,7 @@ impl Views {
                 path: Some(PathTable::ROOT),
                 labels: self.driver_labels,
                 lane: None,
+                via_span: false,
             };
         };
         // A caller only submitted so far has no place in the call paths:
@@ -272,6 +292,7 @@ impl Views {
                 path: t.path,
                 labels: t.labels,
                 lane: t.lane,
+                via_span: false,
             };
         }
         if let Some(r) = self.recent.get(parent) {
@@ -280,6 +301,7 @@ impl Views {
                 path: r.path,
                 labels: r.labels,
                 lane: r.lane,
+                via_span: false,
             };
         }
         CallerInfo {
@@ -287,19 +309,74 @@ impl Views {
             path: self.paths.child(PathTable::ROOT, &Arc::from("[unknown]")),
             labels: 0,
             lane: None,
+            via_span: false,
+        }
+    }
+
+    /// [`Self::caller_info`], placed under the caller's application span
+    /// `span` (0: none) when that span is known, open or recently closed,
+    /// and belongs to `parent`: work submitted inside `reward_fn` is a
+    /// frame under `reward_fn`, not beside it.
+    fn caller_info_in(&mut self, parent: Option<&IdKey>, span: u64) -> CallerInfo {
+        let mut caller = self.caller_info(parent);
+        let Some(parent) = parent.filter(|_| span != 0 && caller.node != LogicalNode::Unknown)
+        else {
+            return caller;
+        };
+        let place = match self.spans.get(&span) {
+            Some(SpanRole::User(user)) if &user.task == parent => {
+                Some((user.path, user.labels, user.lane))
+            }
+            _ => self
+                .closed_spans
+                .get(&span)
+                .filter(|c| &c.task == parent)
+                .map(|c| (c.path, c.labels, c.lane)),
+        };
+        if let Some((path, labels, lane)) = place {
+            caller.path = path;
+            caller.labels = labels;
+            caller.lane = lane;
+            caller.via_span = true;
+        }
+        caller
+    }
+
+    /// Whether nothing more will be learnt of application span `span` (0:
+    /// none): it is known, open or recently closed (whether or not it is
+    /// the caller's).
+    fn span_settled(&self, span: u64) -> bool {
+        span == 0
+            || matches!(self.spans.get(&span), Some(SpanRole::User(_)))
+            || self.closed_spans.get(&span).is_some()
+    }
+
+    /// The application span a submit or run record names as its caller's
+    /// (`parent_span`), or the user span it was recorded in (records that
+    /// came through `tracing`), or 0.
+    fn parent_span_of(&self, record: &Record) -> u64 {
+        if let Some(span) = u64_field(record, "parent_span").filter(|s| *s != 0) {
+            return span;
+        }
+        match self.spans.get(&record.parent) {
+            Some(SpanRole::User(_)) => record.parent,
+            _ => 0,
         }
     }
 
     /// A new live task from a submit or start record.
     fn new_task(&mut self, kind: CallKind, record: &Record) -> LiveTask {
         let parent = task_field(record, "parent_task").or_else(|| self.task_of_span(record.parent));
-        let caller = self.caller_info(parent.as_ref());
+        let parent_span = self.parent_span_of(record);
+        let caller = self.caller_info_in(parent.as_ref(), parent_span);
         LiveTask {
             kind,
             name: None,
             class: None,
             actor_id: None,
             parent,
+            parent_span,
+            span_resolved: caller.via_span || self.span_settled(parent_span),
             caller: caller.node,
             caller_path: caller.path,
             caller_lane: caller.lane,
@@ -416,8 +493,21 @@ impl Views {
             // thread's or process's records came first): the labels it
             // inherits are its caller's now, at submit, not when it
             // started. Kept if it already labelled itself.
-            let parent = self.tasks.get(&id).and_then(|t| t.parent.clone());
-            let at_submit = self.caller_info(parent.as_ref()).labels;
+            let span = self.parent_span_of(record);
+            let learnt = span != 0 && self.tasks.get(&id).is_some_and(|t| t.parent_span == 0);
+            if let Some(mut task) = learnt.then(|| self.tasks.remove(&id)).flatten() {
+                // Its run did not say in which of its caller's spans it
+                // was submitted; its submit does.
+                task.parent_span = span;
+                task.span_resolved = false;
+                self.resolve_caller(&mut task);
+                self.tasks.insert(id.clone(), task);
+            }
+            let (parent, span) = self
+                .tasks
+                .get(&id)
+                .map_or((None, 0), |t| (t.parent.clone(), t.parent_span));
+            let at_submit = self.caller_info_in(parent.as_ref(), span).labels;
             let actor_labels = self.actor_labels_of(&id);
             let labels = self.with_actor_labels(at_submit, actor_labels);
             if let Some(task) = self.tasks.get_mut(&id) {
@@ -525,8 +615,15 @@ impl Views {
 
     /// Sets `task`'s caller, path and inherited labels from its parent, if
     /// the parent is known by now.
+    /// The same for a task whose caller is known but whose caller's
+    /// application span was not yet ([`LiveTask::span_resolved`]): it moves
+    /// under that span's frame once the span is known.
     fn resolve_caller(&mut self, task: &mut LiveTask) {
-        let caller = self.caller_info(task.parent.as_ref());
+        let caller = self.caller_info_in(task.parent.as_ref(), task.parent_span);
+        task.span_resolved |= caller.via_span || self.span_settled(task.parent_span);
+        if task.caller != LogicalNode::Unknown && !caller.via_span {
+            return; // nothing learnt
+        }
         // Only a caller that has a place in the call paths (started): else
         // the task keeps its `[unknown]` path rather than losing it.
         let (LogicalNode::Driver | LogicalNode::Function(_) | LogicalNode::Actor { .. }, Some(at)) =
@@ -679,7 +776,7 @@ impl Views {
                 true
             }
             Some(SpanRole::User(user)) => {
-                self.end_user_span(*user, at);
+                self.end_user_span(record.span, *user, at);
                 true
             }
             None => false,
@@ -693,10 +790,10 @@ impl Views {
         };
         task.failed |= ended.failed;
 
-        if task.caller == LogicalNode::Unknown && task.parent.is_some() {
-            // Its caller was not known when it started (the caller's
-            // records, from another process, came later): look again now
-            // that more have arrived.
+        if (task.caller == LogicalNode::Unknown && task.parent.is_some()) || !task.span_resolved {
+            // Its caller (or the caller's span it was submitted in) was not
+            // known when it started (the caller's records, from another
+            // process, came later): look again now that more have arrived.
             self.resolve_caller(&mut task);
         }
         for wait in std::mem::take(&mut task.waits) {
@@ -714,24 +811,26 @@ impl Views {
                 info.usage.add(running, ended.cpu_nanos);
             }
         }
-        match task.parent.clone() {
-            // Still unknown: wait for the caller's records (bounded with
-            // the live tasks), rather than count it under `unknown`.
-            Some(parent)
-                if task.caller == LogicalNode::Unknown
-                    && self.tasks.len() + self.orphans.len() < self.limits.max_live_tasks =>
-            {
-                self.orphans.park(
-                    parent,
-                    Orphan {
-                        id: id.clone(),
-                        task,
-                        at,
-                        seq: 0,
-                    },
-                );
-            }
-            _ => self.fold_finished(id, task, at),
+        let room = self.tasks.len() + self.orphans.len() < self.limits.max_live_tasks;
+        // Still unknown: wait for the caller's records (bounded with the
+        // live tasks), rather than count it under `unknown`; or for the
+        // opening of the caller's span it was submitted in.
+        let wait_for = match &task.parent {
+            Some(parent) if room && task.caller == LogicalNode::Unknown => Some(parent.clone()),
+            Some(_) if room && !task.span_resolved => Some(span_key(task.parent_span)),
+            _ => None,
+        };
+        match wait_for {
+            Some(key) => self.orphans.park(
+                key,
+                Orphan {
+                    id: id.clone(),
+                    task,
+                    at,
+                    seq: 0,
+                },
+            ),
+            None => self.fold_finished(id, task, at),
         }
         self.expire_orphans();
     }
@@ -740,7 +839,14 @@ impl Views {
     fn adopt_orphans(&mut self, parent: &IdKey) {
         for mut orphan in self.orphans.adopt(parent) {
             self.resolve_caller(&mut orphan.task);
-            self.fold_finished(&orphan.id, orphan.task, orphan.at);
+            if orphan.task.span_resolved {
+                self.fold_finished(&orphan.id, orphan.task, orphan.at);
+            } else {
+                // Its caller is known now, not yet the caller's span it
+                // was submitted in: it waits on for that (its finish time
+                // still bounds the wait).
+                self.orphans.park(span_key(orphan.task.parent_span), orphan);
+            }
         }
     }
 
@@ -858,10 +964,24 @@ impl Views {
                 waiting_nanos: 0,
             })),
         );
+        if !self.orphans.is_empty() {
+            // Calls submitted inside it that finished before it was seen.
+            self.adopt_orphans(&span_key(record.span));
+        }
         true
     }
 
-    fn end_user_span(&mut self, user: UserSpan, at: u64) {
+    fn end_user_span(&mut self, span: u64, user: UserSpan, at: u64) {
+        // Work submitted inside it may start (or be seen) after it closed.
+        self.closed_spans.insert(
+            span,
+            SpanCaller {
+                task: user.task.clone(),
+                path: user.path,
+                labels: user.labels,
+                lane: user.lane,
+            },
+        );
         if let Some(t) = self.tasks.get_mut(&user.task) {
             t.user_spans_open = t.user_spans_open.saturating_sub(1);
         }

@@ -51,11 +51,11 @@
 //!
 //! | record | name | fields |
 //! |---|---|---|
-//! | span | `task.run` | `task_id`, `function`, `attempt`? (0 when absent: the first run), `parent_task`?, `node_id`?, `worker_id`? |
-//! | span | `actor.call` | `task_id`, `actor_id`, `class`, `method`, `attempt`? (a resend to the actor's next life), `parent_task`?, `node_id`?, `worker_id`? |
+//! | span | `task.run` | `task_id`, `function`, `attempt`? (0 when absent: the first run), `parent_task`?, `parent_span`?, `node_id`?, `worker_id`? |
+//! | span | `actor.call` | `task_id`, `actor_id`, `class`, `method`, `attempt`? (a resend to the actor's next life), `parent_task`?, `parent_span`?, `node_id`?, `worker_id`? |
 //! | span | `actor.create` | `actor_id`, `class`, `task_id`? (the creation task: what the constructor's children name as parent), `parent_task`?, `node_id`?, `worker_id`? |
 //! | span | `wait` | `task_id`, `objects` (comma-separated), `producers` (comma-separated task ids, same order, entries may be empty) |
-//! | event | `task.submit` | `task_id`, `function` or `method`, `parent_task`?, `actor_id`? |
+//! | event | `task.submit` | `task_id`, `function` or `method`, `parent_task`?, `parent_span`?, `actor_id`? |
 //! | event | `task.lost` | `task_id`, `attempt`? (that run was lost with its worker or node: a retry follows; a later attempt's start also ends it), `error`? (without `attempt`: the call failed for good) |
 //! | event | `task.scheduled` | `task_id`, `node_id`?, `worker_id`? (placed: an owner pushed it to a worker on a cluster) |
 //! | event | `object.put` | `object_id`, `bytes`, `node_id`?, `task_id`? |
@@ -67,7 +67,12 @@
 //! | event | `resource.sample` | `node_id`, `worker_id`? or `pid`?, `cpu_percent`?, `rss_bytes`?, `cpu_used`?, `cpu_total`?, `gpu_used`?, `gpu_total`?, `memory_used`?, `memory_total`?, other numeric fields (see [`PhysicalView`]) |
 //!
 //! An absent `parent_task` or `task_id` means the driver, unless the record is
-//! nested in a span the engine knows as a task (then that task). A span's
+//! nested in a span the engine knows as a task (then that task).
+//! `parent_span` names the caller's application span the work was submitted
+//! in (a span id of the caller's records): the work is a frame under that
+//! span's, once that span is seen (a finished call waits for it like a call
+//! waits for an unseen caller); a span of another task than the caller is
+//! ignored. A span's
 //! close record may carry `error` (the run failed) and, on an actor run,
 //! `cpu_nanos`; the engine finds the task by span id. An opening may carry
 //! `closed_at` ([`crate::CLOSED_AT`]) instead of a close record: the span
@@ -244,8 +249,9 @@ impl Limits {
             + self.max_resource_nodes
             + self.max_resource_processes * (1 + self.max_samples_per_process)
             + self.max_placement_groups
-            // Placements and losses that came before their task.
-            + 2 * self.max_recent_tasks
+            // Placements and losses that came before their task, and
+            // application spans that closed.
+            + 3 * self.max_recent_tasks
     }
 }
 
@@ -320,6 +326,10 @@ pub struct Views {
     /// another process): the attempt lost, `None` for a call given up for
     /// good; as many as recent tasks are kept (oldest evicted).
     lost_early: FifoMap<IdKey, ingest::EarlyLoss>,
+    /// Application spans that closed, by span id, for the work submitted
+    /// inside them that starts or finishes later; as many as recent tasks
+    /// are kept (oldest evicted).
+    closed_spans: FifoMap<u64, ingest::SpanCaller>,
     labels: LabelSets,
     driver_labels: LabelSetId,
     paths: PathTable,
@@ -354,6 +364,7 @@ impl Views {
             groups: FifoMap::new(limits.max_placement_groups),
             pending_placements: FifoMap::new(limits.max_recent_tasks),
             lost_early: FifoMap::new(limits.max_recent_tasks),
+            closed_spans: FifoMap::new(limits.max_recent_tasks),
             labels: LabelSets::new(limits.max_label_sets),
             driver_labels: 0,
             paths: PathTable::new(limits.max_paths),
@@ -414,6 +425,7 @@ impl Views {
             + self.groups.len()
             + self.pending_placements.len()
             + self.lost_early.len()
+            + self.closed_spans.len()
             + self.orphans.len()
     }
 

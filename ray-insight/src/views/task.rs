@@ -51,6 +51,12 @@ pub(crate) struct LiveTask {
     pub(crate) actor_id: Option<Id>,
     /// The submitting task; `None` is the driver.
     pub(crate) parent: Option<IdKey>,
+    /// The caller's application span it was submitted in (`parent_span`),
+    /// 0 for none.
+    pub(crate) parent_span: u64,
+    /// Its caller's place (path, lane, labels) is that span's, or it has
+    /// none: nothing left to resolve later.
+    pub(crate) span_resolved: bool,
     /// The caller's logical node, resolved when the task was first seen.
     pub(crate) caller: LogicalNode,
     /// The caller's call path (`None` if it could not be interned).

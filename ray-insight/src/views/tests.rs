@@ -2602,3 +2602,178 @@ fn a_call_whose_caller_is_only_submitted_waits_for_the_callers_start() {
     assert!(!flame.contains("unknown"), "{flame}");
     assert_eq!(views.stats().dropped, 0);
 }
+
+/// The flame frames' paths, for an assertion's message.
+fn frame_paths(views: &Views) -> Vec<String> {
+    views
+        .snapshot()
+        .flame()
+        .frames
+        .iter()
+        .map(|f| f.path.clone())
+        .collect()
+}
+
+#[test]
+fn a_child_submitted_in_a_user_span_that_starts_after_the_span_closed_is_under_it() {
+    let mut s = Script::default();
+    let run = s.open("task.run", 0, &[("task_id", "t1"), ("function", "m::f")]);
+    let reward = s.open_in("reward_fn", run, 1, &[]);
+    let span = reward.to_string();
+    s.event(
+        "task.submit",
+        2,
+        &[
+            ("task_id", "t2"),
+            ("function", "m::g"),
+            ("parent_task", "t1"),
+            ("parent_span", &span),
+        ],
+    );
+    s.close(reward, 3);
+    let child = s.open(
+        "task.run",
+        4,
+        &[
+            ("task_id", "t2"),
+            ("function", "m::g"),
+            ("parent_task", "t1"),
+            ("parent_span", &span),
+        ],
+    );
+    s.close(child, 5);
+    s.close(run, 6);
+    let views = s.views();
+    let flame = views.snapshot().flame();
+    let under = flame.frame("driver;m::f;reward_fn;m::g");
+    assert_eq!(
+        under.map(|f| f.count),
+        Some(1),
+        "{:#?}",
+        frame_paths(&views)
+    );
+    assert!(
+        flame.frame("driver;m::f;m::g").is_none(),
+        "{:#?}",
+        frame_paths(&views)
+    );
+}
+
+#[test]
+fn a_child_whose_records_come_before_its_callers_span_waits_for_that_span() {
+    // Another process's records first: the child's run (spans 1), then its
+    // caller's run (2) and the caller's `reward_fn` span (3) it was
+    // submitted in.
+    let mut s = Script::default();
+    let child = s.open(
+        "task.run",
+        4,
+        &[
+            ("task_id", "t2"),
+            ("function", "m::g"),
+            ("parent_task", "t1"),
+            ("parent_span", "3"),
+        ],
+    );
+    s.close(child, 5);
+    let run = s.open("task.run", 0, &[("task_id", "t1"), ("function", "m::f")]);
+    let reward = s.open_in("reward_fn", run, 1, &[]);
+    assert_eq!(reward, 3);
+    s.close(reward, 6);
+    s.close(run, 7);
+    let views = s.views();
+    let flame = views.snapshot().flame();
+    let under = flame.frame("driver;m::f;reward_fn;m::g");
+    assert_eq!(
+        under.map(|f| f.count),
+        Some(1),
+        "{:#?}",
+        frame_paths(&views)
+    );
+    assert!(
+        frame_paths(&views)
+            .iter()
+            .all(|p| !p.contains("[unknown]") && p != "driver;m::f;m::g"),
+        "{:#?}",
+        frame_paths(&views)
+    );
+}
+
+#[test]
+fn a_childs_span_learnt_from_its_late_submit_moves_it_under_the_span() {
+    // The child's run says only its caller task; its submit, applied
+    // after the run started, says the span.
+    let mut s = Script::default();
+    let run = s.open("task.run", 0, &[("task_id", "t1"), ("function", "m::f")]);
+    let reward = s.open_in("reward_fn", run, 1, &[]);
+    let child = s.open(
+        "task.run",
+        3,
+        &[
+            ("task_id", "t2"),
+            ("function", "m::g"),
+            ("parent_task", "t1"),
+        ],
+    );
+    let span = reward.to_string();
+    s.event(
+        "task.submit",
+        2,
+        &[
+            ("task_id", "t2"),
+            ("function", "m::g"),
+            ("parent_task", "t1"),
+            ("parent_span", &span),
+        ],
+    );
+    s.close(child, 4);
+    s.close(reward, 5);
+    s.close(run, 6);
+    let views = s.views();
+    let flame = views.snapshot().flame();
+    let under = flame.frame("driver;m::f;reward_fn;m::g");
+    assert_eq!(
+        under.map(|f| f.count),
+        Some(1),
+        "{:#?}",
+        frame_paths(&views)
+    );
+    assert!(
+        flame.frame("driver;m::f;m::g").is_none(),
+        "{:#?}",
+        frame_paths(&views)
+    );
+}
+
+#[test]
+fn a_parent_span_of_another_task_is_not_taken() {
+    // A hostile or stale `parent_span` naming a span of a task that is not
+    // the caller: the child stays under its caller task.
+    let mut s = Script::default();
+    let other = s.open("task.run", 0, &[("task_id", "t9"), ("function", "m::h")]);
+    let foreign = s.open_in("reward_fn", other, 1, &[]);
+    let run = s.open("task.run", 2, &[("task_id", "t1"), ("function", "m::f")]);
+    let span = foreign.to_string();
+    let child = s.open(
+        "task.run",
+        3,
+        &[
+            ("task_id", "t2"),
+            ("function", "m::g"),
+            ("parent_task", "t1"),
+            ("parent_span", &span),
+        ],
+    );
+    s.close(child, 4);
+    s.close(run, 5);
+    s.close(foreign, 6);
+    s.close(other, 7);
+    let views = s.views();
+    let flame = views.snapshot().flame();
+    assert_eq!(
+        flame.frame("driver;m::f;m::g").map(|f| f.count),
+        Some(1),
+        "{:#?}",
+        frame_paths(&views)
+    );
+}

@@ -82,6 +82,9 @@ pub enum WorkItem {
         /// Else, the type names of the `Err`s retried.
         retry_on: Vec<String>,
         parent: Option<TaskId>,
+        /// The caller's span it was submitted in (the caller process's
+        /// insight id), or 0: the views put it under that span's frame.
+        parent_span: u64,
     },
     /// Construct an actor that holds `lease` for its life. The result of
     /// the creation task (`actor`'s creation object) says whether it worked.
@@ -106,6 +109,9 @@ pub enum WorkItem {
         args: Vec<WireArg>,
         /// The task that made the call (`None`: the driver), for insight.
         parent: Option<TaskId>,
+        /// The caller's span it was made in (the caller process's insight
+        /// id), or 0, for insight.
+        parent_span: u64,
         /// 0 for the call's first send; n for its n-th resend to a later
         /// life of the actor (`max_task_retries`), for insight.
         attempt: u32,

@@ -51,6 +51,8 @@ pub(super) struct Call {
     pub(super) args: Vec<TaskArg>,
     /// The calling task (`None`: the driver), for insight.
     pub(super) parent: Option<TaskId>,
+    /// The caller's span the call was made in, or 0, for insight.
+    pub(super) parent_span: u64,
 }
 
 /// The machine and what comes back to it with a handle.
@@ -120,6 +122,7 @@ impl HeldActor {
         method: &'static ActorMethod,
         args: Vec<TaskArg>,
         parent: Option<TaskId>,
+        parent_span: u64,
     ) {
         if self.actor.dead.load(std::sync::atomic::Ordering::Acquire) {
             let cause = self.actor.state.lock().machine.dead().map(str::to_string);
@@ -133,6 +136,7 @@ impl HeldActor {
                 method,
                 args,
                 parent,
+                parent_span,
             },
         };
         if let Err(mpsc::error::SendError(msg)) = self.tx.send(msg) {
@@ -244,13 +248,20 @@ impl RemoteActor {
     /// A call pushed to this actor was lost with its worker (`err`): the
     /// machine sends it to the actor's next life, or fails it.
     pub(super) fn call_lost(&self, task: TaskId, f: Inflight, err: &Error) {
-        let InflightKind::ActorCall { method, parent, .. } = f.kind else {
+        let InflightKind::ActorCall {
+            method,
+            parent,
+            parent_span,
+            ..
+        } = f.kind
+        else {
             return;
         };
         let call = Call {
             method,
             args: f.args,
             parent,
+            parent_span,
         };
         let unknown = self.event(|m| m.call_lost(task, call, err.to_string()));
         drop(unknown);
@@ -430,7 +441,7 @@ impl ClusterCore {
             max_restarts: opts.max_restarts,
             isolated: opts.isolated,
         };
-        crate::context::before_child_submit();
+        crate::context::before_child_submit(0);
         let me = self.clone();
         let lives = Lives::Create(Box::new((launch, entry)));
         self.tokio
@@ -684,6 +695,7 @@ impl ClusterCore {
                 actor: actor.clone(),
                 method: call.method,
                 parent: call.parent,
+                parent_span: call.parent_span,
             },
             name: call.method.name,
             link: link.addr,
@@ -696,6 +708,7 @@ impl ClusterCore {
             method: call.method.id,
             args: wire,
             parent: call.parent,
+            parent_span: call.parent_span,
             attempt,
         };
         self.push(link, task, f, item);

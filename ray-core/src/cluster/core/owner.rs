@@ -60,6 +60,8 @@ pub(super) struct Queued {
     pub(super) _keep: Vec<TaskArg>,
     pub(super) retry_exceptions: crate::options::RetryExceptions,
     pub(super) parent: Option<TaskId>,
+    /// The caller's span it was submitted in, or 0 (for insight).
+    pub(super) parent_span: u64,
     /// Bytes of its arguments by node, for the locality strategy (empty
     /// for the others).
     pub(super) arg_bytes: Vec<ArgBytes>,
@@ -98,6 +100,7 @@ pub(super) enum InflightKind {
         actor: Arc<RemoteActor>,
         method: &'static ActorMethod,
         parent: Option<TaskId>,
+        parent_span: u64,
     },
     ActorCreate(oneshot::Sender<Result<(), Error>>),
 }
@@ -204,6 +207,7 @@ impl ClusterCore {
             _keep: spec.args,
             retry_exceptions: spec.retry_exceptions,
             parent: spec.parent,
+            parent_span: spec.parent_span,
         };
         let spread = key.strategy == WireStrategy::Spread;
         let mut st = self.owner.lock();
@@ -281,6 +285,7 @@ impl ClusterCore {
                         retry_exceptions,
                         retry_on,
                         parent: q.parent,
+                        parent_span: q.parent_span,
                     };
                     match pushes.last_mut() {
                         Some((w, items)) if w == worker => items.push(item),

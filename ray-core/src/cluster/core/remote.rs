@@ -134,8 +134,9 @@ impl RemoteActorRef for HeldActor {
         method: &'static ActorMethod,
         args: Vec<TaskArg>,
         parent: Option<TaskId>,
+        parent_span: u64,
     ) {
-        HeldActor::call(self, rt, task, method, args, parent);
+        HeldActor::call(self, rt, task, method, args, parent, parent_span);
     }
 
     fn kill(&self) {

@@ -255,6 +255,7 @@ impl ClusterCore {
                 retry_exceptions,
                 retry_on,
                 parent,
+                parent_span,
             } => {
                 let Some(f) = registry().function(function) else {
                     return fail(task, missing(function.0, "remote function"));
@@ -279,6 +280,7 @@ impl ClusterCore {
                     ),
                     attempt,
                     parent,
+                    parent_span,
                     trace: Some(task),
                     ret: Some(handle.cell.clone()),
                 });
@@ -353,6 +355,7 @@ impl ClusterCore {
                 method,
                 args,
                 parent,
+                parent_span,
                 attempt,
             } => {
                 let Some(m) = registry().actor_method(method) else {
@@ -370,7 +373,7 @@ impl ClusterCore {
                     );
                 };
                 let (args, borrowed) = self.args_from_wire(&rt, args);
-                match cell.call_pushed(m, args, task, parent, attempt) {
+                match cell.call_pushed(m, args, task, (parent, parent_span), attempt) {
                     Ok(handle) => self.forward(handle, task, results.clone(), borrowed, false),
                     Err(e) => fail(task, e),
                 }

@@ -157,6 +157,20 @@ fn global_span(worker: WorkerId, span: u64) -> u64 {
     mix(mix(worker.0) ^ span).max(1)
 }
 
+/// A submit's or run's `parent_span` (the caller's span it was submitted
+/// in) as a cluster-wide span id. It is an id of the process that
+/// submitted the work, whatever process recorded it: the owner of the
+/// record's `task_id` (a worker runs pushed work under its owner's id).
+fn global_parent_span(record: &mut Record) {
+    let owner = match record.field("task_id") {
+        Some(FieldValue::U128 { hi, .. }) => *hi,
+        _ => return,
+    };
+    if let Some(FieldValue::U64(span)) = record.fields.get_mut("parent_span") {
+        *span = global_span(WorkerId(owner), *span);
+    }
+}
+
 /// Thread `thread` of process `worker` as a cluster-wide thread index.
 fn global_thread(worker: WorkerId, thread: u32) -> u32 {
     (mix(worker.0 ^ (u64::from(thread) << 32)) >> 32) as u32
@@ -329,6 +343,7 @@ impl InsightHub {
             r.span = global_span(worker, r.span);
             r.parent = global_span(worker, r.parent);
             r.thread = global_thread(worker, r.thread);
+            global_parent_span(r);
         }
         state.views.accept(&records);
         state.batches += 1;
