@@ -605,6 +605,8 @@ pub(crate) fn lookup<A: RemoteActor>(
     name: &str,
     namespace: &str,
 ) -> Result<ActorHandle<A>> {
+    // The same error in both modes (a cluster's GCS link is gone too).
+    rt.check_running()?;
     if let Some(remote) = rt.remote.get() {
         let actor = remote.find_actor(A::CLASS, namespace, name)?;
         return Ok(ActorHandle::from_raw(RawActorHandle {

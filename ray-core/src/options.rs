@@ -48,6 +48,11 @@ impl ResourceRequest {
     }
 
     fn set(&mut self, name: &str, amount: f64) {
+        if name.trim().is_empty() || name.chars().any(char::is_control) {
+            self.invalid
+                .get_or_insert_with(|| format!("resource name {name:?}: must be a non-empty name"));
+            return;
+        }
         match Quantity::from_f64(amount) {
             Ok(q) => self.set.set(name, q),
             Err(e) => {

@@ -52,9 +52,11 @@ impl Ray {
     ///
     /// # Errors
     ///
-    /// On a cluster, [`Error::Cluster`](crate::Error::Cluster) if the GCS
-    /// cannot be asked.
+    /// [`Error::ShutDown`](crate::Error::ShutDown) after
+    /// [`shutdown`](Ray::shutdown), in both modes; on a cluster,
+    /// [`Error::Cluster`](crate::Error::Cluster) if the GCS cannot be asked.
     pub async fn nodes(&self) -> Result<Vec<NodeState>> {
+        self.rt.check_running()?;
         match self.rt.remote.get() {
             Some(remote) => remote.nodes().await,
             None => Ok(vec![self.embedded_node()]),

@@ -126,6 +126,11 @@ async fn tour(ray: &Ray) -> Vec<(&'static str, String, String)> {
         .remote(ray)
         .map(|_| "created".to_string());
     step("infeasible actor", r);
+    let r = add_one::options()
+        .resource("", 1.0)
+        .remote(ray, 1)
+        .map(|_| "submitted".to_string());
+    step("a custom resource with an empty name", r);
 
     // Labels: no node is labelled zone=nowhere; a soft preference for it
     // runs anyway.
@@ -258,6 +263,17 @@ async fn tour(ray: &Ray) -> Vec<(&'static str, String, String)> {
     steps
 }
 
+/// What a shut-down runtime says to each call: `ShutDown`, in both modes.
+async fn after_shutdown(ray: &Ray) -> Vec<String> {
+    vec![
+        outcome(&add_one::remote(ray, 1).map(|_| ())),
+        outcome(&ray.put(1u8).await.map(|_| ())),
+        outcome(&ray.get_actor::<Counter>("tour-counter").map(|_| ())),
+        outcome(&ray.nodes().await.map(|_| ())),
+        outcome(&ray.cluster_resources().await.map(|_| ())),
+    ]
+}
+
 /// The tour's configuration: a small store, a namespace of its own.
 fn config() -> Config {
     Config {
@@ -273,6 +289,7 @@ async fn the_error_tour_ends_the_same_way_embedded_and_on_a_cluster() {
     let embedded = ray_core::init_with(config()).await.unwrap();
     let expected = tour(&embedded).await;
     embedded.shutdown();
+    let embedded_after = after_shutdown(&embedded).await;
 
     let cluster = Cluster::local(2).await.expect("cluster starts");
     // A driver offers no resources: the nodes do (2 CPUs each).
@@ -286,6 +303,9 @@ async fn the_error_tour_ends_the_same_way_embedded_and_on_a_cluster() {
     .expect("driver joins");
     let got = tour(&on_cluster).await;
     on_cluster.shutdown();
+    let cluster_after = after_shutdown(&on_cluster).await;
+    assert_eq!(embedded_after, ["ShutDown"; 5]);
+    assert_eq!(cluster_after, ["ShutDown"; 5]);
 
     for ((name, want, want_msg), (_, got, got_msg)) in expected.iter().zip(&got) {
         eprintln!("{name}: embedded {want} ({want_msg}) / cluster {got} ({got_msg})");

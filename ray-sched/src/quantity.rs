@@ -147,7 +147,14 @@ mod tests {
         let err = Quantity::from_f64(-2.5).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "invalid resource quantity -2.5: must be a finite, non-negative number no larger than 1000000000000"
+            "invalid resource quantity -2.5: must be a finite, non-negative number no larger than 1e12"
+        );
+        // A huge amount is written short, not in three hundred digits.
+        let err = Quantity::from_f64(1e300).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("invalid resource quantity 1e300: "),
+            "{err}"
         );
     }
 

@@ -57,13 +57,55 @@ pub fn aligned_with_capacity(capacity: usize) -> AlignedVec<BUFFER_ALIGNMENT> {
 /// rkyv's own `AlignedVec` writer grows by `realloc`, so a large value was
 /// written into 4 KiB pages: encoding 100 MiB faulted 25,600 of them, most
 /// of the time of a 100 MiB `put` on this project's VM.
-#[derive(Default)]
-pub struct EncodeBuffer(AlignedVec<BUFFER_ALIGNMENT>);
+///
+/// It holds at most [`MAX_ENCODED_BYTES`]: a write past that fails with
+/// [`TooLarge`] (rkyv's relative pointers are 32-bit, and a larger archive
+/// would make rkyv panic while it resolves one).
+pub struct EncodeBuffer(AlignedVec<BUFFER_ALIGNMENT>, usize);
+
+/// The most bytes one object's encoding may take: rkyv's relative
+/// pointers are signed 32-bit offsets, so an archive stays below 2 GiB.
+pub const MAX_ENCODED_BYTES: usize = i32::MAX as usize;
+
+/// An encoding would pass [`MAX_ENCODED_BYTES`] (or a smaller limit a test
+/// set): the value is too large for one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TooLarge {
+    /// Bytes the encoding needed at least when it stopped.
+    pub needed: usize,
+    /// The limit.
+    pub limit: usize,
+}
+
+impl fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the encoded value needs at least {} bytes, over the limit of {} bytes for one \
+             object (rkyv's 32-bit relative pointers); split it into several objects",
+            self.needed, self.limit
+        )
+    }
+}
+
+impl std::error::Error for TooLarge {}
+
+impl Default for EncodeBuffer {
+    fn default() -> Self {
+        Self(AlignedVec::new(), MAX_ENCODED_BYTES)
+    }
+}
 
 impl EncodeBuffer {
     /// An empty buffer; small values stay in an ordinary allocation.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty buffer that holds at most `limit` bytes (at most
+    /// [`MAX_ENCODED_BYTES`]).
+    pub fn with_limit(limit: usize) -> Self {
+        Self(AlignedVec::new(), limit.min(MAX_ENCODED_BYTES))
     }
 
     /// The bytes written so far, as an object's buffer (no copy).
@@ -110,8 +152,15 @@ impl rkyv::ser::Positional for EncodeBuffer {
     }
 }
 
-impl<E> rkyv::ser::Writer<E> for EncodeBuffer {
+impl<E: rkyv::rancor::Source> rkyv::ser::Writer<E> for EncodeBuffer {
     fn write(&mut self, bytes: &[u8]) -> Result<(), E> {
+        let needed = self.0.len().saturating_add(bytes.len());
+        if needed > self.1 {
+            return Err(E::new(TooLarge {
+                needed,
+                limit: self.1,
+            }));
+        }
         self.reserve(bytes.len());
         self.0.extend_from_slice(bytes);
         Ok(())
@@ -321,6 +370,28 @@ mod tests {
         assert_eq!(&buf.as_bytes()[..4], b"head");
         assert!(buf.as_bytes()[4..4 + big.len()] == big[..]);
         assert!(buf.as_bytes()[4 + big.len()..].iter().all(|&b| b == 9));
+    }
+
+    #[test]
+    fn a_value_past_the_limit_is_an_error_not_a_panic() {
+        let value: Vec<u8> = vec![7; 1000];
+        let err = rkyv::api::high::to_bytes_in::<_, rkyv::rancor::Error>(
+            &value,
+            EncodeBuffer::with_limit(512),
+        )
+        .err()
+        .expect("over the limit");
+        assert!(
+            err.to_string().contains("over the limit of 512 bytes"),
+            "{err}"
+        );
+        // At the limit it still encodes.
+        let w = rkyv::api::high::to_bytes_in::<_, rkyv::rancor::Error>(
+            &value,
+            EncodeBuffer::with_limit(4096),
+        )
+        .expect("within the limit");
+        assert!(w.len() <= 4096);
     }
 
     #[test]

@@ -34,7 +34,8 @@ pub mod recycle;
 pub mod store;
 
 pub use buffer::{
-    aligned_with_capacity, EncodeBuffer, ObjectBuffer, BUFFER_ALIGNMENT, HUGE_PAGE_THRESHOLD,
+    aligned_with_capacity, EncodeBuffer, ObjectBuffer, TooLarge, BUFFER_ALIGNMENT,
+    HUGE_PAGE_THRESHOLD, MAX_ENCODED_BYTES,
 };
 pub use error::StoreError;
 pub use recycle::{release_recycled, set_recycle_idle, set_recycle_limit};
