@@ -291,6 +291,10 @@ impl<T> NodeScheduler<T> {
     /// otherwise. A task with hard affinity to `to` waits here instead (it
     /// is reported infeasible once [`node_removed`](Self::node_removed)
     /// says `to` left).
+    ///
+    /// If `to` was removed already (its failure came back after its
+    /// removal), nothing would wake such a task again: it is placed again
+    /// at once, which reports it infeasible.
     pub fn spill_failed(&mut self, to: NodeId, task: Task<T>) {
         self.directory.forget_node(to, None);
         self.mark_full(to);
@@ -299,6 +303,7 @@ impl<T> NodeScheduler<T> {
                 node: to,
                 soft: false,
             })
+            && self.view.node(to).is_some()
         {
             // Only `to` can run it: sending it back there at once would
             // bounce again. It waits until `to` is heard from or removed.

@@ -221,6 +221,51 @@ fn hard_affinity_waits_at_its_target_node() {
 }
 
 #[test]
+fn a_hard_affinity_spill_that_fails_after_its_node_was_removed_is_infeasible_not_lost() {
+    // The spill to node 2 is out when node 2 is declared dead; its
+    // failure comes back after the removal. Nothing would ever wake a task
+    // waiting for node 2 again: it must be reported infeasible now.
+    let view = view_of(&[cpus(1.0), cpus(1.0)]);
+    let mut a = sched(1, &view);
+    let affinity = SchedulingStrategy::NodeAffinity {
+        node: NodeId(2),
+        soft: false,
+    };
+    a.submit(task(0, cpus(1.0), affinity.clone()));
+    let [Action::Spill { to, task: spilled }] =
+        <[_; 1]>::try_from(actions(&mut a)).expect("one spill")
+    else {
+        panic!("spilled to its node");
+    };
+    a.node_removed(NodeId(2));
+    let _ = actions(&mut a);
+    a.spill_failed(to, spilled);
+    match actions(&mut a).as_slice() {
+        [Action::Infeasible { task, report }] => {
+            assert_eq!(task.seq, 0);
+            assert!(report.reason.contains("not in the cluster"), "{report:?}");
+        }
+        other => panic!("expected an infeasible report, got {other:?}"),
+    }
+    // Before the removal, the same failure waits for the node instead.
+    a.node_added(NodeId(2), cpus(1.0), BTreeMap::new());
+    let _ = actions(&mut a);
+    a.submit(task(1, cpus(1.0), affinity));
+    let [Action::Spill { to, task: spilled }] =
+        <[_; 1]>::try_from(actions(&mut a)).expect("one spill")
+    else {
+        panic!("spilled to its node");
+    };
+    a.spill_failed(to, spilled);
+    assert!(actions(&mut a).is_empty(), "it waits for node 2");
+    a.node_removed(NodeId(2));
+    assert!(
+        matches!(actions(&mut a).as_slice(), [Action::Infeasible { .. }]),
+        "and is infeasible once node 2 is removed"
+    );
+}
+
+#[test]
 fn placement_group_tasks_run_in_their_bundle_once_committed() {
     let view = view_of(&[cpus(4.0), cpus(4.0)]);
     let mut driver = sched(1, &view);
