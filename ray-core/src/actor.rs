@@ -31,6 +31,11 @@ use crate::task::{invoke_guarded, panic_message, resolve_args};
 /// Calls a drainer runs before it lets other work have its pool thread.
 const DRAIN_BUDGET: usize = 64;
 
+/// The cause of death of an actor killed through a handle (`kill`), in
+/// both modes: whoever held the handle (its owner, or a process that found
+/// it by name) killed it.
+pub(crate) const KILLED: &str = "killed through a handle";
+
 /// One call waiting in a mailbox.
 struct ActorCall {
     task: TaskId,
@@ -441,7 +446,9 @@ pub(crate) fn spawn_actor_as(
     if let Pool::Bundle(pg, _) = &pool {
         pg.adopt_actor(&cell);
     }
-    if opts.name.is_some() || opts.detached {
+    // A named actor lives by its handles (those found by name count too),
+    // as on a cluster and in Ray; only a detached one outlives them.
+    if opts.detached {
         rt.pinned_actors.lock().insert(id, cell.clone());
     }
     rt.admit_when_ready(deps, pool, req, Dispatch::CreateActor(cell.clone()));
@@ -522,7 +529,7 @@ impl RawActorHandle {
 
     fn kill(&self) {
         match &self.target {
-            Target::Local(cell) => cell.fail("killed by its owner".into()),
+            Target::Local(cell) => cell.fail(KILLED.into()),
             Target::Remote(actor, _) => actor.kill(),
         }
     }
@@ -623,10 +630,10 @@ pub(crate) fn lookup<A: RemoteActor>(
         .named_actor(namespace, name)
         .ok_or_else(not_found)?;
     let cell = rt
-        .pinned_actors
+        .live_actors
         .lock()
         .get(&id)
-        .cloned()
+        .and_then(std::sync::Weak::upgrade)
         .ok_or_else(not_found)?;
     if cell.class.id != A::CLASS.id {
         return Err(Error::ActorClassMismatch {

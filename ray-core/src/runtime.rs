@@ -84,7 +84,7 @@ pub(crate) struct Runtime {
     pub(crate) node_total: ResourceSet,
     pub(crate) pool: CpuPool,
     pub(crate) gcs: Mutex<Gcs>,
-    /// Actors kept alive by the runtime itself (named or detached).
+    /// Actors kept alive by the runtime itself (detached ones).
     pub(crate) pinned_actors: Mutex<HashMap<ActorId, Arc<ActorCell>>>,
     /// Embedded actors whose handles went into values: each with its key
     /// object (see `actor::actor_key`), kept until the key is freed.

@@ -179,6 +179,40 @@ async fn tour(ray: &Ray) -> Vec<(&'static str, String, String)> {
     }
     step("killed actor", r);
 
+    // A killed actor's name is free again (on a cluster once the GCS hears
+    // of the kill: polled), for lookups and for a new actor.
+    let mut r = Ok(String::new());
+    for _ in 0..200 {
+        r = ray
+            .get_actor::<Counter>("tour-counter")
+            .map(|_| "found".to_string());
+        if r.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    step("lookup of a killed actor's name", r);
+    let again = Counter::options().name("tour-counter").remote(ray);
+    let r = match &again {
+        Ok(a) => a.incr().unwrap().get().await.map(|n| n.to_string()),
+        Err(e) => Err(e.clone()),
+    };
+    step("a killed actor's name taken again", r);
+    drop(again);
+
+    // Two creators of one name, one after the other: the second fails at
+    // create and the first lives on.
+    let one = Counter::options().name("tour-twice").remote(ray).unwrap();
+    let r = Counter::options()
+        .name("tour-twice")
+        .remote(ray)
+        .map(|_| "created".to_string());
+    step("a name taken by an actor still being created", r);
+    step(
+        "the first creator of the name lives on",
+        one.incr().unwrap().get().await.map(|n| n.to_string()),
+    );
+
     // A panic, a user error, and work downstream of a failure.
     step(
         "panic",

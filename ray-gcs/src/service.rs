@@ -14,19 +14,22 @@ use std::time::Duration;
 use hashbrown::HashMap;
 use ray_proto::hex;
 use ray_proto::wire::{
-    self, ActorEntry, ActorFailed, ActorLocation, ActorNow, ActorStatus, Actors, BuildFingerprint,
-    Events, FetchBinary, FinishJob, GcsRequest, GetActors, GetJobs, GetNodes, GetWorker,
-    GetWorkers, Heartbeat, JobEntry, JobRegistered, Jobs, KvGet, KvPut, KvPutDone, KvValue,
-    LocateActor, LookupActor, Message, NodeEntry, NodeRegistered, Nodes, PollEvents, RegisterActor,
-    RegisterJob, RegisterNode, RegisterWorker, ResourceAmount, Subscribe, Subscribed, Unsubscribe,
-    UploadBinary, WireChannel, WireEvent, WorkerEntry, WorkerRegistered, Workers,
+    self, ActorDead, ActorEntry, ActorFailed, ActorLocation, ActorNow, ActorStatus, Actors,
+    BuildFingerprint, Events, FetchBinary, FinishJob, GcsRequest, GetActors, GetJobs, GetNodes,
+    GetWorker, GetWorkers, Heartbeat, JobEntry, JobRegistered, Jobs, KvGet, KvPut, KvPutDone,
+    KvValue, LocateActor, LookupActor, Message, NodeEntry, NodeRegistered, Nodes, PollEvents,
+    RegisterActor, RegisterJob, RegisterNode, RegisterWorker, ResourceAmount, Subscribe,
+    Subscribed, Unsubscribe, UploadBinary, WireChannel, WireEvent, WorkerEntry, WorkerRegistered,
+    Workers,
 };
 use ray_proto::wire::{labels_to_wire, MAX_BINARY_LEN};
 use ray_proto::{ActorId, JobId, NodeId, WorkerId};
 use ray_sched::wire::{resources_from_wire, resources_to_wire};
 use rkyv::util::AlignedVec;
 
-use crate::{ActorInfo, ActorState, Channel, Gcs, GcsEvent, JobInfo, NodeState, WorkerInfo};
+use crate::{
+    ActorInfo, ActorState, Channel, Gcs, GcsError, GcsEvent, JobInfo, NodeState, WorkerInfo,
+};
 
 /// The binary a job's workers run, as its driver registered it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -319,6 +322,21 @@ pub fn handle(state: &mut State, request: GcsRequest, now: Duration) -> Action {
                 Err(e) => error(e),
             }
         }
+        GcsRequest::ActorDead(ActorDead { actor, cause }) => {
+            let dead = state.gcs.actor(actor).map(|row| row.state.is_dead());
+            match dead {
+                None => error(GcsError::ActorNotFound { actor }),
+                Some(true) => Message::Ok,
+                Some(false) => match state.gcs.set_actor_state(actor, ActorState::Dead { cause }) {
+                    Ok(()) => {
+                        state.actor_homes.remove(&actor);
+                        tracing::info!(target: "ray::gcs", actor = %actor, "actor.dead");
+                        Message::Ok
+                    }
+                    Err(e) => error(e),
+                },
+            }
+        }
         GcsRequest::LookupActor(LookupActor { namespace, name }) => {
             lookup_actor(state, &namespace, &name)
         }
@@ -558,12 +576,16 @@ fn register_actor(
     address: String,
     max_restarts: u32,
 ) -> Message {
-    let restarting = state
-        .gcs
-        .actor(entry.id)
-        .is_some_and(|row| matches!(row.state, ActorState::Restarting { .. }));
-    if let (true, ActorStatus::Alive { node }) = (restarting, &entry.status) {
-        // The next life of a restarted actor: same id, name and row.
+    let (restarting, reserved) = state.gcs.actor(entry.id).map_or((false, false), |row| {
+        (
+            matches!(row.state, ActorState::Restarting { .. }),
+            row.state == ActorState::PendingCreation,
+        )
+    });
+    if let (true, ActorStatus::Alive { node }) = (restarting || reserved, &entry.status) {
+        // The next life of a restarted actor, or the first life of one
+        // registered pending when it was created (its name held since):
+        // same id, name and row.
         return match state
             .gcs
             .set_actor_state(entry.id, ActorState::Alive { node: *node })
@@ -572,8 +594,23 @@ fn register_actor(
                 state
                     .actor_homes
                     .insert(entry.id, ActorHome { worker, address });
-                tracing::info!(target: "ray::gcs", actor = %entry.id, worker = %worker, "actor.restarted");
+                if restarting {
+                    tracing::info!(target: "ray::gcs", actor = %entry.id, worker = %worker, "actor.restarted");
+                } else {
+                    tracing::debug!(target: "ray::gcs", actor = %entry.id, worker = %worker, "actor.registered");
+                }
                 Message::Ok
+            }
+            Err(e) if reserved => {
+                // Its node is gone: dead on arrival, and its name is free.
+                let cause = e.to_string();
+                let _ = state.gcs.set_actor_state(
+                    entry.id,
+                    ActorState::Dead {
+                        cause: cause.clone(),
+                    },
+                );
+                Message::Error { reason: cause }
             }
             Err(e) => error(e),
         };
@@ -603,18 +640,22 @@ fn register_actor(
     if let Err(e) = state.gcs.register_actor(info) {
         return error(e);
     }
-    if let Some(node) = node {
-        if let Err(e) = state.gcs.set_actor_state(id, ActorState::Alive { node }) {
-            // Its node is gone: the actor is dead on arrival and frees its name.
-            let cause = e.to_string();
-            let _ = state.gcs.set_actor_state(
-                id,
-                ActorState::Dead {
-                    cause: cause.clone(),
-                },
-            );
-            return Message::Error { reason: cause };
-        }
+    let Some(node) = node else {
+        // Registered pending, at its creation: its name is held from now
+        // on; where it lives comes with its registration as alive.
+        tracing::debug!(target: "ray::gcs", actor = %id, "actor.reserved");
+        return Message::Ok;
+    };
+    if let Err(e) = state.gcs.set_actor_state(id, ActorState::Alive { node }) {
+        // Its node is gone: the actor is dead on arrival and frees its name.
+        let cause = e.to_string();
+        let _ = state.gcs.set_actor_state(
+            id,
+            ActorState::Dead {
+                cause: cause.clone(),
+            },
+        );
+        return Message::Error { reason: cause };
     }
     state.actor_homes.insert(id, ActorHome { worker, address });
     tracing::debug!(target: "ray::gcs", actor = %id, worker = %worker, "actor.registered");

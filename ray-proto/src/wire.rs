@@ -32,12 +32,12 @@ pub use gcs::{
     WireEvent, WorkerEntry,
 };
 pub use gcs_service::{
-    ActorFailed, ActorLocation, ActorNow, Actors, BinaryFollows, Events, FetchBinary, FinishJob,
-    GcsReply, GcsRequest, GetActors, GetJobs, GetNodes, GetWorker, GetWorkers, Heartbeat,
-    InsightBatch, InsightExport, JobConfig, JobRegistered, Jobs, KvGet, KvPut, KvPutDone, KvValue,
-    LocateActor, LookupActor, NodeRegistered, Nodes, PollEvents, RegisterActor, RegisterJob,
-    RegisterNode, RegisterWorker, Subscribe, Subscribed, Unsubscribe, UploadBinary, WorkerInfo,
-    WorkerRegistered, Workers,
+    ActorDead, ActorFailed, ActorLocation, ActorNow, Actors, BinaryFollows, Events, FetchBinary,
+    FinishJob, GcsReply, GcsRequest, GetActors, GetJobs, GetNodes, GetWorker, GetWorkers,
+    Heartbeat, InsightBatch, InsightExport, JobConfig, JobRegistered, Jobs, KvGet, KvPut,
+    KvPutDone, KvValue, LocateActor, LookupActor, NodeRegistered, Nodes, PollEvents, RegisterActor,
+    RegisterJob, RegisterNode, RegisterWorker, Subscribe, Subscribed, Unsubscribe, UploadBinary,
+    WorkerInfo, WorkerRegistered, Workers,
 };
 pub use message::{ArchivedMessage, Message, MessageResolver};
 pub use node_service::{
@@ -328,6 +328,11 @@ mod tests {
                 actor: actor.id,
                 life: 1,
                 cause: "its worker died".into(),
+            }
+            .into(),
+            ActorDead {
+                actor: actor.id,
+                cause: "killed through a handle".into(),
             }
             .into(),
             Subscribe {

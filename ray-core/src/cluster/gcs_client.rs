@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use ray_proto::wire::{
-    ActorEntry, ActorFailed, BinaryFollows, BuildFingerprint, Call, Done, Envelope, Events,
-    FetchBinary, FinishJob, GetActors, GetJobs, GetNodes, GetWorker, GetWorkers, Heartbeat,
+    ActorDead, ActorEntry, ActorFailed, BinaryFollows, BuildFingerprint, Call, Done, Envelope,
+    Events, FetchBinary, FinishJob, GetActors, GetJobs, GetNodes, GetWorker, GetWorkers, Heartbeat,
     InsightBatch, InsightExport, JobConfig, JobEntry, JobRegistered, KvGet, KvPut, Label,
     LocateActor, LookupActor, Message, NodeEntry, NodeRegistered, PollEvents, RegisterActor,
     RegisterJob, RegisterNode, RegisterWorker, ResourceAmount, Subscribe, UploadBinary,
@@ -467,6 +467,19 @@ impl GcsClient {
         cause: String,
     ) -> Result<ray_proto::wire::ActorStatus, ClusterError> {
         Ok(self.call(ActorFailed { actor, life, cause }).await?.status)
+    }
+
+    /// Reports actor `actor` dead for good with `cause` (killed through a
+    /// handle, let go by its owner, or its creation failed): its row is
+    /// marked dead and its name freed.
+    ///
+    /// # Errors
+    ///
+    /// [`ClusterError::Refused`] for an actor the GCS never registered;
+    /// otherwise as [`GcsClient::call`].
+    pub async fn actor_dead(&self, actor: ActorId, cause: String) -> Result<(), ClusterError> {
+        let Done = self.call(ActorDead { actor, cause }).await?;
+        Ok(())
     }
 
     /// Subscribes to changes of the GCS tables on `channels`; the

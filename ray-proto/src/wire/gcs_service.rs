@@ -65,6 +65,8 @@ service_enum! {
         LookupActor,
         /// An actor's owner saw its worker die.
         ActorFailed,
+        /// An actor was killed, or its owner let it go: dead for good.
+        ActorDead,
     }
 }
 
@@ -130,6 +132,7 @@ calls! {
     LocateActor => ActorLocation,
     LookupActor => ActorLocation,
     ActorFailed => ActorNow,
+    ActorDead => Done,
 }
 
 /// A node joins; the GCS picks its id and answers [`NodeRegistered`].
@@ -348,6 +351,18 @@ pub struct ActorFailed {
     /// is not counted twice.
     pub life: u32,
     /// What happened to its worker.
+    pub cause: String,
+}
+
+/// An actor is dead for good, whatever restarts it had left: killed
+/// through a handle, or let go by its owner (every handle gone), or its
+/// creation failed. The GCS marks its row dead with `cause` (freeing its
+/// name) unless it is dead already, and answers [`Message::Ok`].
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct ActorDead {
+    /// The actor.
+    pub actor: ActorId,
+    /// Why it is dead.
     pub cause: String,
 }
 

@@ -187,7 +187,7 @@ pub(crate) struct ActorOwner<P> {
 
 /// The cause of death of an actor killed through a handle (or with its
 /// placement group).
-pub(crate) const KILLED: &str = "killed by its owner";
+pub(crate) const KILLED: &str = crate::actor::KILLED;
 /// The cause of death of an actor whose handles are all gone.
 pub(crate) const HANDLES_GONE: &str = "every handle to it is gone";
 

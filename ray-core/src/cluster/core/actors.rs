@@ -148,7 +148,7 @@ impl HeldActor {
     }
 
     /// Kills the actor: calls made from now on fail with `ActorDied`
-    /// ("killed by its owner"), as embedded.
+    /// ("killed through a handle"), as embedded.
     pub(crate) fn kill(&self) {
         self.actor.request_kill();
     }
@@ -367,31 +367,12 @@ impl ClusterCore {
             .namespace
             .clone()
             .unwrap_or_else(|| rt.settings.namespace.clone());
+        let id = ActorId::new(rt.worker, rt.next_seq());
         if let Some(name) = &opts.name {
-            // A name held by a live actor fails here, at create, as it does
-            // embedded. (Two creators racing for a free name both pass; the
-            // GCS registers the first and the other dies with the reason.)
-            // It blocks this thread for one GCS round trip, as Ray's
-            // creation of a named actor does.
-            let gcs = self.gcs.clone();
-            let (ns, n) = (namespace.clone(), name.clone());
-            // A current-thread tokio runtime cannot wait for the GCS here:
-            // the name is then checked only when the GCS registers the
-            // actor (a taken one makes its calls fail with `ActorDied`).
-            let held = super::remote::block_on_cluster(&self.tokio, async move {
-                gcs.lookup_actor(&ns, &n).await
-            });
-            if let Ok(Ok(holder)) = held {
-                return Err(Error::NameTaken {
-                    namespace,
-                    name: name.clone(),
-                    existing: holder.id,
-                });
-            }
+            self.reserve_name(id, class, name, &namespace, opts)?;
         }
         let resources = resources_to_wire(request);
         let strategy = strategy_to_wire(&opts.resources.strategy);
-        let id = ActorId::new(rt.worker, rt.next_seq());
         let role = Role::Owner {
             max_restarts: opts.max_restarts,
             max_task_retries: opts.max_task_retries,
@@ -464,6 +445,12 @@ impl ClusterCore {
         let mut link: Option<Arc<Link>> = None;
         let mut life = 0;
         let mut rx_open = true;
+        // Its death is this process's to report to the GCS: it owns the
+        // actor, or killed it through a handle (a borrower that merely
+        // cannot find it says nothing).
+        let owner = matches!(lives, Lives::Create(_));
+        let mut killed_here = false;
+        let mut reported = false;
         let mut actions = VecDeque::new();
         let mut lost = never_lost();
         // One waiter on the wake-up notice for the whole drive, renewed
@@ -531,6 +518,7 @@ impl ClusterCore {
                         }
                     },
                     Action::Kill => {
+                        killed_here = true;
                         if let Some(k) = &link {
                             let _ = k.tx.send(WorkItem::KillActor { actor: actor.id });
                         }
@@ -557,10 +545,16 @@ impl ClusterCore {
                         drop(payload);
                     }
                     Action::Ended => {
+                        if owner || killed_here {
+                            self.report_dead(&actor, &mut reported).await;
+                        }
                         drop(key);
                         return;
                     }
                 }
+            }
+            if owner || killed_here {
+                self.report_dead(&actor, &mut reported).await;
             }
             tokio::select! {
                 biased;
@@ -604,6 +598,89 @@ impl ClusterCore {
                     }
                 },
             }
+        }
+    }
+
+    /// Tells the GCS, once, that `actor` is dead for good if its machine
+    /// says so (killed, let go, its creation failed, or its restarts spent):
+    /// its row shows it dead and its name is free, as embedded. An actor
+    /// the GCS never registered (created unnamed and failed) is nothing to
+    /// it; the answer is not needed.
+    async fn report_dead(&self, actor: &RemoteActor, reported: &mut bool) {
+        if *reported {
+            return;
+        }
+        let cause = actor.state.lock().machine.dead().map(str::to_string);
+        if let Some(cause) = cause {
+            *reported = true;
+            let _ = self.gcs.actor_dead(actor.id, cause).await;
+        }
+    }
+
+    /// Holds `name` in `namespace` for actor `id` from its creation on, as
+    /// embedded: the actor is registered pending in the GCS, so a second
+    /// creator of the name fails with `NameTaken`, whether it comes after
+    /// this one or races it. One GCS round trip, as Ray's creation of a
+    /// named actor. A current-thread tokio runtime cannot wait for the GCS
+    /// here: the name is then held only when the actor registers alive (a
+    /// taken one makes its calls fail with `ActorDied`).
+    fn reserve_name(
+        &self,
+        id: ActorId,
+        class: &'static ActorClass,
+        name: &str,
+        namespace: &str,
+        opts: &ActorOptions,
+    ) -> crate::Result<()> {
+        let gcs = self.gcs.clone();
+        let entry = ActorEntry {
+            id,
+            class_name: class.name.to_string(),
+            name: Some(name.to_string()),
+            namespace: namespace.to_string(),
+            job: self.job,
+            detached: opts.detached,
+            status: ActorStatus::PendingCreation,
+        };
+        let max_restarts = opts.max_restarts;
+        let (ns, n) = (namespace.to_string(), name.to_string());
+        let reserved = super::remote::block_on_cluster(&self.tokio, async move {
+            match gcs
+                .register_actor(entry, WorkerId(0), String::new(), max_restarts)
+                .await
+            {
+                Ok(()) => Ok(()),
+                Err(crate::cluster::ClusterError::Refused { reason }) => {
+                    // Taken: by which actor (it may be pending itself).
+                    let holder = gcs.actors().await.ok().and_then(|all| {
+                        all.into_iter()
+                            .find(|a| {
+                                a.name.as_deref() == Some(n.as_str())
+                                    && a.namespace == ns
+                                    && !matches!(a.status, ActorStatus::Dead { .. })
+                            })
+                            .map(|a| a.id)
+                    });
+                    Err(match holder {
+                        Some(existing) => Error::NameTaken {
+                            namespace: ns,
+                            name: n,
+                            existing,
+                        },
+                        None => Error::ActorDied {
+                            actor: id,
+                            class: class.name,
+                            cause: format!("the GCS refused to register it: {reason}"),
+                        },
+                    })
+                }
+                Err(e) => Err(Error::cluster_source(e)),
+            }
+        });
+        match reserved {
+            Ok(result) => result,
+            // Not here (a current-thread runtime): at registration.
+            Err(_) => Ok(()),
         }
     }
 

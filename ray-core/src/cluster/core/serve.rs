@@ -380,7 +380,7 @@ impl ClusterCore {
             }
             WorkItem::KillActor { actor } => {
                 if let Some(cell) = self.drop_hosted(actor) {
-                    cell.fail("killed by its owner".into());
+                    cell.fail(crate::actor::KILLED.into());
                 }
             }
         }
