@@ -13,6 +13,16 @@ use crate::object::Object;
 /// Result of every fallible ray-rs call.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// `, node total …` for an infeasible request's message, or nothing when
+/// no node's total is known (a node not in the cluster).
+fn totals_of(total: &ResourceSet) -> String {
+    if total.is_empty() {
+        String::new()
+    } else {
+        format!(", node total {total}")
+    }
+}
+
 /// Everything that can go wrong in ray-rs, with the ids involved.
 ///
 /// `Error` is `Clone` because one failed object may be read by many callers.
@@ -40,7 +50,10 @@ pub enum Error {
         error: UserError,
     },
     /// The request can never be satisfied by this node or cluster.
-    #[error("{what} is infeasible: {reason} (request {request}, node total {total})")]
+    #[error(
+        "{what} is infeasible: {reason} (request {request}{})",
+        totals_of(total)
+    )]
     Infeasible {
         /// What was being scheduled (a function or actor class name).
         what: String,

@@ -1002,9 +1002,29 @@ impl ClusterCore {
             let _ = d.buffer().await;
         }
         let wire = self.wire_args(args).await?;
-        let (lease, node, link) = self
+        let (lease, node, link) = match self
             .lease(resources, strategy, labels, Vec::new(), *isolated)
-            .await?;
+            .await
+        {
+            Ok(leased) => leased,
+            // A node's refusal does not know what asked: the class does.
+            Err(e) => {
+                return Err(match e {
+                    Error::Infeasible {
+                        what,
+                        reason,
+                        request,
+                        total,
+                    } if what.is_empty() => Error::Infeasible {
+                        what: actor.class.name.to_string(),
+                        reason,
+                        request,
+                        total,
+                    },
+                    other => other,
+                })
+            }
+        };
         let (done_tx, done_rx) = oneshot::channel();
         let task = TaskId::new(actor.id.owner, actor.id.seq);
         // The launch keeps the arguments alive.
