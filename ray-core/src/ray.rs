@@ -97,6 +97,12 @@ impl Default for Config {
 /// that cluster as a driver, whose network I/O runs on a thread of its own
 /// rather than on the caller's runtime. Fails with [`Error::NoRuntime`]
 /// outside tokio.
+///
+/// Each call starts a runtime of its own (unlike `ray.init`, a second call
+/// is not an error): embedded, an independent runtime with its own pool
+/// and store; on a cluster, a new job. Keep one [`Ray`] and clone it (a
+/// cheap handle) to share a runtime; [`Ray::current`] finds it inside a
+/// task.
 pub async fn init() -> Result<Ray> {
     init_with(Config::default()).await
 }

@@ -184,8 +184,21 @@ fn resources_text(n: &NodeEntry) -> String {
 }
 
 /// `CPU 1.5/4, GPU 0/1`: each resource the node has, used over total, as
-/// the node last reported (0 used before its first report).
+/// the node last reported (0 used before its first report). A dead node
+/// uses nothing: its total alone (`CPU 4`), not what it held when it died.
 fn usage_text(n: &NodeEntry) -> String {
+    if !n.alive {
+        let total = resources_from_wire(&n.resources);
+        return if total.is_empty() {
+            "no resources".to_owned()
+        } else {
+            total
+                .iter()
+                .map(|(name, total)| format!("{name} {total}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+    }
     let used = resources_from_wire(&n.used);
     let parts: Vec<String> = resources_from_wire(&n.resources)
         .iter()

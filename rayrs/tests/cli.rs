@@ -226,6 +226,17 @@ fn joined_node_shows_alive_then_dead_after_kill_and_stop_ends_the_head() {
     assert_eq!(state_of(&after, 1), Some("alive"), "{after:?}");
     let cause = after[1]["death_cause"].as_str().unwrap_or_default();
     assert!(cause.contains("heartbeat"), "{cause}");
+    // A dead node shows its total, not what it held when it died.
+    let status = rayrs(&["status", "--dir", dir.path()]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    let dead = text
+        .lines()
+        .find(|l| l.contains(" dead "))
+        .unwrap_or_else(|| panic!("a dead node line in {text}"));
+    assert!(
+        dead.contains("CPU 3, GPU 1") && !dead.contains('/'),
+        "{dead}"
+    );
 
     let stop = rayrs(&["stop", "--dir", dir.path()]);
     assert!(stop.status.success(), "{}", stderr(&stop));
