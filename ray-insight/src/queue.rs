@@ -180,6 +180,8 @@ impl Shared {
             if joined {
                 true
             } else if queue.batches.len() < self.max_queued_batches {
+                // With no spare, a full batch's thread gets its new buffer
+                // allocated outside the lock (below).
                 let fresh = queue.spare.pop().unwrap_or_default();
                 if small {
                     let mut fresh = fresh;
@@ -234,8 +236,13 @@ impl Shared {
         batches
     }
 
-    /// Returns an emptied batch buffer for reuse by recording threads.
+    /// Returns an emptied batch buffer for reuse by recording threads. One
+    /// that cannot hold a whole batch is freed instead: a thread handed it
+    /// would grow it into fresh memory (and fault its pages in) anyway.
     pub(crate) fn recycle(&self, mut batch: Vec<Record>) {
+        if batch.capacity() < self.batch_size {
+            return;
+        }
         batch.clear();
         let mut queue = self.queue.lock();
         if queue.spare.len() < self.max_queued_batches {
