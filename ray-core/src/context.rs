@@ -83,14 +83,15 @@ pub(crate) fn with_task<R>(
         announced_span: 0,
     };
     let prev = CURRENT.with(|c| c.borrow_mut().replace(ctx));
-    struct Restore(Option<TaskContext>);
+    struct Restore(Option<TaskContext>, Option<usize>);
     impl Drop for Restore {
         fn drop(&mut self) {
             let prev = self.0.take();
             CURRENT.with(|c| *c.borrow_mut() = prev);
+            crate::trace::restore_entered(self.1);
         }
     }
-    let _restore = Restore(prev);
+    let _restore = Restore(prev, crate::trace::entered_mark());
     f()
 }
 

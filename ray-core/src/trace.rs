@@ -46,6 +46,29 @@ pub(crate) fn user_span() -> u64 {
     0
 }
 
+/// How many application spans are entered on this thread when a task
+/// starts (`None` when nothing listens); see [`restore_entered`].
+#[inline]
+pub(crate) fn entered_mark() -> Option<usize> {
+    #[cfg(feature = "insight")]
+    if listened() {
+        return Some(direct::entered_depth());
+    }
+    None
+}
+
+/// At a task's end: forgets application spans it left entered on this
+/// thread (a guard that exited on another thread).
+#[inline]
+pub(crate) fn restore_entered(mark: Option<usize>) {
+    #[cfg(feature = "insight")]
+    if let Some(depth) = mark {
+        direct::truncate_entered(depth);
+    }
+    #[cfg(not(feature = "insight"))]
+    let _ = mark;
+}
+
 /// A run of a task, an actor call or a constructor, open until dropped.
 #[must_use = "the run's span closes when this drops"]
 pub(crate) enum RunSpan {

@@ -76,6 +76,23 @@ impl Counter {
     }
 }
 
+/// An actor whose constructor takes a while: found by name while it is
+/// still being created.
+#[remote]
+struct Slow;
+
+#[remote]
+impl Slow {
+    fn new() -> Self {
+        std::thread::sleep(Duration::from_millis(300));
+        Slow
+    }
+
+    fn ping(&self) -> u32 {
+        7
+    }
+}
+
 /// Finds the named counter from inside a task (on a cluster: a worker
 /// process, which must use the driver's namespace) and bumps it.
 #[remote]
@@ -212,6 +229,16 @@ async fn tour(ray: &Ray) -> Vec<(&'static str, String, String)> {
         "the first creator of the name lives on",
         one.incr().unwrap().get().await.map(|n| n.to_string()),
     );
+
+    // Found by name while its constructor still runs: the handle waits
+    // for it, in both modes.
+    let slow = Slow::options().name("tour-slow").remote(ray).unwrap();
+    let r = match ray.get_actor::<Slow>("tour-slow") {
+        Ok(found) => found.ping().unwrap().get().await.map(|n| n.to_string()),
+        Err(e) => Err(e),
+    };
+    step("lookup of a named actor still being created", r);
+    drop(slow);
 
     // A panic, a user error, and work downstream of a failure.
     step(

@@ -364,13 +364,19 @@ impl<S: Storage> Gcs<S> {
     }
 
     /// Kills the actors of a finished job that are not detached and not
-    /// already dead; returns them in id order.
+    /// already dead, and its detached ones that never came alive (their
+    /// creator, the job's, is gone: nobody will finish creating them, and
+    /// their names would stay held); returns them in id order.
     pub(crate) fn on_job_finished(&mut self, job: JobId) -> Vec<ActorId> {
         let doomed: Vec<ActorId> = self
             .actors
             .rows
             .values()
-            .filter(|r| r.info.job == job && !r.info.detached && !r.state.is_dead())
+            .filter(|r| {
+                r.info.job == job
+                    && (!r.info.detached || r.state == ActorState::PendingCreation)
+                    && !r.state.is_dead()
+            })
             .map(|r| r.info.id)
             .collect();
         for &id in &doomed {
@@ -517,12 +523,19 @@ mod tests {
     }
 
     #[test]
-    fn job_end_kills_non_detached_actors_only() {
+    fn job_end_kills_non_detached_actors_and_detached_ones_never_created() {
         let mut gcs = gcs();
         gcs.register_actor(actor(1, 1)).unwrap();
         let mut detached = named(actor(2, 1), "ns", "service");
         detached.detached = true;
         gcs.register_actor(detached).unwrap();
+        let alive = ActorState::Alive { node: NodeId(1) };
+        gcs.set_actor_state(actor_id(2), alive.clone()).unwrap();
+        // Detached, but still being created when its job ended: nobody
+        // will finish it, and its name must not stay held.
+        let mut unborn = named(actor(6, 1), "ns", "unborn");
+        unborn.detached = true;
+        gcs.register_actor(unborn).unwrap();
         gcs.register_actor(named(actor(3, 1), "ns", "worker"))
             .unwrap();
         gcs.register_actor(actor(4, 2)).unwrap();
@@ -531,15 +544,13 @@ mod tests {
 
         let killed = gcs.finish_job(JobId(1), Duration::from_secs(3)).unwrap();
 
-        assert_eq!(killed, vec![actor_id(1), actor_id(3)]);
-        for id in [1, 3] {
+        assert_eq!(killed, vec![actor_id(1), actor_id(3), actor_id(6)]);
+        for id in [1, 3, 6] {
             let state = &gcs.actor(actor_id(id)).unwrap().state;
             assert_eq!(*state, dead("job job-1 finished"));
         }
-        assert_eq!(
-            gcs.actor(actor_id(2)).unwrap().state,
-            ActorState::PendingCreation
-        );
+        assert_eq!(gcs.actor(actor_id(2)).unwrap().state, alive);
+        assert_eq!(gcs.named_actor("ns", "unborn"), None);
         assert_eq!(
             gcs.actor(actor_id(4)).unwrap().state,
             ActorState::PendingCreation

@@ -71,6 +71,20 @@ pub fn current_user_span() -> u64 {
     layer::current_user_span()
 }
 
+/// How many application spans are entered on this thread: a mark for
+/// [`truncate_entered`].
+pub fn entered_depth() -> usize {
+    layer::entered_depth()
+}
+
+/// Forgets the application spans entered on this thread past the first
+/// `depth` ([`entered_depth`] taken earlier): the runtime calls it when a
+/// task ends, so a span guard that exited on another thread (held across
+/// an `.await`) is not taken for the parent of later work here.
+pub fn truncate_entered(depth: usize) {
+    layer::truncate_entered(depth);
+}
+
 /// Records an event named `name` (under `target`), its fields written by
 /// `fill`, inside the innermost direct span open on this thread. Does
 /// nothing when direct recording is off.

@@ -325,6 +325,29 @@ pub(crate) fn current_user_span() -> u64 {
         .unwrap_or(0)
 }
 
+/// The most application spans kept as entered on one thread; past it the
+/// outermost is forgotten (a guard held across an `.await` may exit on
+/// another thread and leave its entry here).
+const MAX_ENTERED: usize = 64;
+
+/// How many application spans are entered on this thread (see
+/// [`truncate_entered`]).
+pub(crate) fn entered_depth() -> usize {
+    THREAD_STATE
+        .try_with(|cell| cell.try_borrow().map_or(0, |state| state.entered.len()))
+        .unwrap_or(0)
+}
+
+/// Forgets the spans entered on this thread past the first `depth`: what a
+/// task left entered when it ended (a guard that exited elsewhere).
+pub(crate) fn truncate_entered(depth: usize) {
+    let _ = THREAD_STATE.try_with(|cell| {
+        if let Ok(mut state) = cell.try_borrow_mut() {
+            state.entered.truncate(depth);
+        }
+    });
+}
+
 /// Notes a recorded application span entered (`entered`) or exited on this
 /// thread. An exit takes out the innermost entry of that span, so spans
 /// exited out of order still leave the right ones.
@@ -332,6 +355,9 @@ fn track_entered(span: u64, entered: bool) {
     let _ = THREAD_STATE.try_with(|cell| {
         if let Ok(mut state) = cell.try_borrow_mut() {
             if entered {
+                if state.entered.len() >= MAX_ENTERED {
+                    state.entered.remove(0);
+                }
                 state.entered.push(span);
             } else if let Some(at) = state.entered.iter().rposition(|s| *s == span) {
                 state.entered.remove(at);
@@ -589,6 +615,29 @@ mod tests {
         assert!(a0 != 0 && b0 != 0);
         assert_ne!(a0, a1);
         assert_ne!(a0, b0);
+    }
+
+    #[test]
+    fn entered_spans_are_bounded_and_a_task_end_forgets_what_it_left() {
+        std::thread::spawn(|| {
+            for span in 1..=70 {
+                track_entered(span, true);
+            }
+            // The outermost were forgotten past the bound.
+            assert_eq!(entered_depth(), MAX_ENTERED);
+            assert_eq!(current_user_span(), 70);
+            track_entered(70, false);
+            assert_eq!(current_user_span(), 69);
+            // A span exited on another thread stays: the task's end cuts
+            // back to what was entered when it started.
+            truncate_entered(3);
+            assert_eq!(entered_depth(), 3);
+            assert_eq!(current_user_span(), 9);
+            truncate_entered(0);
+            assert_eq!(current_user_span(), 0);
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

@@ -17,18 +17,12 @@ use parking_lot::Mutex;
 
 use crate::record::Record;
 
-/// Emptied batch buffers kept for reuse while the queue has been idle a
-/// while ([`IDLE_TRIM_NANOS`]). While recording is busy, every drained
-/// buffer is kept (up to the queue's own bound, `max_queued_batches`):
-/// a burst that outruns the collector then writes into memory it already
-/// touched, where fresh buffers cost a page fault every 4 KiB on the
-/// recording threads (measured on W1: most of the recording threads'
-/// extra time).
+/// Emptied batch buffers kept for reuse, so steady-state recording does not
+/// allocate a fresh batch per hand-off. (Keeping every drained buffer after
+/// a burst was tried: a burst outruns the starved collector, so nothing is
+/// recycled before it ends, and the kept memory stayed for good; see
+/// docs/perf-log/2026-11-28-recording-buffers.md.)
 const MAX_SPARE_BATCHES: usize = 64;
-
-/// After this long (nanoseconds) with nothing to drain, the spare buffers
-/// above [`MAX_SPARE_BATCHES`] are freed.
-const IDLE_TRIM_NANOS: u64 = 2_000_000_000;
 
 /// Preallocation limit for the queue itself; it grows past this on demand.
 const MAX_PREALLOCATED_SLOTS: usize = 1024;
@@ -72,8 +66,6 @@ pub(crate) struct Shared {
     partials: Mutex<Vec<Weak<Mutex<Vec<Record>>>>>,
     /// When the next sweep for stale partial batches may run (`at_nanos`).
     next_sweep: AtomicU64,
-    /// When a drain last found batches (`at_nanos`), for trimming spares.
-    last_busy: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -103,7 +95,6 @@ impl Shared {
             epoch,
             partials: Mutex::new(Vec::new()),
             next_sweep: AtomicU64::new(0),
-            last_busy: AtomicU64::new(0),
         }
     }
 
@@ -215,25 +206,9 @@ impl Shared {
 
     /// Takes every queued batch, oldest first, after queueing the stale
     /// partial batches of threads that stopped recording.
-    /// After a while with nothing to drain, frees the spare buffers above
-    /// [`MAX_SPARE_BATCHES`] (outside the lock).
     pub(crate) fn take_batches(&self) -> VecDeque<Vec<Record>> {
         self.sweep_stale();
-        let now = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        let mut queue = self.queue.lock();
-        let batches = mem::take(&mut queue.batches);
-        if !batches.is_empty() {
-            self.last_busy.store(now, Ordering::Relaxed);
-            return batches;
-        }
-        let idle = now.saturating_sub(self.last_busy.load(Ordering::Relaxed)) >= IDLE_TRIM_NANOS;
-        let freed = match queue.spare.len() > MAX_SPARE_BATCHES && idle {
-            true => queue.spare.split_off(MAX_SPARE_BATCHES),
-            false => Vec::new(),
-        };
-        drop(queue);
-        drop(freed);
-        batches
+        mem::take(&mut self.queue.lock().batches)
     }
 
     /// Returns an emptied batch buffer for reuse by recording threads. One
@@ -245,7 +220,7 @@ impl Shared {
         }
         batch.clear();
         let mut queue = self.queue.lock();
-        if queue.spare.len() < self.max_queued_batches {
+        if queue.spare.len() < MAX_SPARE_BATCHES.min(self.max_queued_batches) {
             queue.spare.push(batch);
         }
     }
@@ -298,34 +273,21 @@ mod tests {
     }
 
     #[test]
-    fn a_burst_keeps_its_drained_buffers_until_the_queue_idles() {
-        // An epoch 3 s back: "2 s without batches" can be set up below by
-        // moving the last busy mark, without sleeping.
-        let epoch = Instant::now()
-            .checked_sub(std::time::Duration::from_secs(3))
-            .unwrap_or_else(Instant::now);
-        let shared = Shared::new(4, 200, epoch, 0);
+    fn spares_are_bounded_and_only_whole_batch_buffers_are_kept() {
+        let shared = Shared::new(4, 200, Instant::now(), 0);
         for _ in 0..100 {
             shared.hand_off(&mut batch(4));
         }
         for drained in shared.take_batches() {
             shared.recycle(drained);
         }
-        // Busy a moment ago: every buffer stays for the next burst.
-        assert!(shared.take_batches().is_empty());
-        assert_eq!(shared.spares(), 100);
-        let mut next = batch(4);
-        shared.hand_off(&mut next);
-        assert!(next.capacity() >= 4);
-        assert_eq!(shared.spares(), 99);
-        for drained in shared.take_batches() {
-            shared.recycle(drained);
-        }
-        assert_eq!(shared.spares(), 100);
-        // Nothing drained for 2 s or more: the spares above the floor go.
-        shared.last_busy.store(0, Ordering::Relaxed);
-        assert!(shared.take_batches().is_empty());
         assert_eq!(shared.spares(), MAX_SPARE_BATCHES);
+        // A buffer that cannot hold a whole batch is not kept.
+        let fresh = Shared::new(4, 200, Instant::now(), 0);
+        fresh.recycle(Vec::with_capacity(2));
+        assert_eq!(fresh.spares(), 0);
+        fresh.recycle(Vec::with_capacity(4));
+        assert_eq!(fresh.spares(), 1);
     }
 
     #[test]

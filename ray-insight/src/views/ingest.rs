@@ -519,7 +519,7 @@ impl Views {
             }
             return true;
         }
-        if self.recent.get(&id).is_some() {
+        if self.recent.get(&id).is_some() || self.orphans.contains(&id) {
             return true; // it already ran: the submit arrived late
         }
         if self.tasks.len() + self.orphans.len() >= self.limits.max_live_tasks {

@@ -273,6 +273,9 @@ pub(crate) struct Orphans {
     /// of calls already adopted are skipped when met (their `seq` is no
     /// longer at the front of their caller's list).
     order: std::collections::VecDeque<(u64, IdKey, u64)>,
+    /// The waiting calls' own ids: a late record of one (its submit) is
+    /// not taken for a new task.
+    ids: hashbrown::HashSet<IdKey>,
     len: usize,
     next_seq: u64,
 }
@@ -286,7 +289,13 @@ impl Orphans {
         self.len == 0
     }
 
+    /// Whether the call `id` waits here.
+    pub(crate) fn contains(&self, id: &IdKey) -> bool {
+        self.ids.contains(id)
+    }
+
     pub(crate) fn park(&mut self, parent: IdKey, mut orphan: Orphan) {
+        self.ids.insert(orphan.id.clone());
         orphan.seq = self.next_seq;
         self.next_seq += 1;
         self.order
@@ -299,6 +308,9 @@ impl Orphans {
     pub(crate) fn adopt(&mut self, parent: &IdKey) -> std::collections::VecDeque<Orphan> {
         let orphans = self.by_parent.remove(parent).unwrap_or_default();
         self.len -= orphans.len();
+        for o in &orphans {
+            self.ids.remove(&o.id);
+        }
         if self.len == 0 {
             self.order.clear();
         }
@@ -328,6 +340,7 @@ impl Orphans {
                 self.by_parent.remove(&parent);
             }
             self.len -= 1;
+            self.ids.remove(&orphan.id);
             return Some(orphan);
         }
         None

@@ -2777,3 +2777,47 @@ fn a_parent_span_of_another_task_is_not_taken() {
         frame_paths(&views)
     );
 }
+
+#[test]
+fn a_late_submit_of_a_call_waiting_for_its_callers_span_is_not_a_new_task() {
+    // The child finished and waits for the caller's span 99, which never
+    // comes; its submit arrives meanwhile: it ran already, nothing stays
+    // queued in the stack view.
+    let mut s = Script::default();
+    let run = s.open("task.run", 0, &[("task_id", "t1"), ("function", "m::f")]);
+    let child = s.open(
+        "task.run",
+        2,
+        &[
+            ("task_id", "t2"),
+            ("function", "m::g"),
+            ("parent_task", "t1"),
+            ("parent_span", "99"),
+        ],
+    );
+    s.close(child, 3);
+    s.event(
+        "task.submit",
+        1,
+        &[
+            ("task_id", "t2"),
+            ("function", "m::g"),
+            ("parent_task", "t1"),
+            ("parent_span", "99"),
+        ],
+    );
+    s.close(run, 4);
+    let views = s.views();
+    let logical = views.snapshot().logical();
+    let queued: u64 = logical
+        .call_edges
+        .iter()
+        .map(|e| e.queued + e.running)
+        .sum();
+    assert_eq!(queued, 0, "{:#?}", logical.call_edges);
+    let stacks = views.snapshot().stacks();
+    assert!(
+        stacks.tasks.iter().all(|t| !t.task.name.ends_with("m::g")),
+        "{stacks:#?}"
+    );
+}

@@ -607,7 +607,8 @@ impl ClusterCore {
     /// the GCS never registered (created unnamed and failed) is nothing to
     /// it; the answer is not needed.
     async fn report_dead(&self, actor: &RemoteActor, reported: &mut bool) {
-        if *reported {
+        // (The flag first: this runs on every turn of the drive loop.)
+        if *reported || !actor.dead.load(std::sync::atomic::Ordering::Acquire) {
             return;
         }
         let cause = actor.state.lock().machine.dead().map(str::to_string);
@@ -674,7 +675,12 @@ impl ClusterCore {
                         },
                     })
                 }
-                Err(e) => Err(Error::cluster_source(e)),
+                Err(e) => {
+                    // The GCS may have registered it before the answer was
+                    // lost: let the name go again (best effort).
+                    let _ = gcs.actor_dead(id, "its creation failed".into()).await;
+                    Err(Error::cluster_source(e))
+                }
             }
         });
         match reserved {
@@ -942,17 +948,17 @@ impl ClusterCore {
         namespace: &str,
         name: &str,
     ) -> Result<Arc<HeldActor>, Error> {
-        let loc = self
-            .gcs
-            .lookup_actor(namespace, name)
-            .await
-            .map_err(|e| match e {
-                crate::cluster::ClusterError::Refused { .. } => Error::ActorNotFound {
-                    namespace: namespace.to_string(),
-                    name: name.to_string(),
-                },
-                e => Error::cluster_source(e),
-            })?;
+        let loc = match self.gcs.lookup_actor(namespace, name).await {
+            Ok(loc) => loc,
+            Err(crate::cluster::ClusterError::Refused { .. }) => {
+                // Not alive, but perhaps being created (its name is held
+                // from its creation) or restarted: a handle that finds it
+                // once it lives, as embedded, where a lookup finds an actor
+                // still pending.
+                return self.find_pending(class, namespace, name).await;
+            }
+            Err(e) => return Err(Error::cluster_source(e)),
+        };
         if loc.class_name != class.name {
             return Err(Error::ActorClassMismatch {
                 name: name.to_string(),
@@ -961,14 +967,14 @@ impl ClusterCore {
             });
         }
         let addr = parse_addr(&loc.address)?;
-        let node = self
-            .actor_node(loc.id)
-            .await
-            .ok_or_else(|| Error::ActorDied {
-                actor: loc.id,
-                class: class.name,
-                cause: format!("its worker {} is no longer alive", loc.worker),
-            })?;
+        let Some(node) = self.actor_node(loc.id).await else {
+            // It died (or its node did) between the two questions: the
+            // name is free, or about to be, as for a lookup a moment later.
+            return Err(Error::ActorNotFound {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            });
+        };
         let link = self.link(addr, node, loc.worker).await?;
         let rt = self.rt.get().cloned().unwrap_or_default();
         let actor = RemoteActor::new(loc.id, class, Role::Borrower, rt);
@@ -976,6 +982,49 @@ impl ClusterCore {
         let me = self.clone();
         let shared = held.actor.clone();
         let lives = Lives::Find { first: Some(link) };
+        self.tokio
+            .spawn(async move { me.drive_actor(shared, rx, lives, None).await });
+        Ok(held)
+    }
+
+    /// A handle to the actor named `name` that is registered pending (its
+    /// creation under way) or restarting, which follows it once it lives;
+    /// or `ActorNotFound`.
+    async fn find_pending(
+        self: &Arc<Self>,
+        class: &'static ActorClass,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Arc<HeldActor>, Error> {
+        let not_found = || Error::ActorNotFound {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        let actors = self.gcs.actors().await.map_err(Error::cluster_source)?;
+        let pending = actors.into_iter().find(|a| {
+            a.name.as_deref() == Some(name)
+                && a.namespace == namespace
+                && matches!(
+                    a.status,
+                    ActorStatus::PendingCreation | ActorStatus::Restarting { .. }
+                )
+        });
+        let Some(entry) = pending else {
+            return Err(not_found());
+        };
+        if entry.class_name != class.name {
+            return Err(Error::ActorClassMismatch {
+                name: name.to_string(),
+                expected: class.name,
+                actual: intern(&entry.class_name),
+            });
+        }
+        let rt = self.rt.get().cloned().unwrap_or_default();
+        let actor = RemoteActor::new(entry.id, class, Role::Borrower, rt);
+        let (held, rx) = HeldActor::new(actor, None);
+        let me = self.clone();
+        let shared = held.actor.clone();
+        let lives = Lives::Find { first: None };
         self.tokio
             .spawn(async move { me.drive_actor(shared, rx, lives, None).await });
         Ok(held)
