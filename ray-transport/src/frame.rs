@@ -84,7 +84,28 @@ pub enum FrameError {
 /// [`FrameError::TooLarge`] if the archive exceeds `max_frame_len`;
 /// [`FrameError::Encode`] if rkyv fails.
 pub fn encode(envelope: &Envelope, max_frame_len: u32) -> Result<Vec<u8>, FrameError> {
-    let archive = rkyv::to_bytes::<rancor::Error>(envelope).map_err(FrameError::Encode)?;
+    // The archive is written into a buffer that stops at the frame limit
+    // (and below 2 GiB, where rkyv's 32-bit relative pointers would make
+    // it panic): an envelope too large is an error found as soon as it is.
+    let max = usize::try_from(max_frame_len)
+        .unwrap_or(usize::MAX)
+        .min(i32::MAX as usize);
+    let mut writer = Limited {
+        buf: AlignedVec::new(),
+        max,
+        over: false,
+        needed: 0,
+    };
+    if let Err(e) = rkyv::api::high::to_bytes_in::<_, rancor::Error>(envelope, &mut writer) {
+        return Err(match writer.over {
+            true => FrameError::TooLarge {
+                len: writer.needed as u64,
+                max: max_frame_len,
+            },
+            false => FrameError::Encode(e),
+        });
+    }
+    let archive = writer.buf;
     let len = u32::try_from(archive.len())
         .ok()
         .filter(|&len| len <= max_frame_len)
@@ -97,6 +118,49 @@ pub fn encode(envelope: &Envelope, max_frame_len: u32) -> Result<Vec<u8>, FrameE
     frame.extend_from_slice(&archive);
     Ok(frame)
 }
+
+/// An rkyv writer that refuses to grow past `max` bytes (it notes that it
+/// did, and how much the write needed).
+struct Limited {
+    buf: AlignedVec,
+    max: usize,
+    over: bool,
+    needed: usize,
+}
+
+impl rkyv::ser::Positional for Limited {
+    fn pos(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+impl<E: rancor::Source> rkyv::ser::Writer<E> for Limited {
+    fn write(&mut self, bytes: &[u8]) -> Result<(), E> {
+        let needed = self.buf.len().saturating_add(bytes.len());
+        if needed > self.max {
+            self.over = true;
+            self.needed = needed;
+            return Err(E::new(FrameTooLarge { needed }));
+        }
+        self.buf.extend_from_slice(bytes);
+        Ok(())
+    }
+}
+
+/// The error [`Limited`] gives rkyv (the caller reports
+/// [`FrameError::TooLarge`]).
+#[derive(Debug)]
+struct FrameTooLarge {
+    needed: usize,
+}
+
+impl std::fmt::Display for FrameTooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the frame needs at least {} bytes", self.needed)
+    }
+}
+
+impl std::error::Error for FrameTooLarge {}
 
 /// Validates and deserializes one archive (a frame without its prefix).
 ///
@@ -362,7 +426,9 @@ mod tests {
         });
         assert!(matches!(
             encode(&env, 64),
-            Err(FrameError::TooLarge { max: 64, .. })
+            Err(FrameError::TooLarge { max: 64, len }) if len > 64
         ));
+        // Within the limit it encodes.
+        assert!(encode(&env, 4096).is_ok());
     }
 }
