@@ -13,6 +13,17 @@ use crate::object::Object;
 /// Result of every fallible ray-rs call.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// An `ObjectStoreFull`'s message: the store's own, under the prefix
+/// `object store full: ` once (a full store's message has it already).
+fn store_full_text(e: &StoreError) -> String {
+    let text = e.to_string();
+    if text.starts_with("object store full") {
+        text
+    } else {
+        format!("object store full: {text}")
+    }
+}
+
 /// `, node total …` for an infeasible request's message, or nothing when
 /// no node's total is known (a node not in the cluster).
 fn totals_of(total: &ResourceSet) -> String {
@@ -67,7 +78,7 @@ pub enum Error {
     /// The object store had no room for an object within the put timeout
     /// ([`StoreError::Full`]), or the object is larger than the whole store
     /// and never fits ([`StoreError::TooLarge`]).
-    #[error("object store full: {0}")]
+    #[error("{}", store_full_text(.0))]
     ObjectStoreFull(#[source] StoreError),
     /// The object store already holds an object of this id
     /// ([`StoreError::AlreadyExists`]): objects are immutable and ids are

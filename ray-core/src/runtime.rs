@@ -420,18 +420,31 @@ impl Runtime {
     }
 
     /// Where a finished value goes: inline if small, else the object store.
-    pub(crate) fn store_value(&self, id: ObjectId, buf: ObjectBuffer) -> Result<Value> {
+    /// A store with no room is waited on (up to `put_timeout`), except on
+    /// a thread of an async runtime: there the bytes come back (`Ok(Err)`)
+    /// for the caller to wait on the runtime (see
+    /// `Runtime::complete_object_in`).
+    pub(crate) fn store_value_now(
+        &self,
+        id: ObjectId,
+        buf: ObjectBuffer,
+    ) -> Result<std::result::Result<Value, ObjectBuffer>> {
         if buf.len() <= self.settings.max_inline_bytes {
-            return Ok(Value::Inline(buf));
+            return Ok(Ok(Value::Inline(buf)));
         }
         match self.store.try_put(id, buf.clone()) {
-            Ok(()) => Ok(Value::Stored),
+            Ok(()) => Ok(Ok(Value::Stored)),
+            Err(ray_store::StoreError::Full { .. })
+                if tokio::runtime::Handle::try_current().is_ok() =>
+            {
+                Ok(Err(buf))
+            }
             Err(ray_store::StoreError::Full { .. }) => {
                 let timeout = self.settings.put_timeout;
                 let put = self.store.put(id, buf, timeout);
                 let _enter = self.tokio.enter();
                 futures::executor::block_on(put)?;
-                Ok(Value::Stored)
+                Ok(Ok(Value::Stored))
             }
             Err(e) => Err(e.into()),
         }

@@ -294,25 +294,62 @@ impl Runtime {
     }
 
     /// Sets an object's value from a task outcome, storing large values.
-    pub(crate) fn complete_object(&self, id: ray_proto::ObjectId, outcome: Result<Encoded, Error>) {
+    pub(crate) fn complete_object(
+        self: &Arc<Self>,
+        id: ray_proto::ObjectId,
+        outcome: Result<Encoded, Error>,
+    ) {
         self.complete_object_in(id, None, outcome);
     }
 
     /// [`Runtime::complete_object`], through the object's cell when the
     /// caller has it (else the table finds it by id).
+    ///
+    /// A large value that finds the store full waits up to `put_timeout`
+    /// for room. On a thread of an async runtime (the cluster's I/O, where
+    /// fetched results land) that wait is not made there: blocking it
+    /// would stall the runtime, timers included, and with them the wait
+    /// itself and every message of the process; the object completes when
+    /// the put does, or fails with `ObjectStoreFull` at its timeout, as on
+    /// a pool thread.
     pub(crate) fn complete_object_in(
-        &self,
+        self: &Arc<Self>,
         id: ray_proto::ObjectId,
         cell: Option<&ObjectCell>,
         outcome: Result<Encoded, Error>,
     ) {
         let (value, nested) = match outcome {
-            Ok(enc) => match self.store_value(id, enc.buf) {
-                Ok(v) => (v, enc.nested),
+            Ok(enc) => match self.store_value_now(id, enc.buf) {
+                Ok(Ok(v)) => (v, enc.nested),
+                Ok(Err(buf)) => {
+                    let rt = self.clone();
+                    let nested = enc.nested;
+                    let timeout = self.settings.put_timeout;
+                    self.tokio.spawn(async move {
+                        let (value, nested) = match rt.store.put(id, buf, timeout).await {
+                            Ok(()) => (Value::Stored, nested),
+                            Err(e) => (Value::Failed(Box::new(e.into())), Vec::new()),
+                        };
+                        rt.complete_value(id, None, value, nested);
+                    });
+                    return;
+                }
                 Err(e) => (Value::Failed(Box::new(e)), Vec::new()),
             },
             Err(e) => (Value::Failed(Box::new(e)), Vec::new()),
         };
+        self.complete_value(id, cell, value, nested);
+    }
+
+    /// Sets an object's value (its bytes already placed); a stored value
+    /// nobody waits for any more is deleted.
+    fn complete_value(
+        &self,
+        id: ray_proto::ObjectId,
+        cell: Option<&ObjectCell>,
+        value: Value,
+        nested: Vec<Arc<crate::ownership::RefHandle>>,
+    ) {
         let stored = matches!(value, Value::Stored);
         let taken = match cell {
             Some(cell) => cell.complete(value, nested),

@@ -13,6 +13,12 @@ fn add_one(x: u64) -> u64 {
     x + 1
 }
 
+/// `n` bytes.
+#[remote]
+fn make_bytes(n: u64) -> Vec<u8> {
+    (0..n).map(|i| (i % 251) as u8).collect()
+}
+
 #[remote]
 fn boom() -> u64 {
     panic!("boom on purpose")
@@ -321,6 +327,24 @@ async fn tour(ray: &Ray) -> Vec<(&'static str, String, String)> {
         .await
         .map(|_| "stored".to_string());
     step("put larger than the store", r);
+
+    // A task's result that does not fit the store while another value
+    // holds it fails once the put times out, and the runtime goes on (on a
+    // cluster the fetch used to stall the driver's I/O for good).
+    let held = ray.put(vec![1u8; 600 << 10]).await.unwrap();
+    let r = make_bytes::remote(ray, 600 << 10)
+        .unwrap()
+        .get()
+        .await
+        .map(|v| v.len().to_string());
+    step("a result that does not fit the store now", r);
+    let r = add_one::remote(ray, 1)
+        .unwrap()
+        .get()
+        .await
+        .map(|n| n.to_string());
+    step("work after a result that did not fit", r);
+    drop(held);
     steps
 }
 
@@ -340,6 +364,7 @@ fn config() -> Config {
     Config {
         num_cpus: Some(2.0),
         object_store_bytes: 1 << 20,
+        put_timeout: Duration::from_millis(500),
         namespace: "tour".into(),
         ..Config::default()
     }
