@@ -76,6 +76,44 @@ pub(crate) struct PgCell {
     actors: Mutex<Vec<Weak<ActorCell>>>,
 }
 
+/// The bundle of group `id` (bundles `bundles`) a request goes to: the
+/// one asked for, or the first that could ever hold it. The same checks,
+/// and errors, embedded and on a cluster: a bundle that does not exist is
+/// `InvalidArgument`, one that can never hold the request `Infeasible`.
+pub(crate) fn choose_bundle(
+    id: PlacementGroupId,
+    bundles: &[ResourceSet],
+    bundle: Option<usize>,
+    req: &ResourceSet,
+) -> Result<usize> {
+    let fits = |i: usize| req.is_subset_of(&bundles[i]);
+    match bundle {
+        Some(i) if i >= bundles.len() => Err(Error::InvalidArgument(format!(
+            "{id} has {} bundles; there is no bundle {i}",
+            bundles.len()
+        ))),
+        Some(i) if fits(i) => Ok(i),
+        Some(i) => Err(Error::Infeasible {
+            what: format!("bundle {i} of {id}"),
+            reason: "the bundle can never hold it".into(),
+            request: Box::new(req.clone()),
+            total: Box::new(bundles[i].clone()),
+        }),
+        None => (0..bundles.len()).find(|&i| fits(i)).ok_or_else(|| {
+            let mut total = ResourceSet::new();
+            for b in bundles {
+                total.add_assign(b);
+            }
+            Error::Infeasible {
+                what: format!("{id}"),
+                reason: "no bundle of the group can ever hold it".into(),
+                request: Box::new(req.clone()),
+                total: Box::new(total),
+            }
+        }),
+    }
+}
+
 impl PgCell {
     fn gone_error(&self, why: &str) -> Error {
         Error::PlacementGroupRemoved {
@@ -87,29 +125,7 @@ impl PgCell {
     /// The bundle a request goes to: the one asked for, or the first that
     /// could ever hold it.
     pub(crate) fn choose_bundle(&self, bundle: Option<usize>, req: &ResourceSet) -> Result<usize> {
-        let fits = |i: usize| req.is_subset_of(&self.bundles[i]);
-        match bundle {
-            Some(i) if i >= self.bundles.len() => Err(Error::InvalidArgument(format!(
-                "{} has {} bundles; there is no bundle {i}",
-                self.id,
-                self.bundles.len()
-            ))),
-            Some(i) if fits(i) => Ok(i),
-            Some(i) => Err(Error::Infeasible {
-                what: format!("bundle {i} of {}", self.id),
-                reason: "the bundle can never hold it".into(),
-                request: Box::new(req.clone()),
-                total: Box::new(self.bundles[i].clone()),
-            }),
-            None => (0..self.bundles.len())
-                .find(|&i| fits(i))
-                .ok_or_else(|| Error::Infeasible {
-                    what: format!("{}", self.id),
-                    reason: "no bundle of the group can ever hold it".into(),
-                    request: Box::new(req.clone()),
-                    total: Box::new(self.total.clone()),
-                }),
-        }
+        choose_bundle(self.id, &self.bundles, bundle, req)
     }
 
     /// Admits work into bundle `i`: returns it if it may run now.
@@ -302,6 +318,27 @@ impl PlacementGroup {
             PgInner::Local(cell) => cell.bundles.len(),
             PgInner::Cluster(pg, _) => pg.bundle_count(),
         }
+    }
+
+    /// On a cluster, what an embedded group checks when work goes into it:
+    /// `Err` for a bundle that does not exist or can never hold `req` (at
+    /// submit, as embedded); `Ok(Some(error))` once the group was removed
+    /// (the work fails with it, as embedded); else `Ok(None)`. An embedded
+    /// group checks on admission itself.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
+    pub(crate) fn check_cluster_work(
+        &self,
+        bundle: Option<usize>,
+        req: &ResourceSet,
+    ) -> Result<Option<Error>> {
+        let PgInner::Cluster(pg, _) = &self.inner else {
+            return Ok(None);
+        };
+        choose_bundle(pg.id(), pg.bundles(), bundle, req)?;
+        Ok(pg.removed().map(|cause| Error::PlacementGroupRemoved {
+            group: pg.id(),
+            cause,
+        }))
     }
 
     fn outcome(&self) -> Option<Result<()>> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use ray_gcs::{Gcs, JobInfo, NodeInfo};
 use ray_proto::{NodeId, WorkerId};
-use ray_sched::{Quantity, ResourceSet, CPU, GPU, MEMORY};
+use ray_sched::{Quantity, ResourceSet, SchedulingStrategy, CPU, GPU, MEMORY};
 
 use crate::actor::{self, ActorHandle, RemoteActor};
 use crate::error::{Error, Result};
@@ -503,6 +503,7 @@ impl Ray {
         rt.check_running()?;
         let remote = rt.remote.get();
         // On a cluster the nodes decide placement; embedded, it is checked here.
+        let mut gone = None;
         let pool = match remote {
             Some(remote) => {
                 let request = opts.resources.checked()?;
@@ -512,6 +513,11 @@ impl Ray {
                     &opts.resources.strategy,
                     &opts.resources.labels,
                 )?;
+                if let (Some(group), SchedulingStrategy::PlacementGroup { bundle, .. }) =
+                    (&opts.resources.group, &opts.resources.strategy)
+                {
+                    gone = group.check_cluster_work(*bundle, request)?;
+                }
                 crate::placement::Pool::Node
             }
             None => rt.check_placeable(function.name, &opts.resources)?,
@@ -520,6 +526,11 @@ impl Ray {
         let resources = opts.resources.checked()?.clone();
         let task = rt.new_task_id();
         let handle = rt.pending_return(task)?;
+        if let Some(err) = gone {
+            // Into a group removed already: it fails, as embedded.
+            rt.complete_object(task.return_object(), Err(err));
+            return Ok(ObjectRef::from_handle(handle));
+        }
         let parent = crate::context::current_trace();
         let parent_span = crate::trace::user_span();
         crate::context::before_child_submit(parent_span);

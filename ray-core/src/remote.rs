@@ -160,6 +160,12 @@ pub(crate) trait RemotePg: Send + Sync + 'static {
     /// Number of bundles.
     fn bundle_count(&self) -> usize;
 
+    /// The bundles' resources, by index.
+    fn bundles(&self) -> &[ray_sched::ResourceSet];
+
+    /// Why it is gone, once removed (by this process).
+    fn removed(&self) -> Option<String>;
+
     /// `None` while being placed; then ready or why not.
     fn outcome(&self) -> Option<Result<()>>;
 

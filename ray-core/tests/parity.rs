@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use ray_core::prelude::*;
-use ray_core::{Cluster, Config};
+use ray_core::{Bundle, Cluster, Config, PlacementStrategy};
 
 #[remote]
 fn add_one(x: u64) -> u64 {
@@ -345,6 +345,45 @@ async fn tour(ray: &Ray) -> Vec<(&'static str, String, String)> {
         .map(|n| n.to_string());
     step("work after a result that did not fit", r);
     drop(held);
+
+    // Placement-group mistakes: the same typed errors at the same points.
+    let pg = ray
+        .placement_group(vec![Bundle::new().num_cpus(1.0)], PlacementStrategy::Pack)
+        .unwrap();
+    pg.ready().await.unwrap();
+    let r = add_one::options()
+        .placement_group(&pg, Some(1))
+        .remote(ray, 1)
+        .map(|_| "submitted".to_string());
+    step("a task into a bundle the group does not have", r);
+    let r = Counter::options()
+        .placement_group(&pg, Some(99))
+        .remote(ray)
+        .map(|_| "created".to_string());
+    step("an actor into a bundle the group does not have", r);
+    let r = add_one::options()
+        .num_cpus(2.0)
+        .placement_group(&pg, Some(0))
+        .remote(ray, 1)
+        .map(|_| "submitted".to_string());
+    step("a task larger than its bundle", r);
+    pg.remove(ray);
+    let r = match add_one::options()
+        .placement_group(&pg, Some(0))
+        .remote(ray, 1)
+    {
+        Ok(r) => r.get().await.map(|n| n.to_string()),
+        Err(e) => Err(e),
+    };
+    step("a task into a removed group", r);
+    let r = match Counter::options().placement_group(&pg, Some(0)).remote(ray) {
+        Ok(a) => match a.incr() {
+            Ok(call) => call.get().await.map(|n| n.to_string()),
+            Err(e) => Err(e),
+        },
+        Err(e) => Err(e),
+    };
+    step("an actor created in a removed group", r);
     steps
 }
 

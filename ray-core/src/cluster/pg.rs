@@ -65,6 +65,22 @@ impl ClusterPg {
         self.bundles.len()
     }
 
+    /// The bundles' resources, by index.
+    pub(crate) fn bundles(&self) -> &[ResourceSet] {
+        &self.bundles
+    }
+
+    /// Why it is gone, once removed.
+    pub(crate) fn removed(&self) -> Option<String> {
+        if !self.removed.load(Ordering::Acquire) {
+            return None;
+        }
+        match self.outcome() {
+            Some(Err(Error::PlacementGroupRemoved { cause, .. })) => Some(cause),
+            _ => Some("removed".into()),
+        }
+    }
+
     /// Remembers an actor created into the group.
     pub(crate) fn adopt_actor(&self, actor: &Arc<HeldActor>) {
         // The state, not the handles: an actor whose handles escaped
@@ -110,6 +126,16 @@ impl ClusterCore {
         let placing = pg.clone();
         self.tokio.spawn(async move { me.place_pg(placing).await });
         pg
+    }
+
+    /// Why group `id`, made by this process, is gone, if it was removed.
+    pub(in crate::cluster) fn pg_removed(&self, id: PlacementGroupId) -> Option<String> {
+        self.pgs
+            .lock()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|pg| pg.id == id)
+            .and_then(|pg| pg.removed())
     }
 
     /// `node` died: each live group with bundles there has them reserved
@@ -370,7 +396,8 @@ impl ClusterCore {
             cause: why.to_string(),
         }));
         for a in pg.actors.lock().drain(..).filter_map(|a| a.upgrade()) {
-            a.request_kill();
+            // As embedded: the cause names the group, not a kill.
+            a.kill_because(format!("its placement group {} is gone: {why}", pg.id));
         }
         let me = self.clone();
         let pg = pg.clone();

@@ -482,10 +482,14 @@ impl<P> ActorOwner<P> {
         self.settle();
     }
 
-    /// Kill the actor now (through a handle, or with its placement group):
-    /// waiting and later calls fail with [`KILLED`]; a life still being
-    /// created is killed once it is.
+    /// Kill the actor now through a handle: waiting and later calls fail
+    /// with [`KILLED`]; a life still being created is killed once it is.
     pub(crate) fn kill(&mut self) {
+        self.kill_because(KILLED.to_string());
+    }
+
+    /// [`Self::kill`], for `cause` (its placement group was removed, say).
+    pub(crate) fn kill_because(&mut self, cause: String) {
         if let Phase::Dead(_) = self.phase {
             return;
         }
@@ -493,7 +497,7 @@ impl<P> ActorOwner<P> {
             self.kill_sent = true;
             self.actions.push_back(Action::Kill);
         }
-        self.die(KILLED.to_string());
+        self.die(cause);
     }
 
     // ---------------------------------------------------------------

@@ -299,9 +299,14 @@ impl RemoteActor {
         }
     }
 
-    /// Kills the actor (through a handle, or with its placement group).
+    /// Kills the actor through a handle.
     pub(crate) fn request_kill(&self) {
         self.event(ActorOwner::kill);
+    }
+
+    /// Kills the actor for `cause` (its placement group was removed).
+    pub(crate) fn kill_because(&self, cause: String) {
+        self.event(|m| m.kill_because(cause));
     }
 }
 
@@ -363,6 +368,13 @@ impl ClusterCore {
             &opts.resources.strategy,
             &opts.resources.labels,
         )?;
+        // Into a placement group: its bundle checked here, as embedded.
+        let group_gone = match (&opts.resources.group, &opts.resources.strategy) {
+            (Some(group), SchedulingStrategy::PlacementGroup { bundle, .. }) => {
+                group.check_cluster_work(*bundle, request)?
+            }
+            _ => None,
+        };
         let namespace = opts
             .namespace
             .clone()
@@ -400,6 +412,11 @@ impl ClusterCore {
             {
                 pg.adopt_actor(&held);
             }
+        }
+        if let Some(Error::PlacementGroupRemoved { group, cause }) = group_gone {
+            // Its group is gone already: it dies with it, as embedded.
+            held.actor
+                .kill_because(format!("its placement group {group} is gone: {cause}"));
         }
         let max_concurrency = opts.max_concurrency as u32;
         let entry = ActorEntry {

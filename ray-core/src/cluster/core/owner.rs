@@ -472,6 +472,17 @@ impl ClusterCore {
             }
             .into()),
             Err(Message::Error { reason }) => {
+                // Work into a group this process removed meanwhile: the
+                // node gave it up for that; say so, as embedded.
+                if let WireStrategy::PlacementGroup { group, .. } = strategy {
+                    if let Some(cause) = self.pg_removed(*group) {
+                        return Err(Error::PlacementGroupRemoved {
+                            group: *group,
+                            cause,
+                        }
+                        .into());
+                    }
+                }
                 Err(Error::cluster(format!("lease refused: {reason}")).into())
             }
             other => {

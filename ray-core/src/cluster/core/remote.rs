@@ -154,6 +154,14 @@ impl RemotePg for ClusterPg {
         self.id
     }
 
+    fn bundles(&self) -> &[ray_sched::ResourceSet] {
+        ClusterPg::bundles(self)
+    }
+
+    fn removed(&self) -> Option<String> {
+        ClusterPg::removed(self)
+    }
+
     fn bundle_count(&self) -> usize {
         ClusterPg::bundle_count(self)
     }

@@ -12,7 +12,7 @@ use ray_proto::wire::{
 use std::sync::Arc;
 
 use ray_proto::{JobId, NodeId, TaskId};
-use ray_sched::{Action, NodeUpdate, Task};
+use ray_sched::{Action, FailReason, NodeUpdate, Task};
 use tokio::sync::oneshot;
 
 use super::NodeService;
@@ -267,12 +267,20 @@ impl NodeService {
                     });
                 }
                 Action::Failed { task, reason } => {
-                    self.reply(
-                        task.id,
-                        Message::Error {
-                            reason: format!("{reason:?}"),
-                        },
-                    );
+                    let reason = match reason {
+                        FailReason::PlacementGroupRemoved(group) => {
+                            format!("placement group {group} was removed")
+                        }
+                        FailReason::BundleTooSmall {
+                            group,
+                            bundle: Some(bundle),
+                        } => format!("bundle {bundle} of {group} can never hold it"),
+                        FailReason::BundleTooSmall {
+                            group,
+                            bundle: None,
+                        } => format!("no bundle of {group} can ever hold it"),
+                    };
+                    self.reply(task.id, Message::Error { reason });
                 }
             }
         }
