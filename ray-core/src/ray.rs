@@ -210,6 +210,15 @@ fn start(config: Config, handle: tokio::runtime::Handle) -> Result<Ray> {
     let insight = insight_options(&config.insight);
     if let Some(options) = &insight {
         install_recording(options)?;
+        if config.insight.is_none() && options.log.is_none() && options.dashboard.is_none() {
+            // Asked for by `RAYRS_INSIGHT` alone: say where the records go,
+            // or a program that does not read them sees nothing happen.
+            eprintln!(
+                "ray-rs insight: recording into in-memory views (Ray::insight); set \
+                 RAYRS_INSIGHT_LOG=FILE to keep an event log for `rayrs insight export`, or \
+                 RAYRS_DASHBOARD=1 to serve the dashboard"
+            );
+        }
     }
     let rt = Runtime::new(
         WorkerId(1),

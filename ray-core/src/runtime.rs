@@ -526,6 +526,12 @@ impl Runtime {
         let escaped: Vec<_> = self.escaped_actors.lock().drain().collect();
         drop(escaped);
         self.objects.fail_pending(&Error::ShutDown);
+        // What was recorded reaches the views and the log now: the program
+        // may end as soon as this returns.
+        #[cfg(feature = "insight")]
+        if let Some(insight) = crate::recording::current() {
+            insight.flush_now();
+        }
         let closed = self.remote.get().map(|remote| remote.shutdown());
         let io = self.owned_tokio.lock().take();
         match (io, closed) {

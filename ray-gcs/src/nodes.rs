@@ -300,7 +300,7 @@ impl<S: Storage> Gcs<S> {
             })
             .collect();
         for &(id, silent) in &expired {
-            let cause = format!("no heartbeat for {silent:?} (timeout {timeout:?})");
+            let cause = format!("no heartbeat for {:.1?} (timeout {timeout:?})", silent);
             self.mark_node_dead(id, cause)
                 .expect("the node was just found alive");
         }

@@ -116,6 +116,20 @@ impl Shared {
         }
         self.next_sweep
             .store(now.saturating_add(SWEEP_EVERY_NANOS), Ordering::Relaxed);
+        self.sweep_older_than(now, STALE_NANOS);
+    }
+
+    /// Hands over every thread's partial batch, whatever its age (those
+    /// of threads writing right now excepted): what a process does before
+    /// it ends, so nothing recorded stays behind in a thread's buffer.
+    pub(crate) fn sweep_all(&self) {
+        let now = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.sweep_older_than(now, 0);
+    }
+
+    /// Hands over the partial batches whose oldest record is at least
+    /// `age` nanoseconds older than `now`.
+    fn sweep_older_than(&self, now: u64, age: u64) {
         let partials: Vec<PartialBatch> = {
             let mut all = self.partials.lock();
             all.retain(|p| p.strong_count() > 0);
@@ -125,7 +139,7 @@ impl Shared {
             if let Some(mut records) = partial.try_lock() {
                 let stale = records
                     .first()
-                    .is_some_and(|r| now.saturating_sub(r.at_nanos) >= STALE_NANOS);
+                    .is_some_and(|r| now.saturating_sub(r.at_nanos) >= age);
                 if stale {
                     self.hand_off(&mut records);
                 }

@@ -60,6 +60,13 @@ impl Collector {
         moved
     }
 
+    /// Hands every thread's partial batch for this layer to the queue,
+    /// whatever its age (a thread writing one right now keeps it): before a
+    /// process ends, so that a final drain misses nothing recorded.
+    pub fn flush_all_threads(&self) {
+        self.shared.sweep_all();
+    }
+
     /// Hands this layer's partial batch on the calling thread to the queue.
     ///
     /// Unlike [`InsightLayer::flush_current_thread`](crate::InsightLayer::flush_current_thread)

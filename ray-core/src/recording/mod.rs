@@ -388,6 +388,17 @@ impl Inner {
 }
 
 impl Insight {
+    /// Moves everything recorded so far, every thread's partial batch
+    /// included, into the views and the event log (flushed to its file),
+    /// or to the shipping queue; without waiting on anything. The runtime
+    /// calls it at shutdown, so a program that ends right after
+    /// `shutdown()` keeps its log whole.
+    pub(crate) fn flush_now(&self) {
+        InsightLayer::flush_current_thread();
+        self.inner.collector.flush_all_threads();
+        self.inner.pump();
+    }
+
     /// The dashboard's URL (access token included), when this process
     /// serves one ([`InsightOptions::dashboard`]).
     pub fn dashboard_url(&self) -> Option<String> {
