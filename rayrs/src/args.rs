@@ -300,8 +300,10 @@ pub struct ExportCli {
     /// Write to FILE instead of stdout
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
-    /// The job to ask the head for [default: the latest that recorded]
-    #[arg(long, value_name = "N")]
+    /// The job to ask the head for, as `rayrs list jobs` names it (`job-1a`,
+    /// or just `1a`: ids are hexadecimal) [default: the latest that
+    /// recorded]
+    #[arg(long, value_name = "JOB", value_parser = job_parser)]
     pub job: Option<u32>,
     #[command(flatten)]
     #[allow(missing_docs)]
@@ -707,6 +709,14 @@ fn format_parser(formats: &[ExportFormat]) -> impl TypedValueParser<Value = Expo
 }
 
 /// The flame graph's folds.
+/// A job id as the CLI prints it: `job-1a`, or `1a` (hexadecimal).
+fn job_parser(text: &str) -> Result<u32, String> {
+    let hex = text.strip_prefix("job-").unwrap_or(text);
+    u32::from_str_radix(hex, 16).map_err(|_| {
+        format!("{text:?} is not a job id: give it as `rayrs list jobs` prints it (job-1a, or 1a)")
+    })
+}
+
 fn fold_parser() -> impl TypedValueParser<Value = FlameFold> {
     PossibleValuesParser::new([FlameFold::Instance, FlameFold::Class].map(FlameFold::as_str))
         .try_map(|name| FlameFold::from_name(&name).ok_or_else(|| format!("no fold {name:?}")))
@@ -786,5 +796,21 @@ fn subcommands_of(path: &str) -> String {
         Some((last, [])) => (*last).to_owned(),
         Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
         None => "a command".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::job_parser;
+
+    #[test]
+    fn a_job_is_given_as_the_cli_prints_it() {
+        // `rayrs list jobs` prints ids in hexadecimal: `job-12` is 18.
+        assert_eq!(job_parser("job-12"), Ok(18));
+        assert_eq!(job_parser("12"), Ok(18));
+        assert_eq!(job_parser("job-1a"), Ok(26));
+        let bad = job_parser("job-xyz").unwrap_err();
+        assert!(bad.contains("not a job id"), "{bad}");
+        assert!(job_parser("").is_err());
     }
 }

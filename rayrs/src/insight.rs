@@ -203,8 +203,8 @@ pub fn serve(log: &Path, bind: std::net::SocketAddr) -> Result<(), CliError> {
             damage_text(&log.display().to_string(), damage)
         );
     }
-    println!("rayrs: serving {} (Ctrl-C stops)", log.display());
-    println!("  dashboard: {}", dashboard.url());
+    crate::out!("rayrs: serving {} (Ctrl-C stops)", log.display());
+    crate::out!("  dashboard: {}", dashboard.url());
     let _ = std::io::stdout().flush();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -88,6 +88,42 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// `println!` on stdout, except that a reader gone away (`rayrs status |
+/// head -1`) ends the command quietly, as Unix tools do, instead of the
+/// panic `println!` gives on a closed pipe.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::write_out(format_args!($($arg)*))
+    };
+}
+pub(crate) use out;
+
+/// A line on stdout from a process that keeps running (`rayrs start`): a
+/// reader gone away loses the line, and the daemon goes on.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+pub(crate) use say;
+
+/// Writes one line on stdout for [`out!`].
+pub(crate) fn write_out(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout
+        .write_fmt(args)
+        .and_then(|()| stdout.write_all(b"\n"))
+    {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("rayrs: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
+
 /// Prints `e` as one line on stderr, whatever its text holds.
 fn report(e: CliError) -> ExitCode {
     let line = e.message.replace(['\n', '\r'], " ");

@@ -68,14 +68,14 @@ pub async fn status(args: QueryArgs) -> Result<(), CliError> {
     let jobs = client.jobs().await.map_err(fail)?;
     let actors = client.actors().await.map_err(fail)?;
     let alive = nodes.iter().filter(|n| n.alive).count();
-    println!("GCS {}", client.addr());
-    println!(
+    crate::out!("GCS {}", client.addr());
+    crate::out!(
         "Nodes: {} ({alive} alive, {} dead)",
         nodes.len(),
         nodes.len() - alive
     );
     for n in &nodes {
-        println!(
+        crate::out!(
             "  {:<10} {:<22} {:<6} {}",
             n.id.to_string(),
             n.address,
@@ -84,12 +84,12 @@ pub async fn status(args: QueryArgs) -> Result<(), CliError> {
         );
     }
     let running = jobs.iter().filter(|j| j.running).count();
-    println!("Jobs: {} ({running} running)", jobs.len());
+    crate::out!("Jobs: {} ({running} running)", jobs.len());
     let live = actors
         .iter()
         .filter(|a| !matches!(a.status, ActorStatus::Dead { .. }))
         .count();
-    println!("Actors: {} ({live} alive)", actors.len());
+    crate::out!("Actors: {} ({live} alive)", actors.len());
     Ok(())
 }
 
@@ -148,8 +148,8 @@ pub async fn list(args: QueryArgs, table: Table, format: Format) -> Result<(), C
             .map_err(fail)?,
     };
     match format {
-        Format::Json => println!("{}", Value::Array(json)),
-        Format::Table => rows.iter().for_each(|r| println!("{r}")),
+        Format::Json => crate::out!("{}", Value::Array(json)),
+        Format::Table => rows.iter().for_each(|r| crate::out!("{r}")),
     }
     Ok(())
 }

@@ -44,18 +44,18 @@ pub async fn head(args: StartArgs) -> Result<(), CliError> {
     .await
     .map_err(|e| start_failed(e, &args))?;
     let gcs_addr = head.address();
-    println!("rayrs: head started");
-    println!("  cluster address: {gcs_addr}");
+    crate::say!("rayrs: head started");
+    crate::say!("  cluster address: {gcs_addr}");
     if let Some(url) = head.dashboard_url() {
-        println!("  dashboard:       {url}");
+        crate::say!("  dashboard:       {url}");
     }
-    println!("  credentials:     {}", creds_dir.display());
-    println!("  head node:       {}", head.node().node_id());
-    println!(
+    crate::say!("  credentials:     {}", creds_dir.display());
+    crate::say!("  head node:       {}", head.node().node_id());
+    crate::say!(
         "join a node:  rayrs start --address {gcs_addr} --credentials {}",
         creds_dir.display()
     );
-    println!("stop:         rayrs stop --dir {}", args.dir.display());
+    crate::say!("stop:         rayrs stop --dir {}", args.dir.display());
     flush();
     tokio::select! {
         _ = term.recv() => Ok(()),
@@ -86,7 +86,7 @@ pub async fn join(args: StartArgs, gcs: SocketAddr) -> Result<(), CliError> {
     )
     .await
     .map_err(|e| start_failed(e, &args))?;
-    println!("rayrs: {} joined the cluster at {gcs}", daemon.node_id());
+    crate::say!("rayrs: {} joined the cluster at {gcs}", daemon.node_id());
     flush();
     tokio::select! {
         _ = term.recv() => Ok(()),

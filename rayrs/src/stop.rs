@@ -15,7 +15,7 @@ pub fn stop(dir: &Path) -> Result<(), CliError> {
     let entries = match std::fs::read_dir(&pid_dir) {
         Ok(entries) => entries,
         Err(_) => {
-            println!("rayrs: nothing to stop in {}", dir.display());
+            crate::out!("rayrs: nothing to stop in {}", dir.display());
             return Ok(());
         }
     };
@@ -54,7 +54,7 @@ pub fn stop(dir: &Path) -> Result<(), CliError> {
             "processes {left:?} did not exit within {GRACE:?} of SIGTERM"
         )));
     }
-    println!("rayrs: stopped {} process(es)", signalled.len());
+    crate::out!("rayrs: stopped {} process(es)", signalled.len());
     Ok(())
 }
 

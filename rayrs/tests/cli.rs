@@ -208,6 +208,18 @@ fn joined_node_shows_alive_then_dead_after_kill_and_stop_ends_the_head() {
     assert!(status.status.success(), "{}", stderr(&status));
     let text = String::from_utf8_lossy(&status.stdout);
     assert!(text.contains("Nodes: 2 (2 alive, 0 dead)"), "{text}");
+    // A reader that goes away (`rayrs status | head -0`) ends it quietly.
+    let mut child = Command::new(RAYRS)
+        .args(["status", "--dir", dir.path()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("rayrs runs");
+    drop(child.stdout.take());
+    let closed = child.wait_with_output().expect("rayrs ends");
+    assert!(closed.status.success(), "{}", stderr(&closed));
+    assert!(!stderr(&closed).contains("panicked"), "{}", stderr(&closed));
     // Used over total per resource; an idle node reports nothing in use.
     assert!(text.contains("CPU 0/3, GPU 0/1"), "{text}");
     assert_eq!(joined["used"], serde_json::json!({}), "{joined}");

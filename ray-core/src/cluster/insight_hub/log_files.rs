@@ -126,7 +126,8 @@ struct JobLog {
 
 impl JobLog {
     fn create(dir: &Path, job: JobId, epoch_unix_nanos: u64) -> Option<Self> {
-        let path = dir.join(format!("job-{}.log", job.0));
+        // Named as the job is everywhere else (`job-1a`, hexadecimal).
+        let path = dir.join(format!("{job}.log"));
         let _ = std::fs::create_dir_all(dir);
         match LogWriter::create(&path, epoch_unix_nanos) {
             Ok(log) => Some(Self {
