@@ -129,9 +129,8 @@ impl CpuPool {
                 st.monitor = false;
                 tracing::warn!(target: "ray::pool", "could not spawn the pool monitor");
             }
-        } else if st.monitor_parked && st.running >= st.limit {
-            st.monitor_parked = false;
-            self.inner.watch.notify_one();
+        } else {
+            nudge_monitor(&self.inner, &mut st);
         }
         Ok(())
     }
@@ -149,6 +148,7 @@ impl CpuPool {
         let mut st = self.inner.state.lock();
         st.running += 1;
         self.inner.running.store(st.running, Ordering::Relaxed);
+        nudge_monitor(&self.inner, &mut st);
     }
 
     /// Whether fewer jobs run than the node has CPUs, so a caller may spin
@@ -199,6 +199,20 @@ fn wake_or_spawn(inner: &Arc<Inner>, st: &mut State) {
     }
 }
 
+/// Wakes the parked monitor when a job waits with every slot taken. Called
+/// wherever a slot is taken (a job queued, a job started, a blocked job
+/// resumed): a job queued while a slot still looked free, then taken by
+/// another job before any thread started it, left the monitor parked and
+/// the job waiting behind jobs that sleep (a new user's actor with
+/// `max_concurrency(8)` ran its sleeping calls two at a time, in about a
+/// third of the runs).
+fn nudge_monitor(inner: &Inner, st: &mut State) {
+    if st.monitor_parked && st.running >= st.limit && !st.queue.is_empty() {
+        st.monitor_parked = false;
+        inner.watch.notify_one();
+    }
+}
+
 /// Grows the running limit while the oldest queued job waits too long.
 fn monitor_loop(inner: Arc<Inner>) {
     let mut st = inner.state.lock();
@@ -233,8 +247,10 @@ fn worker_loop(inner: Arc<Inner>) {
                 st.running += 1;
                 inner.running.store(st.running, Ordering::Relaxed);
                 // More waits: hand it on now, for `execute` may have skipped
-                // the wake-up because this thread was spinning.
+                // the wake-up because this thread was spinning; or, every
+                // slot taken now, to the monitor.
                 wake_or_spawn(&inner, &mut st);
+                nudge_monitor(&inner, &mut st);
                 drop(st);
                 job();
                 st = inner.state.lock();
@@ -293,6 +309,39 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::mpsc;
+
+    #[test]
+    fn jobs_that_sleep_make_the_pool_grow_after_every_pause() {
+        // Three jobs queued at once on 2 threads, each waiting until all
+        // three run (as sleeping actor calls hold their threads): the
+        // third must get a thread of its own. After each round the queue
+        // empties and the monitor parks, so each round starts where the
+        // race was (a job queued while a slot still looked free).
+        let pool = CpuPool::new(2, 8, SPIN, "t");
+        for round in 0..30 {
+            let running = Arc::new(AtomicUsize::new(0));
+            let (tx, rx) = mpsc::channel::<bool>();
+            for _ in 0..3 {
+                let (running, tx) = (running.clone(), tx.clone());
+                assert!(pool
+                    .execute(Box::new(move || {
+                        running.fetch_add(1, Ordering::SeqCst);
+                        let deadline = Instant::now() + Duration::from_secs(20);
+                        while running.load(Ordering::SeqCst) < 3 && Instant::now() < deadline {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                        tx.send(running.load(Ordering::SeqCst) >= 3)
+                            .expect("receiver alive");
+                    }))
+                    .is_ok());
+            }
+            for _ in 0..3 {
+                let all = rx.recv_timeout(Duration::from_secs(60)).expect("job ended");
+                assert!(all, "round {round}: the third job never got a thread");
+            }
+        }
+        pool.shutdown();
+    }
 
     #[test]
     fn runs_every_job() {

@@ -480,3 +480,46 @@ async fn a_handle_passed_to_a_task_reaches_the_same_actor_and_keeps_it_alive() {
     assert_eq!(again.get().await.unwrap(), 12);
     ray.shutdown();
 }
+
+/// Calls of each round met so far (a round's calls wait for each other).
+static MET: [AtomicUsize; 16] = [const { AtomicUsize::new(0) }; 16];
+
+#[remote]
+struct Meeting;
+
+#[remote]
+impl Meeting {
+    fn new() -> Self {
+        Meeting
+    }
+
+    /// Holds its thread (as a sleep does) until `n` calls of `round` are
+    /// running at once, or 20 s pass; says whether they all met.
+    fn meet(&self, round: usize, n: usize) -> bool {
+        MET[round].fetch_add(1, Ordering::SeqCst);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while MET[round].load(Ordering::SeqCst) < n && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        MET[round].load(Ordering::SeqCst) >= n
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_concurrency_calls_that_hold_their_threads_all_run_at_once_every_time() {
+    // 2 CPUs, 4 calls that each hold a thread until all 4 run: the pool
+    // must grow past its 2 threads, in every round (it stayed at 2, and
+    // the calls ran two by two, in about half the rounds before).
+    let ray = embedded::runtime(2.0).await;
+    let actor = Meeting::options().max_concurrency(4).remote(&ray).unwrap();
+    for round in 0..MET.len() {
+        let calls: Vec<_> = (0..4).map(|_| actor.meet(round, 4).unwrap()).collect();
+        for c in calls {
+            assert!(
+                c.get().await.unwrap(),
+                "round {round}: not all 4 calls ran at once"
+            );
+        }
+    }
+    ray.shutdown();
+}
