@@ -47,23 +47,23 @@ pub(crate) fn user_span() -> u64 {
 }
 
 /// How many application spans are entered on this thread when a task
-/// starts (`None` when nothing listens); see [`restore_entered`].
+/// starts (`usize::MAX` when nothing listens); see [`restore_entered`].
 #[inline]
-pub(crate) fn entered_mark() -> Option<usize> {
+pub(crate) fn entered_mark() -> usize {
     #[cfg(feature = "insight")]
     if listened() {
-        return Some(direct::entered_depth());
+        return direct::entered_depth();
     }
-    None
+    usize::MAX
 }
 
 /// At a task's end: forgets application spans it left entered on this
 /// thread (a guard that exited on another thread).
 #[inline]
-pub(crate) fn restore_entered(mark: Option<usize>) {
+pub(crate) fn restore_entered(mark: usize) {
     #[cfg(feature = "insight")]
-    if let Some(depth) = mark {
-        direct::truncate_entered(depth);
+    if mark != usize::MAX {
+        direct::truncate_entered(mark);
     }
     #[cfg(not(feature = "insight"))]
     let _ = mark;
