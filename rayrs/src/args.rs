@@ -284,7 +284,7 @@ pub struct ExportCli {
     #[arg(long, value_name = "F", value_parser = format_parser(&ExportFormat::ALL))]
     pub format: Option<ExportFormat>,
     /// Replay only what happened up to this many seconds after the start
-    #[arg(long, value_name = "SECONDS", value_parser = seconds_as_nanos)]
+    #[arg(long, value_name = "SECONDS", value_parser = seconds_as_nanos, allow_negative_numbers = true)]
     pub at: Option<u64>,
     /// Keep only the tasks with this context label (repeat for several:
     /// a task must have them all)

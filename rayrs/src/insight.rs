@@ -229,7 +229,14 @@ fn records_from_log(path: &Path, sink: &mut dyn Sink) -> Result<Option<LogError>
     let failed = |e: LogError| CliError::failed(format!("{}: {e}", path.display()));
     let file = File::open(path)
         .map_err(|e| CliError::failed(format!("cannot open {}: {e}", path.display())))?;
-    let mut reader = LogReader::new(BufReader::new(file)).map_err(failed)?;
+    let mut reader = match LogReader::new(BufReader::new(file)) {
+        Ok(reader) => reader,
+        // A log cut short inside its header (a program killed as it began
+        // writing): damaged like any truncated log, with nothing before
+        // the damage.
+        Err(e) if e.is_damage() => return Ok(Some(e)),
+        Err(e) => return Err(failed(e)),
+    };
     reader.read_into(sink).map_err(failed)
 }
 

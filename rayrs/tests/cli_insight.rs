@@ -303,8 +303,17 @@ async fn rayrs_insight_exports_filters_replays_and_diffs_a_recorded_run() {
     let svg = std::fs::read_to_string(&out_path).expect("written");
     assert!(svg.contains("<svg") && svg.contains("sum_squares"));
 
-    // A truncated copy: the prefix is exported, a warning, exit 3.
+    // A log cut inside its header (only its magic written): damaged too,
+    // an empty export and exit 3, not a failure.
     let bytes = std::fs::read(&log_path).expect("log");
+    let magic_path = dir.join("magic.rayrslog");
+    std::fs::write(&magic_path, &bytes[..8]).expect("written");
+    let magic = magic_path.to_str().expect("UTF-8");
+    let out = rayrs(&["insight", "export", "--log", magic, "--view", "flame"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("truncated"), "{}", stderr(&out));
+
+    // A truncated copy: the prefix is exported, a warning, exit 3.
     let cut_path = dir.join("cut.rayrslog");
     std::fs::write(&cut_path, &bytes[..bytes.len() - 7]).expect("written");
     let cut = cut_path.to_str().expect("UTF-8");

@@ -208,6 +208,15 @@ async fn connect_driver_on_io(config: Config, address: String) -> Result<Ray> {
     let hash = crate::cluster::binary_hash(&bytes);
     let driver = exe.display().to_string();
     let insight = insight_options(&config.insight);
+    if let Some(log) = insight.as_ref().and_then(|o| o.log.as_ref()) {
+        // On a cluster the head keeps the job's log: say so rather than
+        // leave the file unwritten without a word.
+        eprintln!(
+            "ray-rs insight: on a cluster the head keeps the job's event log \
+             (<head dir>/insight/job-N.log, `rayrs insight export --dir`); {} is not written",
+            log.display()
+        );
+    }
     let (job, worker, upload) = gcs
         .register_job(
             driver,
