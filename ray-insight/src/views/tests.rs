@@ -2614,89 +2614,76 @@ fn frame_paths(views: &Views) -> Vec<String> {
         .collect()
 }
 
+/// Opens the run of t2 (`m::g`), a child of t1, at `at_us`; it names the
+/// caller's span it was submitted in when `span` is given.
+fn child_run(s: &mut Script, at_us: u64, span: Option<&str>) -> u64 {
+    let mut f = vec![
+        ("task_id", "t2"),
+        ("function", "m::g"),
+        ("parent_task", "t1"),
+    ];
+    if let Some(span) = span {
+        f.push(("parent_span", span));
+    }
+    s.open("task.run", at_us, &f)
+}
+
+/// t2's submit at `at_us`, inside t1's span `span`.
+fn child_submit(s: &mut Script, at_us: u64, span: &str) {
+    s.event(
+        "task.submit",
+        at_us,
+        &[
+            ("task_id", "t2"),
+            ("function", "m::g"),
+            ("parent_task", "t1"),
+            ("parent_span", span),
+        ],
+    );
+}
+
+/// t2 is a frame under t1's `reward_fn`, once, and not beside it.
+fn assert_child_under_span(views: &Views) {
+    let flame = views.snapshot().flame();
+    let under = flame.frame("driver;m::f;reward_fn;m::g");
+    assert_eq!(under.map(|f| f.count), Some(1), "{:#?}", frame_paths(views));
+    assert!(
+        frame_paths(views)
+            .iter()
+            .all(|p| !p.contains("[unknown]") && p != "driver;m::f;m::g"),
+        "{:#?}",
+        frame_paths(views)
+    );
+}
+
 #[test]
 fn a_child_submitted_in_a_user_span_that_starts_after_the_span_closed_is_under_it() {
     let mut s = Script::default();
     let run = s.open("task.run", 0, &[("task_id", "t1"), ("function", "m::f")]);
     let reward = s.open_in("reward_fn", run, 1, &[]);
     let span = reward.to_string();
-    s.event(
-        "task.submit",
-        2,
-        &[
-            ("task_id", "t2"),
-            ("function", "m::g"),
-            ("parent_task", "t1"),
-            ("parent_span", &span),
-        ],
-    );
+    child_submit(&mut s, 2, &span);
     s.close(reward, 3);
-    let child = s.open(
-        "task.run",
-        4,
-        &[
-            ("task_id", "t2"),
-            ("function", "m::g"),
-            ("parent_task", "t1"),
-            ("parent_span", &span),
-        ],
-    );
+    let child = child_run(&mut s, 4, Some(&span));
     s.close(child, 5);
     s.close(run, 6);
-    let views = s.views();
-    let flame = views.snapshot().flame();
-    let under = flame.frame("driver;m::f;reward_fn;m::g");
-    assert_eq!(
-        under.map(|f| f.count),
-        Some(1),
-        "{:#?}",
-        frame_paths(&views)
-    );
-    assert!(
-        flame.frame("driver;m::f;m::g").is_none(),
-        "{:#?}",
-        frame_paths(&views)
-    );
+    assert_child_under_span(&s.views());
 }
 
 #[test]
 fn a_child_whose_records_come_before_its_callers_span_waits_for_that_span() {
-    // Another process's records first: the child's run (spans 1), then its
+    // Another process's records first: the child's run (span 1), then its
     // caller's run (2) and the caller's `reward_fn` span (3) it was
     // submitted in.
     let mut s = Script::default();
-    let child = s.open(
-        "task.run",
-        4,
-        &[
-            ("task_id", "t2"),
-            ("function", "m::g"),
-            ("parent_task", "t1"),
-            ("parent_span", "3"),
-        ],
-    );
+    let child = child_run(&mut s, 4, Some("3"));
     s.close(child, 5);
     let run = s.open("task.run", 0, &[("task_id", "t1"), ("function", "m::f")]);
     let reward = s.open_in("reward_fn", run, 1, &[]);
     assert_eq!(reward, 3);
     s.close(reward, 6);
     s.close(run, 7);
-    let views = s.views();
-    let flame = views.snapshot().flame();
-    let under = flame.frame("driver;m::f;reward_fn;m::g");
-    assert_eq!(
-        under.map(|f| f.count),
-        Some(1),
-        "{:#?}",
-        frame_paths(&views)
-    );
-    assert!(
-        frame_paths(&views)
-            .iter()
-            .all(|p| !p.contains("[unknown]") && p != "driver;m::f;m::g"),
-        "{:#?}",
-        frame_paths(&views)
-    );
+    assert_child_under_span(&s.views());
 }
 
 #[test]
@@ -2706,43 +2693,12 @@ fn a_childs_span_learnt_from_its_late_submit_moves_it_under_the_span() {
     let mut s = Script::default();
     let run = s.open("task.run", 0, &[("task_id", "t1"), ("function", "m::f")]);
     let reward = s.open_in("reward_fn", run, 1, &[]);
-    let child = s.open(
-        "task.run",
-        3,
-        &[
-            ("task_id", "t2"),
-            ("function", "m::g"),
-            ("parent_task", "t1"),
-        ],
-    );
-    let span = reward.to_string();
-    s.event(
-        "task.submit",
-        2,
-        &[
-            ("task_id", "t2"),
-            ("function", "m::g"),
-            ("parent_task", "t1"),
-            ("parent_span", &span),
-        ],
-    );
+    let child = child_run(&mut s, 3, None);
+    child_submit(&mut s, 2, &reward.to_string());
     s.close(child, 4);
     s.close(reward, 5);
     s.close(run, 6);
-    let views = s.views();
-    let flame = views.snapshot().flame();
-    let under = flame.frame("driver;m::f;reward_fn;m::g");
-    assert_eq!(
-        under.map(|f| f.count),
-        Some(1),
-        "{:#?}",
-        frame_paths(&views)
-    );
-    assert!(
-        flame.frame("driver;m::f;m::g").is_none(),
-        "{:#?}",
-        frame_paths(&views)
-    );
+    assert_child_under_span(&s.views());
 }
 
 #[test]
@@ -2753,17 +2709,7 @@ fn a_parent_span_of_another_task_is_not_taken() {
     let other = s.open("task.run", 0, &[("task_id", "t9"), ("function", "m::h")]);
     let foreign = s.open_in("reward_fn", other, 1, &[]);
     let run = s.open("task.run", 2, &[("task_id", "t1"), ("function", "m::f")]);
-    let span = foreign.to_string();
-    let child = s.open(
-        "task.run",
-        3,
-        &[
-            ("task_id", "t2"),
-            ("function", "m::g"),
-            ("parent_task", "t1"),
-            ("parent_span", &span),
-        ],
-    );
+    let child = child_run(&mut s, 3, Some(&foreign.to_string()));
     s.close(child, 4);
     s.close(run, 5);
     s.close(foreign, 6);
