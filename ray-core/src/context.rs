@@ -63,11 +63,12 @@ pub(crate) struct TaskContext {
 /// [`TaskContext::announced`]: handed over, outside any span.
 const ANNOUNCED: u32 = 1;
 
-/// A span as [`TaskContext::announced`] keeps it: its low 32 bits (its
-/// sequence on its thread), never 0 or [`ANNOUNCED`]. Two spans that fold
-/// alike cost at most one hand-over too few, which the views wait out.
+/// A span as [`TaskContext::announced`] keeps it: its sequence on its
+/// thread (the low bits) mixed with its thread's tag (above bit 40), in 32
+/// bits, never 0 or [`ANNOUNCED`]. Two spans that fold alike cost at most
+/// one hand-over too few, which the views wait out.
 fn span_mark(span: u64) -> u32 {
-    (span as u32).max(2)
+    ((span ^ (span >> 40).rotate_left(16)) as u32).max(2)
 }
 
 thread_local! {

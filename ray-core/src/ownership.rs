@@ -419,6 +419,16 @@ impl ObjectTable {
         }
     }
 
+    /// Whether the table holds a live (not freed) entry for `id` that has
+    /// its value already: stored bytes of `id` are then that value's.
+    pub(crate) fn has_value(&self, id: ObjectId) -> bool {
+        let cell = self.shard(id).lock().get(&id).cloned();
+        cell.is_some_and(|cell| {
+            let entry = cell.0.lock();
+            !entry.removed && entry.value.is_some()
+        })
+    }
+
     /// A counted ref to `id`, registering it as pending if it is not in
     /// the table; `true` when it was registered now (a borrowed object the
     /// caller must fetch).

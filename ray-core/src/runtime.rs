@@ -433,7 +433,10 @@ impl Runtime {
             return Ok(Ok(Value::Inline(buf)));
         }
         match self.store.try_put(id, buf.clone()) {
-            Ok(()) => Ok(Ok(Value::Stored)),
+            // Already there: objects are immutable, the same id holds the
+            // same bytes (a value fetched again while an earlier fetch's
+            // put, waiting for room, landed meanwhile).
+            Ok(()) | Err(ray_store::StoreError::AlreadyExists { .. }) => Ok(Ok(Value::Stored)),
             Err(ray_store::StoreError::Full { .. })
                 if tokio::runtime::Handle::try_current().is_ok() =>
             {
@@ -443,8 +446,12 @@ impl Runtime {
                 let timeout = self.settings.put_timeout;
                 let put = self.store.put(id, buf, timeout);
                 let _enter = self.tokio.enter();
-                futures::executor::block_on(put)?;
-                Ok(Ok(Value::Stored))
+                match futures::executor::block_on(put) {
+                    Ok(()) | Err(ray_store::StoreError::AlreadyExists { .. }) => {
+                        Ok(Ok(Value::Stored))
+                    }
+                    Err(e) => Err(e.into()),
+                }
             }
             Err(e) => Err(e.into()),
         }

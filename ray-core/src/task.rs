@@ -327,7 +327,9 @@ impl Runtime {
                     let timeout = self.settings.put_timeout;
                     self.tokio.spawn(async move {
                         let (value, nested) = match rt.store.put(id, buf, timeout).await {
-                            Ok(()) => (Value::Stored, nested),
+                            Ok(()) | Err(ray_store::StoreError::AlreadyExists { .. }) => {
+                                (Value::Stored, nested)
+                            }
                             Err(e) => (Value::Failed(Box::new(e.into())), Vec::new()),
                         };
                         rt.complete_value(id, None, value, nested);
@@ -355,7 +357,9 @@ impl Runtime {
             Some(cell) => cell.complete(value, nested),
             None => self.objects.complete(id, value, nested),
         };
-        if !taken && stored {
+        // Nobody took it: the bytes go, unless the object came back meanwhile
+        // (fetched again) and its value already refers to them.
+        if !taken && stored && !self.objects.has_value(id) {
             self.store.delete(id);
         }
     }

@@ -47,7 +47,8 @@ pub enum FrameError {
     /// The length prefix (or an outgoing archive) exceeds the limit.
     #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
     TooLarge {
-        /// The length announced (or encoded).
+        /// The length announced; for an outgoing envelope, the bytes it
+        /// needed when encoding stopped at the limit (at least this many).
         len: u64,
         /// The limit in force.
         max: u32,

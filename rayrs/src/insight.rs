@@ -203,8 +203,8 @@ pub fn serve(log: &Path, bind: std::net::SocketAddr) -> Result<(), CliError> {
             damage_text(&log.display().to_string(), damage)
         );
     }
-    crate::out!("rayrs: serving {} (Ctrl-C stops)", log.display());
-    crate::out!("  dashboard: {}", dashboard.url());
+    crate::say!("rayrs: serving {} (Ctrl-C stops)", log.display());
+    crate::say!("  dashboard: {}", dashboard.url());
     let _ = std::io::stdout().flush();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -277,10 +277,15 @@ fn write_out(out: Option<&Path>, text: &str) -> Result<(), CliError> {
             .map_err(|e| CliError::failed(format!("cannot write {}: {e}", path.display()))),
         None => {
             let mut stdout = std::io::stdout().lock();
-            stdout
+            match stdout
                 .write_all(text.as_bytes())
                 .and_then(|()| stdout.flush())
-                .map_err(|e| CliError::failed(format!("cannot write to stdout: {e}")))
+            {
+                Ok(()) => Ok(()),
+                // The reader went away (`| head`): done, as Unix tools are.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                Err(e) => Err(CliError::failed(format!("cannot write to stdout: {e}"))),
+            }
         }
     }
 }

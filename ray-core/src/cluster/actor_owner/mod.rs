@@ -488,6 +488,26 @@ impl<P> ActorOwner<P> {
         self.kill_because(KILLED.to_string());
     }
 
+    /// The actor is dead for `cause` before its first life was asked for
+    /// (it was created into a placement group already removed): the
+    /// [`Action::Create`] still waiting is withdrawn, so nothing is created
+    /// only to be killed (a creation into a removed group would wait for
+    /// good). Once the creation is under way this is [`Self::kill_because`].
+    pub(crate) fn abandon(&mut self, cause: String) {
+        let before_first = self.phase == Phase::Creating && self.outstanding && self.life == 1;
+        let waiting = self
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::Create { life: 0 }));
+        if before_first && waiting {
+            self.actions.retain(|a| !matches!(a, Action::Create { .. }));
+            self.outstanding = false;
+            self.die(cause);
+        } else {
+            self.kill_because(cause);
+        }
+    }
+
     /// [`Self::kill`], for `cause` (its placement group was removed, say).
     pub(crate) fn kill_because(&mut self, cause: String) {
         if let Phase::Dead(_) = self.phase {

@@ -572,3 +572,31 @@ fn replay_one_seed() {
         w.run().unwrap();
     }
 }
+
+/// An actor created into a placement group already removed: its creation
+/// is withdrawn before it is asked for, its calls fail with the cause, and
+/// the machine ends once its handles go.
+#[test]
+fn an_actor_abandoned_before_its_creation_is_never_created() {
+    let mut m: ActorOwner<u32> = ActorOwner::new(Role::Owner {
+        max_restarts: 3,
+        max_task_retries: 0,
+        detached: false,
+    });
+    m.abandon("its placement group pg-1.1 is gone".into());
+    let task = TaskId::new(ray_proto::WorkerId(1), 1);
+    m.call(task, 7);
+    m.handles_gone();
+    let actions: Vec<_> = std::iter::from_fn(|| m.poll()).collect();
+    assert!(
+        !actions.iter().any(|a| matches!(a, Action::Create { .. })),
+        "{actions:?}"
+    );
+    assert!(actions.iter().any(|a| matches!(
+        a,
+        Action::Fail { task: t, error: CallError::Died(cause), .. }
+            if *t == task && cause.contains("pg-1.1")
+    )));
+    assert!(matches!(actions.last(), Some(Action::Ended)), "{actions:?}");
+    assert_eq!(m.dead(), Some("its placement group pg-1.1 is gone"));
+}

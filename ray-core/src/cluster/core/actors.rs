@@ -308,6 +308,12 @@ impl RemoteActor {
     pub(crate) fn kill_because(&self, cause: String) {
         self.event(|m| m.kill_because(cause));
     }
+
+    /// The actor is dead for `cause` before its creation was asked for
+    /// (see `ActorOwner::abandon`).
+    pub(super) fn abandon(&self, cause: String) {
+        self.event(|m| m.abandon(cause));
+    }
 }
 
 /// Calls the driver takes from its channel under one lock.
@@ -414,9 +420,10 @@ impl ClusterCore {
             }
         }
         if let Some(Error::PlacementGroupRemoved { group, cause }) = group_gone {
-            // Its group is gone already: it dies with it, as embedded.
+            // Its group is gone already: it dies with it, as embedded, and
+            // is never created (its driver task has not started yet).
             held.actor
-                .kill_because(format!("its placement group {group} is gone: {cause}"));
+                .abandon(format!("its placement group {group} is gone: {cause}"));
         }
         let max_concurrency = opts.max_concurrency as u32;
         let entry = ActorEntry {
