@@ -314,9 +314,12 @@ mod tests {
     fn jobs_that_sleep_make_the_pool_grow_after_every_pause() {
         // Three jobs queued at once on 2 threads, each waiting until all
         // three run (as sleeping actor calls hold their threads): the
-        // third must get a thread of its own. After each round the queue
-        // empties and the monitor parks, so each round starts where the
-        // race was (a job queued while a slot still looked free).
+        // third must get a thread of its own, in every round, the queue
+        // emptying (and the monitor parking) between rounds. (The race
+        // `nudge_monitor` closes does not show here, where the grown
+        // threads linger between rounds; `tests/actors.rs`'s
+        // `max_concurrency_calls_that_hold_their_threads_all_run_at_once_every_time`
+        // catches it.)
         let pool = CpuPool::new(2, 8, SPIN, "t");
         for round in 0..30 {
             let running = Arc::new(AtomicUsize::new(0));

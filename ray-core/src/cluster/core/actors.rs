@@ -316,6 +316,16 @@ impl RemoteActor {
     }
 }
 
+/// The row of the actor, not dead, that holds `name` in `namespace` (the
+/// GCS lets one at a time hold it), from the actor table `actors`.
+fn name_holder(actors: Vec<ActorEntry>, namespace: &str, name: &str) -> Option<ActorEntry> {
+    actors.into_iter().find(|a| {
+        a.name.as_deref() == Some(name)
+            && a.namespace == namespace
+            && !matches!(a.status, ActorStatus::Dead { .. })
+    })
+}
+
 /// Calls the driver takes from its channel under one lock.
 const CALL_BATCH: usize = 16;
 
@@ -677,15 +687,12 @@ impl ClusterCore {
                 Ok(()) => Ok(()),
                 Err(crate::cluster::ClusterError::Refused { reason }) => {
                     // Taken: by which actor (it may be pending itself).
-                    let holder = gcs.actors().await.ok().and_then(|all| {
-                        all.into_iter()
-                            .find(|a| {
-                                a.name.as_deref() == Some(n.as_str())
-                                    && a.namespace == ns
-                                    && !matches!(a.status, ActorStatus::Dead { .. })
-                            })
-                            .map(|a| a.id)
-                    });
+                    let holder = gcs
+                        .actors()
+                        .await
+                        .ok()
+                        .and_then(|all| name_holder(all, &ns, &n))
+                        .map(|a| a.id);
                     Err(match holder {
                         Some(existing) => Error::NameTaken {
                             namespace: ns,
@@ -1000,15 +1007,27 @@ impl ClusterCore {
             });
         };
         let link = self.link(addr, node, loc.worker).await?;
+        Ok(self.found_by_name(loc.id, class, Some(link)))
+    }
+
+    /// A handle to actor `id` found by name: a borrower's, whose driver
+    /// task follows the actor's lives (`first`: the live one's link, when
+    /// it is known already).
+    fn found_by_name(
+        self: &Arc<Self>,
+        id: ActorId,
+        class: &'static ActorClass,
+        first: Option<Arc<Link>>,
+    ) -> Arc<HeldActor> {
         let rt = self.rt.get().cloned().unwrap_or_default();
-        let actor = RemoteActor::new(loc.id, class, Role::Borrower, rt);
+        let actor = RemoteActor::new(id, class, Role::Borrower, rt);
         let (held, rx) = HeldActor::new(actor, None);
         let me = self.clone();
         let shared = held.actor.clone();
-        let lives = Lives::Find { first: Some(link) };
+        let lives = Lives::Find { first };
         self.tokio
             .spawn(async move { me.drive_actor(shared, rx, lives, None).await });
-        Ok(held)
+        held
     }
 
     /// A handle to the actor named `name` that is registered pending (its
@@ -1025,15 +1044,8 @@ impl ClusterCore {
             name: name.to_string(),
         };
         let actors = self.gcs.actors().await.map_err(Error::cluster_source)?;
-        let pending = actors.into_iter().find(|a| {
-            a.name.as_deref() == Some(name)
-                && a.namespace == namespace
-                && matches!(
-                    a.status,
-                    ActorStatus::PendingCreation | ActorStatus::Restarting { .. }
-                )
-        });
-        let Some(entry) = pending else {
+        // (Alive by now, it is followed all the same.)
+        let Some(entry) = name_holder(actors, namespace, name) else {
             return Err(not_found());
         };
         if entry.class_name != class.name {
@@ -1043,15 +1055,7 @@ impl ClusterCore {
                 actual: intern(&entry.class_name),
             });
         }
-        let rt = self.rt.get().cloned().unwrap_or_default();
-        let actor = RemoteActor::new(entry.id, class, Role::Borrower, rt);
-        let (held, rx) = HeldActor::new(actor, None);
-        let me = self.clone();
-        let shared = held.actor.clone();
-        let lives = Lives::Find { first: None };
-        self.tokio
-            .spawn(async move { me.drive_actor(shared, rx, lives, None).await });
-        Ok(held)
+        Ok(self.found_by_name(entry.id, class, None))
     }
 
     pub(super) async fn create_actor(

@@ -162,6 +162,10 @@ fn global_span(worker: WorkerId, span: u64) -> u64 {
 /// submitted the work, whatever process recorded it: the owner of the
 /// record's `task_id` (a worker runs pushed work under its owner's id).
 fn global_parent_span(record: &mut Record) {
+    // Only these carry it: every other record is spared the field scans.
+    if !matches!(record.name, "task.submit" | "task.run" | "actor.call") {
+        return;
+    }
     let owner = match record.field("task_id") {
         Some(FieldValue::U128 { hi, .. }) => *hi,
         _ => return,
