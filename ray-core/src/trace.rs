@@ -11,7 +11,7 @@
 use ray_proto::{NodeId, ObjectId, TaskId, WorkerId};
 
 #[cfg(feature = "insight")]
-use ray_insight::{direct, FieldStr, FieldValue, Fields};
+use ray_insight::{direct, FieldValue, Fields};
 
 /// Whether the runtime records directly (insight is on in this process).
 #[cfg(feature = "insight")]
@@ -138,19 +138,10 @@ impl Drop for RunSpan {
         {
             let used = started.map(|s| cpu::run_ended(s.elapsed()));
             if let Some(span) = span.take() {
-                span.close_with(|f, one_record| {
-                    match used {
-                        // A run recorded as one record, counted at its
-                        // wall time: the views take that from the record
-                        // (one field less keeps its fields inline).
-                        Some((_, true)) if one_record => {}
-                        Some((used, _)) => f.push("cpu_nanos", FieldValue::U64(used)),
-                        None => {}
-                    }
-                    if let Some(error) = error.take() {
-                        f.push("error", FieldValue::Str(error.into()));
-                    }
-                });
+                // A run recorded as one record and counted at its wall
+                // time carries no `cpu_nanos`: the views take that from
+                // the record.
+                span.close_run(used, error.take());
             }
         }
     }
@@ -253,25 +244,6 @@ fn id(fields: &mut Fields, key: &'static str, value: u128) {
     );
 }
 
-#[cfg(feature = "insight")]
-fn name(fields: &mut Fields, key: &'static str, value: &'static str) {
-    fields.push(key, FieldValue::Str(FieldStr::from_static(value)));
-}
-
-/// `parent_span`, when the work was submitted inside an application span.
-#[cfg(feature = "insight")]
-fn span_field(fields: &mut Fields, span: u64) {
-    if span != 0 {
-        fields.push("parent_span", FieldValue::U64(span));
-    }
-}
-
-#[cfg(feature = "insight")]
-fn place(fields: &mut Fields, node: NodeId, worker: WorkerId) {
-    fields.push("node_id", FieldValue::U64(node.0));
-    fields.push("worker_id", FieldValue::U64(worker.0));
-}
-
 /// The calling pool thread ran out of work: the next actor run on it reads
 /// the CPU clock afresh (see the `cpu` module).
 #[inline]
@@ -290,6 +262,22 @@ pub(crate) struct Run {
     pub(crate) worker: WorkerId,
 }
 
+#[cfg(feature = "insight")]
+impl Run {
+    /// The run's compact record, for a run of `kind`.
+    fn info(&self, kind: direct::RunKind, attempt: u32) -> direct::RunInfo {
+        direct::RunInfo {
+            kind,
+            task: self.task.as_u128(),
+            attempt,
+            parent_task: self.parent.map(TaskId::as_u128),
+            parent_span: self.parent_span,
+            node: self.node.0,
+            worker: self.worker.0,
+        }
+    }
+}
+
 /// Opens `task.run` for a task's run (`attempt` > 0 for retries).
 #[inline]
 pub(crate) fn task_run(run: Run, function: &'static str, attempt: u32) -> RunSpan {
@@ -303,18 +291,7 @@ fn task_run_listened(run: Run, function: &'static str, attempt: u32) -> RunSpan 
     #[cfg(feature = "insight")]
     if direct() {
         cpu::forget();
-        let span = direct::open_span("task.run", "ray::task", |f| {
-            id(f, "task_id", run.task.as_u128());
-            name(f, "function", function);
-            if attempt > 0 {
-                f.push("attempt", FieldValue::U64(u64::from(attempt)));
-            }
-            if let Some(parent) = run.parent {
-                id(f, "parent_task", parent.as_u128());
-            }
-            span_field(f, run.parent_span);
-            place(f, run.node, run.worker);
-        });
+        let span = direct::open_run(run.info(direct::RunKind::Task { function }, attempt));
         return RunSpan::Direct {
             span: Some(span),
             started: None,
@@ -363,29 +340,20 @@ fn actor_run_listened(
 ) -> RunSpan {
     #[cfg(feature = "insight")]
     if direct() {
-        let span_name = if call.is_some() {
-            "actor.call"
-        } else {
-            "actor.create"
-        };
         cpu::run_starts();
         let started = std::time::Instant::now();
-        let span = direct::open_span(span_name, "ray::actor", |f| {
-            id(f, "task_id", run.task.as_u128());
-            id(f, "actor_id", actor);
-            name(f, "class", class);
-            if let Some((method, attempt)) = call {
-                name(f, "method", method);
-                if attempt > 0 {
-                    f.push("attempt", FieldValue::U64(u64::from(attempt)));
-                }
-            }
-            if let Some(parent) = run.parent {
-                id(f, "parent_task", parent.as_u128());
-            }
-            span_field(f, run.parent_span);
-            place(f, run.node, run.worker);
-        });
+        let (kind, attempt) = match call {
+            Some((method, attempt)) => (
+                direct::RunKind::ActorCall {
+                    actor,
+                    class,
+                    method,
+                },
+                attempt,
+            ),
+            None => (direct::RunKind::ActorCreate { actor, class }, 0),
+        };
+        let span = direct::open_run(run.info(kind, attempt));
         return RunSpan::Direct {
             span: Some(span),
             started: Some(started),
@@ -448,19 +416,12 @@ fn submit_listened(
 ) {
     #[cfg(feature = "insight")]
     if direct() {
-        direct::event("task.submit", "ray::task", |f| {
-            id(f, "task_id", task.as_u128());
-            match actor {
-                Some(actor) => {
-                    name(f, "method", function);
-                    id(f, "actor_id", actor);
-                }
-                None => name(f, "function", function),
-            }
-            if let Some(parent) = parent {
-                id(f, "parent_task", parent.as_u128());
-            }
-            span_field(f, parent_span);
+        direct::submit(&direct::SubmitInfo {
+            task: task.as_u128(),
+            function,
+            actor,
+            parent_task: parent.map(TaskId::as_u128),
+            parent_span,
         });
         return;
     }
@@ -528,18 +489,12 @@ pub(crate) fn object(get: bool, object: ObjectId, bytes: usize, node: NodeId, ar
 fn object_listened(get: bool, object: ObjectId, bytes: usize, node: NodeId, arg: bool) {
     #[cfg(feature = "insight")]
     if direct() {
-        let event = if get { "object.get" } else { "object.put" };
-        let task = crate::context::current_trace();
-        direct::event(event, "ray::object", |f| {
-            id(f, "object_id", object.as_u128());
-            f.push("bytes", FieldValue::U64(bytes as u64));
-            if let Some(task) = task {
-                id(f, "task_id", task.as_u128());
-            }
-            f.push("node_id", FieldValue::U64(node.0));
-            if get {
-                f.push("arg", FieldValue::Bool(arg));
-            }
+        direct::object(&direct::ObjectInfo {
+            object: object.as_u128(),
+            bytes: bytes as u64,
+            task: crate::context::current_trace().map(TaskId::as_u128),
+            node: node.0,
+            get: get.then_some(arg),
         });
         return;
     }

@@ -3,10 +3,13 @@
 //!
 //! Recording a runtime span through `tracing` costs a registry slot, an
 //! extension map, a field visitor and a walk up the span tree, on every task
-//! and actor call. The records the runtime writes here are the same
-//! [`Record`](crate::Record)s, built in place in the calling thread's
-//! buffer, so the views, the log and shipping see no difference. When no
-//! layer is the target ([`InsightLayer::record_runtime_directly`](crate::InsightLayer::record_runtime_directly)),
+//! and actor call. The runtime's hot records ([`submit`], [`object`],
+//! [`open_run`]) are written here in compact fixed shapes, a third to a
+//! quarter of a [`Record`]'s bytes, which the collector
+//! expands into the same records: the views, the log and shipping see no
+//! difference. [`event`] and [`open_span`] write whole records, with any
+//! fields. When no layer is the target
+//! ([`InsightLayer::record_runtime_directly`](crate::InsightLayer::record_runtime_directly)),
 //! [`enabled`] is one relaxed load that says false, and the runtime emits its
 //! `tracing` spans as before (for any subscriber that listens).
 //!
@@ -20,9 +23,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use crate::layer::{self, append, append_merging, Kind};
+use crate::layer::{self, append, append_merging, append_packed, Kind};
+pub use crate::packed::{ObjectInfo, RunInfo, RunKind, SubmitInfo};
 use crate::queue::Shared;
-use crate::record::Fields;
+use crate::record::{FieldValue, Fields, Record, RecordKind};
 
 /// The layer the runtime records into directly, once one asked to be.
 static TARGET: OnceLock<(Arc<Shared>, Instant)> = OnceLock::new();
@@ -102,6 +106,57 @@ pub fn event(name: &'static str, target_name: &'static str, fill: impl FnOnce(&m
     }
 }
 
+/// Records `task.submit` in its compact form (see [`SubmitInfo`]), inside
+/// the innermost direct span open on this thread. Does nothing when
+/// direct recording is off.
+pub fn submit(info: &SubmitInfo) {
+    if let Some((shared, epoch)) = target() {
+        let parent = layer::current_direct_span();
+        append_packed(shared, *epoch, false, |batch, stamp| {
+            batch.push_submit(stamp.thread, stamp.at, parent, info);
+        });
+    }
+}
+
+/// Records `object.put` or `object.get` in its compact form (see
+/// [`ObjectInfo`]), inside the innermost direct span open on this thread.
+/// Does nothing when direct recording is off.
+pub fn object(info: &ObjectInfo) {
+    if let Some((shared, epoch)) = target() {
+        let parent = layer::current_direct_span();
+        append_packed(shared, *epoch, false, |batch, stamp| {
+            batch.push_object(stamp.thread, stamp.at, parent, info);
+        });
+    }
+}
+
+/// Opens a run (`task.run`, `actor.call` or `actor.create`, from
+/// `info.kind`) in its compact form, as a child of the innermost direct
+/// span open on this thread; close it with [`DirectSpan::close_run`] (or
+/// by dropping it). Inert when direct recording is off.
+pub fn open_run(info: RunInfo) -> DirectSpan {
+    let Some((shared, epoch)) = target() else {
+        return DirectSpan::NONE;
+    };
+    let parent = layer::current_direct_span();
+    let Some(id) = append_packed(shared, *epoch, true, |batch, stamp| {
+        batch.push_run(stamp.thread, stamp.at, stamp.span, parent, info);
+        stamp.span
+    }) else {
+        return DirectSpan::NONE;
+    };
+    layer::track_direct_span(id, true);
+    let (name, target) = info.names();
+    DirectSpan {
+        id,
+        parent,
+        name,
+        target,
+        packed: true,
+        _thread: PhantomData,
+    }
+}
+
 /// Opens a span named `name` (under `target`), its fields written by `fill`,
 /// as a child of the innermost direct span open on this thread; it closes
 /// when the returned guard drops, on this thread. Inert when direct
@@ -131,6 +186,7 @@ pub fn open_span(
         parent,
         name,
         target: target_name,
+        packed: false,
         _thread: PhantomData,
     }
 }
@@ -146,6 +202,8 @@ pub struct DirectSpan {
     parent: u64,
     name: &'static str,
     target: &'static str,
+    /// Opened by [`open_run`]: its opening is a compact record.
+    packed: bool,
     _thread: PhantomData<*const ()>,
 }
 
@@ -155,6 +213,7 @@ impl DirectSpan {
         parent: 0,
         name: "",
         target: "",
+        packed: false,
         _thread: PhantomData,
     };
 
@@ -169,13 +228,80 @@ impl DirectSpan {
     /// record (nothing was recorded on this thread since it opened: one
     /// record with [`CLOSED_AT`](crate::CLOSED_AT) stands for both) or is
     /// a close record of its own. Dropping the guard closes it with no
-    /// fields.
+    /// fields. A run from [`open_run`] has no fields to add to: `fill` is
+    /// not called, and the close is [`DirectSpan::close_run`]'s with
+    /// nothing to say.
     pub fn close_with(mut self, fill: impl FnOnce(&mut Fields, bool)) {
         self.close(fill);
     }
 
+    /// Closes a run opened by [`open_run`]. `cpu`: the CPU time it used
+    /// and whether that is its wall time (no clock reading), which a close
+    /// folded into the opening leaves out (the views take the record's own
+    /// span); `error`: why the run failed. A close that cannot be folded
+    /// (something was recorded inside the run, or it failed) is a record
+    /// of its own.
+    pub fn close_run(mut self, cpu: Option<(u64, bool)>, error: Option<String>) {
+        if !self.packed {
+            self.close(|fields, folded| {
+                match cpu {
+                    Some((_, true)) if folded => {}
+                    Some((used, _)) => fields.push("cpu_nanos", FieldValue::U64(used)),
+                    None => {}
+                }
+                if let Some(error) = error {
+                    fields.push("error", FieldValue::Str(error.into()));
+                }
+            });
+            return;
+        }
+        if self.id == 0 {
+            return;
+        }
+        layer::track_direct_span(self.id, false);
+        let (id, parent, names) = (self.id, self.parent, (self.name, self.target));
+        self.id = 0;
+        let Some((shared, epoch)) = TARGET.get().filter(|(s, _)| !s.layer_gone()) else {
+            return;
+        };
+        append_packed(shared, *epoch, false, |batch, stamp| {
+            let used = cpu.map(|(used, _)| used);
+            match error {
+                None => {
+                    let folded_cpu = cpu.and_then(|(used, wall)| (!wall).then_some(used));
+                    if !batch.fold_close(id, stamp.at, folded_cpu) {
+                        batch.push_close(stamp.thread, stamp.at, id, parent, names, used);
+                    }
+                }
+                Some(error) => {
+                    let mut fields = Fields::new();
+                    if let Some(used) = used {
+                        fields.push("cpu_nanos", FieldValue::U64(used));
+                    }
+                    fields.push("error", FieldValue::Str(error.into()));
+                    batch.push_full(Record {
+                        kind: RecordKind::SpanClose,
+                        span: id,
+                        parent,
+                        name: names.0,
+                        target: names.1,
+                        at_nanos: stamp.at,
+                        thread: stamp.thread,
+                        fields,
+                    });
+                }
+            }
+        });
+    }
+
     fn close(&mut self, fill: impl FnOnce(&mut Fields, bool)) {
         if self.id == 0 {
+            return;
+        }
+        if self.packed {
+            // Dropped without `close_run`: closed with nothing to say.
+            let span = std::mem::replace(self, DirectSpan::NONE);
+            span.close_run(None, None);
             return;
         }
         layer::track_direct_span(self.id, false);

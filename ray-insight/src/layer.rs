@@ -23,6 +23,7 @@ use tracing::{Event, Metadata, Subscriber};
 use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::registry::{LookupSpan, SpanRef};
 
+use crate::packed::Batch;
 use crate::queue::{PartialBatch, Shared, STALE_NANOS};
 use crate::record::{FieldCollector, FieldValue, Fields, Record, RecordKind, CLOSED_AT};
 use crate::sink::Collector;
@@ -201,24 +202,20 @@ pub(crate) fn append_merging(
     (name, target): (&'static str, &'static str),
     fill: impl FnOnce(&mut Fields, bool),
 ) -> Option<u64> {
-    let at_nanos = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
-    let appended = THREAD_STATE.try_with(|cell| {
-        let mut state = cell.try_borrow_mut().ok()?;
-        let thread = state.index;
+    let new_span = matches!(kind, Kind::SpanNew);
+    append_packed(shared, epoch, new_span, |batch, stamp| {
         let (kind, span, folds) = match kind {
-            Kind::SpanNew => (RecordKind::SpanNew, state.next_span_id(), false),
+            Kind::SpanNew => (RecordKind::SpanNew, stamp.span, false),
             Kind::SpanClose(span) => (RecordKind::SpanClose, span, false),
             Kind::DirectClose(span) => (RecordKind::SpanClose, span, true),
             Kind::Event => (RecordKind::Event, 0, false),
         };
-        let buffer = state.buffer_for(shared);
-        let mut records = buffer.records.lock();
         // A direct close with nothing recorded on this thread since its
         // span opened (the opening is the batch's last record): one record
         // stands for both, when `closed_at` still fits its inline fields
         // (a close's own fields may not: an error, or the CPU time of a run
         // of 50 µs or more).
-        let open = records.last_mut().filter(|r| {
+        let open = batch.last_full_mut().filter(|r| {
             folds
                 && r.kind == RecordKind::SpanNew
                 && r.span == span
@@ -226,31 +223,66 @@ pub(crate) fn append_merging(
         });
         if let Some(open) = open {
             fill(&mut open.fields, true);
-            open.fields.push(CLOSED_AT, FieldValue::U64(at_nanos));
-            flush_if_due(shared, &mut records, at_nanos);
-            return Some(span);
+            open.fields.push(CLOSED_AT, FieldValue::U64(stamp.at));
+            return span;
         }
-        records.push(Record {
+        let record = batch.push_full(Record {
             kind,
             span,
             parent,
             name,
             target,
-            at_nanos,
-            thread,
+            at_nanos: stamp.at,
+            thread: stamp.thread,
             fields: Fields::new(),
         });
-        if let Some(record) = records.last_mut() {
-            fill(&mut record.fields, false);
-        }
-        flush_if_due(shared, &mut records, at_nanos);
-        Some(span)
+        fill(&mut record.fields, false);
+        span
+    })
+}
+
+/// Who writes a record, and when: what [`append_packed`] hands its writer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stamp {
+    /// The recording thread's index.
+    pub(crate) thread: u32,
+    /// Now, in nanoseconds since the layer's epoch.
+    pub(crate) at: u64,
+    /// A fresh span id, when one was asked for (else 0).
+    pub(crate) span: u64,
+}
+
+/// Runs `write` on this thread's batch for the layer sharing `shared`,
+/// stamped now (with a fresh span id if `new_span`), then hands the batch
+/// over if it is due. `None` (and the record counted dropped) when the
+/// thread has no usable buffer: during its teardown, or re-entered from
+/// inside `write` (a field's `Debug` that itself records).
+pub(crate) fn append_packed<R>(
+    shared: &Arc<Shared>,
+    epoch: Instant,
+    new_span: bool,
+    write: impl FnOnce(&mut Batch, Stamp) -> R,
+) -> Option<R> {
+    let at = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let appended = THREAD_STATE.try_with(|cell| {
+        let mut state = cell.try_borrow_mut().ok()?;
+        let span = if new_span { state.next_span_id() } else { 0 };
+        let stamp = Stamp {
+            thread: state.index,
+            at,
+            span,
+        };
+        let buffer = state.buffer_for(shared);
+        let mut batch = buffer.records.lock();
+        let written = write(&mut batch, stamp);
+        flush_if_due(shared, &mut batch, at);
+        Some(written)
     });
-    let span = appended.ok().flatten();
-    if span.is_none() {
+    let written = appended.ok().flatten();
+    if written.is_none() {
         shared.count_dropped(1);
     }
-    span
+    written
 }
 
 impl Drop for InsightLayer {
@@ -576,8 +608,8 @@ impl ThreadBuffer {
 /// Hands `records` over when the batch is full, or when its oldest record
 /// has waited long (so a thread that records rarely is not hours behind);
 /// `now` is the newest record's time.
-fn flush_if_due(shared: &Shared, records: &mut Vec<Record>, now: u64) {
-    let oldest = records.first().map_or(now, |r| r.at_nanos);
+fn flush_if_due(shared: &Shared, records: &mut Batch, now: u64) {
+    let oldest = records.first_at().unwrap_or(now);
     if records.len() >= shared.batch_size() || now.saturating_sub(oldest) >= STALE_NANOS {
         shared.hand_off(records);
     }

@@ -73,6 +73,7 @@ pub mod direct;
 pub mod export;
 mod layer;
 pub mod log;
+mod packed;
 mod queue;
 mod record;
 pub mod resources;

@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
+use crate::packed::Batch;
 use crate::record::Record;
 
 /// Emptied batch buffers kept for reuse, so steady-state recording does not
@@ -31,7 +32,7 @@ const MAX_PREALLOCATED_SLOTS: usize = 1024;
 /// an uncontended lock; shared with the collector so that what a thread
 /// wrote before it blocked (a long call, a sleep, a wait in user code) is
 /// handed over without it ([`Shared::take_batches`]).
-pub(crate) type PartialBatch = Arc<Mutex<Vec<Record>>>;
+pub(crate) type PartialBatch = Arc<Mutex<Batch>>;
 
 /// A partial batch whose oldest record is this old (nanoseconds) is taken
 /// from its thread by the collector (a thread still recording hands it over
@@ -63,15 +64,18 @@ pub(crate) struct Shared {
     epoch: Instant,
     /// Every thread's partial batch for this layer (gone threads' are
     /// pruned at each sweep).
-    partials: Mutex<Vec<Weak<Mutex<Vec<Record>>>>>,
+    partials: Mutex<Vec<Weak<Mutex<Batch>>>>,
     /// When the next sweep for stale partial batches may run (`at_nanos`).
     next_sweep: AtomicU64,
+    /// The records of the batch being drained, expanded: kept between
+    /// drains, so draining writes to warm memory.
+    unpacked: Mutex<Vec<Record>>,
 }
 
 #[derive(Debug, Default)]
 struct Queue {
-    batches: VecDeque<Vec<Record>>,
-    spare: Vec<Vec<Record>>,
+    batches: VecDeque<Batch>,
+    spare: Vec<Batch>,
 }
 
 impl Shared {
@@ -95,12 +99,13 @@ impl Shared {
             epoch,
             partials: Mutex::new(Vec::new()),
             next_sweep: AtomicU64::new(0),
+            unpacked: Mutex::new(Vec::new()),
         }
     }
 
     /// A new thread's partial batch, known to the collector.
     pub(crate) fn new_partial(&self) -> PartialBatch {
-        let partial = Arc::new(Mutex::new(Vec::with_capacity(self.batch_size)));
+        let partial = Arc::new(Mutex::new(Batch::with_capacity(self.batch_size)));
         self.partials.lock().push(Arc::downgrade(&partial));
         partial
     }
@@ -138,8 +143,8 @@ impl Shared {
         for partial in partials {
             if let Some(mut records) = partial.try_lock() {
                 let stale = records
-                    .first()
-                    .is_some_and(|r| now.saturating_sub(r.at_nanos) >= age);
+                    .first_at()
+                    .is_some_and(|at| now.saturating_sub(at) >= age);
                 if stale {
                     self.hand_off(&mut records);
                 }
@@ -165,7 +170,7 @@ impl Shared {
     /// room, else into a spare buffer, and the thread keeps its own buffer:
     /// a thread that flushes often then allocates nothing, where swapping
     /// would hand it a fresh buffer of a whole batch each time.
-    pub(crate) fn hand_off(&self, batch: &mut Vec<Record>) {
+    pub(crate) fn hand_off(&self, batch: &mut Batch) {
         if batch.is_empty() {
             return;
         }
@@ -202,9 +207,9 @@ impl Shared {
         };
         if accepted {
             self.recorded.fetch_add(len as u64, Ordering::Relaxed);
-            if !small {
+            if !small && batch.capacity() < self.batch_size {
                 // Allocate outside the lock when no spare buffer was available.
-                batch.reserve(self.batch_size);
+                *batch = Batch::with_capacity(self.batch_size);
             }
         } else {
             // Clearing frees the records' field strings; done outside the lock.
@@ -220,15 +225,20 @@ impl Shared {
 
     /// Takes every queued batch, oldest first, after queueing the stale
     /// partial batches of threads that stopped recording.
-    pub(crate) fn take_batches(&self) -> VecDeque<Vec<Record>> {
+    pub(crate) fn take_batches(&self) -> VecDeque<Batch> {
         self.sweep_stale();
         mem::take(&mut self.queue.lock().batches)
+    }
+
+    /// The buffer drains expand batches into (one drain at a time uses it).
+    pub(crate) fn unpacked(&self) -> parking_lot::MutexGuard<'_, Vec<Record>> {
+        self.unpacked.lock()
     }
 
     /// Returns an emptied batch buffer for reuse by recording threads. One
     /// that cannot hold a whole batch is freed instead: a thread handed it
     /// would grow it into fresh memory (and fault its pages in) anyway.
-    pub(crate) fn recycle(&self, mut batch: Vec<Record>) {
+    pub(crate) fn recycle(&self, mut batch: Batch) {
         if batch.capacity() < self.batch_size {
             return;
         }
@@ -269,8 +279,12 @@ impl Shared {
 mod tests {
     use super::*;
 
-    fn batch(n: usize) -> Vec<Record> {
-        crate::record::test_records(n)
+    fn batch(n: usize) -> Batch {
+        let mut batch = Batch::default();
+        for record in crate::record::test_records(n) {
+            batch.push_full(record);
+        }
+        batch
     }
 
     #[test]
@@ -298,9 +312,9 @@ mod tests {
         assert_eq!(shared.spares(), MAX_SPARE_BATCHES);
         // A buffer that cannot hold a whole batch is not kept.
         let fresh = Shared::new(4, 200, Instant::now(), 0);
-        fresh.recycle(Vec::with_capacity(2));
+        fresh.recycle(Batch::with_capacity(2));
         assert_eq!(fresh.spares(), 0);
-        fresh.recycle(Vec::with_capacity(4));
+        fresh.recycle(Batch::with_capacity(4));
         assert_eq!(fresh.spares(), 1);
     }
 
@@ -328,21 +342,21 @@ mod tests {
         // The thread keeps its own buffer.
         assert!(first.is_empty());
         assert_eq!(first.capacity(), capacity);
-        let mut second = batch(2);
-        for (i, r) in second.iter_mut().enumerate() {
+        let mut second = Batch::default();
+        for (i, mut r) in crate::record::test_records(2).into_iter().enumerate() {
             r.at_nanos = 10 + i as u64;
+            second.push_full(r);
         }
         shared.hand_off(&mut second);
         // Both fit the one queued batch, though the queue holds one batch.
         assert_eq!(shared.queued_batches(), 1);
         assert_eq!(shared.recorded(), 4);
         assert_eq!(shared.dropped(), 0);
-        let times: Vec<u64> = shared
-            .take_batches()
-            .into_iter()
-            .flatten()
-            .map(|r| r.at_nanos)
-            .collect();
+        let mut records = Vec::new();
+        for mut batch in shared.take_batches() {
+            batch.unpack_into(&mut records);
+        }
+        let times: Vec<u64> = records.iter().map(|r| r.at_nanos).collect();
         assert_eq!(times, [0, 1, 10, 11]);
         // A full queue with no room in its newest batch drops.
         let mut big = batch(8);

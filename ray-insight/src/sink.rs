@@ -52,10 +52,15 @@ impl Collector {
     /// runs, so recording threads are not held up by a slow sink.
     pub fn drain_into(&self, sink: &mut dyn Sink) -> usize {
         let mut moved = 0;
+        let mut records = self.shared.unpacked();
         for mut batch in self.shared.take_batches() {
             moved += batch.len();
-            sink.accept_owned(&mut batch);
+            // Expanded here, on the collector's side: the recording thread
+            // wrote the runtime's records in their compact shapes.
+            batch.unpack_into(&mut records);
             self.shared.recycle(batch);
+            sink.accept_owned(&mut records);
+            records.clear();
         }
         moved
     }

@@ -1,0 +1,749 @@
+//! A batch as its recording thread fills it: the runtime's own records in
+//! compact typed form, anything else as a whole [`Record`].
+//!
+//! A [`Record`] is a few hundred bytes (its inline fields are sized for
+//! any span). The runtime's records are a handful of shapes whose fields
+//! are known: a submit, a run (opened, and usually closed in the same
+//! record), a run's close, an object's put or get. Written in those shapes
+//! they take a quarter to a half of the bytes, and bytes are what a burst
+//! costs its threads: a batch waits in memory until the collector runs, so
+//! each batch is fresh memory the thread faults in as it writes
+//! (docs/perf-log/2026-11-28-recording-buffers.md). The collector expands
+//! each compact record into the [`Record`] it stands for
+//! ([`Batch::unpack_into`]), so sinks, views and the log see no difference.
+//!
+//! Each shape has a list of its own, and the batch's `order` says which
+//! list each record came from: a record costs its own size and eight bytes
+//! of order, not the size of the largest shape.
+
+use crate::record::{FieldStr, FieldValue, Fields, Record, RecordKind, CLOSED_AT};
+
+/// Which list a batch's record sits in, and the thread that wrote it
+/// (batches of several threads are joined when small).
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    shape: Shape,
+    thread: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Full,
+    Submit,
+    Run,
+    Close,
+    Object,
+}
+
+/// A 128-bit id kept as two words (a `u128` would align the whole record
+/// to 16 bytes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Id128 {
+    hi: u64,
+    lo: u64,
+}
+
+impl Id128 {
+    fn new(value: u128) -> Self {
+        Id128 {
+            hi: (value >> 64) as u64,
+            lo: value as u64,
+        }
+    }
+
+    fn value(self) -> FieldValue {
+        FieldValue::U128 {
+            hi: self.hi,
+            lo: self.lo,
+        }
+    }
+}
+
+/// `task.submit`: a task of `function`, or (with an actor) a call of that
+/// method. (Optional ids are flagged in `has`, not `Option`s: each of
+/// those would take 24 bytes.)
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Submit {
+    at: u64,
+    parent: u64,
+    task: Id128,
+    actor: Id128,
+    parent_task: Id128,
+    parent_span: u64,
+    function: &'static str,
+    has: u8,
+}
+
+/// Bits of the `has` bytes.
+const HAS_ACTOR: u8 = 1;
+const HAS_PARENT_TASK: u8 = 2;
+const HAS_TASK: u8 = 4;
+const CLOSED: u8 = 8;
+const HAS_CPU: u8 = 16;
+const IS_GET: u8 = 32;
+const IS_ARG: u8 = 64;
+
+fn flag(on: bool, bit: u8) -> u8 {
+    if on {
+        bit
+    } else {
+        0
+    }
+}
+
+/// The id, if `has` has `bit`.
+fn flagged(has: u8, bit: u8, id: Id128) -> Option<Id128> {
+    (has & bit != 0).then_some(id)
+}
+
+/// What a run is: a task's, an actor call's or an actor's constructor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunKind {
+    /// `task.run` of `function`.
+    Task {
+        /// The task's function.
+        function: &'static str,
+    },
+    /// `actor.call` of `method` on an actor of `class`.
+    ActorCall {
+        /// The actor's id.
+        actor: u128,
+        /// The actor's class.
+        class: &'static str,
+        /// The method called.
+        method: &'static str,
+    },
+    /// `actor.create`: the constructor of an actor of `class`.
+    ActorCreate {
+        /// The actor's id.
+        actor: u128,
+        /// The actor's class.
+        class: &'static str,
+    },
+}
+
+/// Everything a run's opening says: what runs, which task it is, its
+/// caller, and where.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunInfo {
+    /// Task, actor call or constructor.
+    pub kind: RunKind,
+    /// The task's id (an actor call's and a constructor's too).
+    pub task: u128,
+    /// Which send of the task this is (0: the first; recorded above 0).
+    pub attempt: u32,
+    /// The task that submitted it, if any (the driver's have none).
+    pub parent_task: Option<u128>,
+    /// The submitter's application span it was submitted in, or 0.
+    pub parent_span: u64,
+    /// The node it runs on.
+    pub node: u64,
+    /// The worker it runs in.
+    pub worker: u64,
+}
+
+/// A run's opening (`task.run`, `actor.call`, `actor.create`), and its
+/// close when nothing was recorded on its thread in between.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Run {
+    at: u64,
+    span: u64,
+    parent: u64,
+    task: Id128,
+    actor: Id128,
+    parent_task: Id128,
+    parent_span: u64,
+    node: u64,
+    worker: u64,
+    /// The function, or the actor's class.
+    what: &'static str,
+    /// The method called ("" for a task or a constructor).
+    method: &'static str,
+    /// When it closed, if that is folded in here (`CLOSED`).
+    closed_at: u64,
+    /// The CPU time its close reported (`HAS_CPU`).
+    cpu_nanos: u64,
+    attempt: u32,
+    kind: RunShape,
+    has: u8,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunShape {
+    Task,
+    ActorCall,
+    ActorCreate,
+}
+
+/// A run's close as a record of its own (something was recorded inside
+/// the run), with the CPU time it reports.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Close {
+    at: u64,
+    span: u64,
+    parent: u64,
+    name: &'static str,
+    target: &'static str,
+    cpu_nanos: Option<u64>,
+}
+
+/// `object.put` or `object.get` (read as a task's argument or not).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ObjectIo {
+    at: u64,
+    parent: u64,
+    object: Id128,
+    task: Id128,
+    bytes: u64,
+    node: u64,
+    has: u8,
+}
+
+/// What the runtime records of an object's put or get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// The object.
+    pub object: u128,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// The task that put or read it (none: the driver outside a task).
+    pub task: Option<u128>,
+    /// The node it moved on.
+    pub node: u64,
+    /// `None` for a put; for a get, whether it read a task's argument.
+    pub get: Option<bool>,
+}
+
+/// What the runtime records of a submit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubmitInfo {
+    /// The task submitted.
+    pub task: u128,
+    /// The function, or for an actor call the method.
+    pub function: &'static str,
+    /// The actor called, if this is an actor call.
+    pub actor: Option<u128>,
+    /// The task that submitted it, if any.
+    pub parent_task: Option<u128>,
+    /// The submitter's application span it was submitted in, or 0.
+    pub parent_span: u64,
+}
+
+/// One thread's batch of records, or several small ones joined, in
+/// recording order.
+#[derive(Debug, Default)]
+pub(crate) struct Batch {
+    /// The records a list is given room for when first used.
+    room: usize,
+    order: Vec<Entry>,
+    /// When its oldest record was written (meaningful only when not empty).
+    first_at: u64,
+    full: Vec<Record>,
+    submits: Vec<Submit>,
+    runs: Vec<Run>,
+    closes: Vec<Close>,
+    objects: Vec<ObjectIo>,
+}
+
+impl Batch {
+    /// An empty batch with room for `records` records. Each shape's list
+    /// gets that room when first used: a thread that only submits never
+    /// allocates a list of runs. (An allocation touches the memory past
+    /// its end, so an unused list would still fault a page in.)
+    pub(crate) fn with_capacity(records: usize) -> Self {
+        Batch {
+            room: records,
+            order: Vec::with_capacity(records),
+            ..Batch::default()
+        }
+    }
+
+    /// How many records it holds.
+    pub(crate) fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// When its oldest record was written, if it holds any.
+    pub(crate) fn first_at(&self) -> Option<u64> {
+        (!self.order.is_empty()).then_some(self.first_at)
+    }
+
+    /// How many records of the busiest compact shape it can take without
+    /// growing: a recycled buffer below a whole batch is not worth keeping.
+    pub(crate) fn capacity(&self) -> usize {
+        self.order.capacity()
+    }
+
+    fn note(&mut self, shape: Shape, thread: u32, at: u64) {
+        if self.order.is_empty() {
+            self.first_at = at;
+        }
+        self.order.push(Entry { shape, thread });
+    }
+
+    /// `list`, given the batch's room when it has none yet.
+    fn roomy<T>(list: &mut Vec<T>, room: usize) -> &mut Vec<T> {
+        if list.capacity() == 0 {
+            list.reserve_exact(room);
+        }
+        list
+    }
+
+    /// Appends a whole record, and returns it (to fill in place: moving a
+    /// record costs as much as writing it).
+    pub(crate) fn push_full(&mut self, record: Record) -> &mut Record {
+        self.note(Shape::Full, record.thread, record.at_nanos);
+        Self::roomy(&mut self.full, self.room).push(record);
+        let last = self.full.len() - 1;
+        &mut self.full[last]
+    }
+
+    /// The last record, if it is a whole one (to fold a close into).
+    pub(crate) fn last_full_mut(&mut self) -> Option<&mut Record> {
+        match self.order.last() {
+            Some(Entry {
+                shape: Shape::Full, ..
+            }) => self.full.last_mut(),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn push_submit(&mut self, thread: u32, at: u64, parent: u64, info: &SubmitInfo) {
+        self.note(Shape::Submit, thread, at);
+        Self::roomy(&mut self.submits, self.room).push(Submit {
+            at,
+            parent,
+            task: Id128::new(info.task),
+            actor: Id128::new(info.actor.unwrap_or(0)),
+            parent_task: Id128::new(info.parent_task.unwrap_or(0)),
+            parent_span: info.parent_span,
+            function: info.function,
+            has: flag(info.actor.is_some(), HAS_ACTOR)
+                | flag(info.parent_task.is_some(), HAS_PARENT_TASK),
+        });
+    }
+
+    pub(crate) fn push_run(&mut self, thread: u32, at: u64, span: u64, parent: u64, info: RunInfo) {
+        self.note(Shape::Run, thread, at);
+        let (kind, actor, what, method) = match info.kind {
+            RunKind::Task { function } => (RunShape::Task, 0, function, ""),
+            RunKind::ActorCall {
+                actor,
+                class,
+                method,
+            } => (RunShape::ActorCall, actor, class, method),
+            RunKind::ActorCreate { actor, class } => (RunShape::ActorCreate, actor, class, ""),
+        };
+        Self::roomy(&mut self.runs, self.room).push(Run {
+            at,
+            span,
+            parent,
+            task: Id128::new(info.task),
+            actor: Id128::new(actor),
+            parent_task: Id128::new(info.parent_task.unwrap_or(0)),
+            parent_span: info.parent_span,
+            node: info.node,
+            worker: info.worker,
+            what,
+            method,
+            closed_at: 0,
+            cpu_nanos: 0,
+            attempt: info.attempt,
+            kind,
+            has: flag(info.parent_task.is_some(), HAS_PARENT_TASK),
+        });
+    }
+
+    /// Folds the close of run `span` at `at` into its opening, when that is
+    /// the batch's last record; false (nothing changed) otherwise.
+    pub(crate) fn fold_close(&mut self, span: u64, at: u64, cpu_nanos: Option<u64>) -> bool {
+        let last_is_run = matches!(
+            self.order.last(),
+            Some(Entry {
+                shape: Shape::Run,
+                ..
+            })
+        );
+        match self.runs.last_mut() {
+            Some(run) if last_is_run && run.span == span && run.has & CLOSED == 0 => {
+                run.closed_at = at;
+                run.cpu_nanos = cpu_nanos.unwrap_or(0);
+                run.has |= CLOSED | flag(cpu_nanos.is_some(), HAS_CPU);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A run's close as a record of its own.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn push_close(
+        &mut self,
+        thread: u32,
+        at: u64,
+        span: u64,
+        parent: u64,
+        (name, target): (&'static str, &'static str),
+        cpu_nanos: Option<u64>,
+    ) {
+        self.note(Shape::Close, thread, at);
+        Self::roomy(&mut self.closes, self.room).push(Close {
+            at,
+            span,
+            parent,
+            name,
+            target,
+            cpu_nanos,
+        });
+    }
+
+    pub(crate) fn push_object(&mut self, thread: u32, at: u64, parent: u64, info: &ObjectInfo) {
+        self.note(Shape::Object, thread, at);
+        Self::roomy(&mut self.objects, self.room).push(ObjectIo {
+            at,
+            parent,
+            object: Id128::new(info.object),
+            task: Id128::new(info.task.unwrap_or(0)),
+            bytes: info.bytes,
+            node: info.node,
+            has: flag(info.task.is_some(), HAS_TASK)
+                | flag(info.get.is_some(), IS_GET)
+                | flag(info.get == Some(true), IS_ARG),
+        });
+    }
+
+    /// Moves every record of `other` after this batch's, leaving it empty.
+    pub(crate) fn append(&mut self, other: &mut Batch) {
+        if self.order.is_empty() {
+            self.first_at = other.first_at;
+        }
+        self.order.append(&mut other.order);
+        self.full.append(&mut other.full);
+        self.submits.append(&mut other.submits);
+        self.runs.append(&mut other.runs);
+        self.closes.append(&mut other.closes);
+        self.objects.append(&mut other.objects);
+    }
+
+    /// Empties it, keeping its buffers.
+    pub(crate) fn clear(&mut self) {
+        self.order.clear();
+        self.full.clear();
+        self.submits.clear();
+        self.runs.clear();
+        self.closes.clear();
+        self.objects.clear();
+    }
+
+    /// Appends every record, expanded to a [`Record`], to `out` in
+    /// recording order, and empties the batch (keeping its buffers).
+    pub(crate) fn unpack_into(&mut self, out: &mut Vec<Record>) {
+        out.reserve(self.order.len());
+        let mut full = self.full.drain(..);
+        let (mut submits, mut runs, mut closes, mut objects) = (
+            self.submits.iter(),
+            self.runs.iter(),
+            self.closes.iter(),
+            self.objects.iter(),
+        );
+        for entry in &self.order {
+            let record = match entry.shape {
+                Shape::Full => full.next(),
+                Shape::Submit => submits.next().map(|s| s.record(entry.thread)),
+                Shape::Run => runs.next().map(|r| r.record(entry.thread)),
+                Shape::Close => closes.next().map(|c| c.record(entry.thread)),
+                Shape::Object => objects.next().map(|o| o.record(entry.thread)),
+            };
+            // Every entry has its record (they are pushed together).
+            if let Some(record) = record {
+                out.push(record);
+            }
+        }
+        drop(full);
+        self.clear();
+    }
+}
+
+fn name(fields: &mut Fields, key: &'static str, value: &'static str) {
+    fields.push(key, FieldValue::Str(FieldStr::from_static(value)));
+}
+
+fn caller(fields: &mut Fields, parent_task: Option<Id128>, parent_span: u64) {
+    if let Some(parent) = parent_task {
+        fields.push("parent_task", parent.value());
+    }
+    if parent_span != 0 {
+        fields.push("parent_span", FieldValue::U64(parent_span));
+    }
+}
+
+impl Submit {
+    fn record(&self, thread: u32) -> Record {
+        let mut fields = Fields::new();
+        fields.push("task_id", self.task.value());
+        match flagged(self.has, HAS_ACTOR, self.actor) {
+            Some(actor) => {
+                name(&mut fields, "method", self.function);
+                fields.push("actor_id", actor.value());
+            }
+            None => name(&mut fields, "function", self.function),
+        }
+        caller(
+            &mut fields,
+            flagged(self.has, HAS_PARENT_TASK, self.parent_task),
+            self.parent_span,
+        );
+        Record {
+            kind: RecordKind::Event,
+            span: 0,
+            parent: self.parent,
+            name: "task.submit",
+            target: "ray::task",
+            at_nanos: self.at,
+            thread,
+            fields,
+        }
+    }
+}
+
+impl RunInfo {
+    /// The name and target of the span it opens.
+    pub(crate) fn names(&self) -> (&'static str, &'static str) {
+        match self.kind {
+            RunKind::Task { .. } => RunShape::Task.names(),
+            RunKind::ActorCall { .. } => RunShape::ActorCall.names(),
+            RunKind::ActorCreate { .. } => RunShape::ActorCreate.names(),
+        }
+    }
+}
+
+impl RunShape {
+    fn names(self) -> (&'static str, &'static str) {
+        match self {
+            RunShape::Task => ("task.run", "ray::task"),
+            RunShape::ActorCall => ("actor.call", "ray::actor"),
+            RunShape::ActorCreate => ("actor.create", "ray::actor"),
+        }
+    }
+}
+
+impl Run {
+    fn record(&self, thread: u32) -> Record {
+        let mut fields = Fields::new();
+        fields.push("task_id", self.task.value());
+        let attempt = |fields: &mut Fields| {
+            if self.attempt > 0 {
+                fields.push("attempt", FieldValue::U64(u64::from(self.attempt)));
+            }
+        };
+        match self.kind {
+            RunShape::Task => {
+                name(&mut fields, "function", self.what);
+                attempt(&mut fields);
+            }
+            RunShape::ActorCall => {
+                fields.push("actor_id", self.actor.value());
+                name(&mut fields, "class", self.what);
+                name(&mut fields, "method", self.method);
+                attempt(&mut fields);
+            }
+            RunShape::ActorCreate => {
+                fields.push("actor_id", self.actor.value());
+                name(&mut fields, "class", self.what);
+            }
+        }
+        caller(
+            &mut fields,
+            flagged(self.has, HAS_PARENT_TASK, self.parent_task),
+            self.parent_span,
+        );
+        fields.push("node_id", FieldValue::U64(self.node));
+        fields.push("worker_id", FieldValue::U64(self.worker));
+        if self.has & HAS_CPU != 0 {
+            fields.push("cpu_nanos", FieldValue::U64(self.cpu_nanos));
+        }
+        if self.has & CLOSED != 0 {
+            fields.push(CLOSED_AT, FieldValue::U64(self.closed_at));
+        }
+        let (name, target) = self.kind.names();
+        Record {
+            kind: RecordKind::SpanNew,
+            span: self.span,
+            parent: self.parent,
+            name,
+            target,
+            at_nanos: self.at,
+            thread,
+            fields,
+        }
+    }
+}
+
+impl Close {
+    fn record(&self, thread: u32) -> Record {
+        let mut fields = Fields::new();
+        if let Some(cpu) = self.cpu_nanos {
+            fields.push("cpu_nanos", FieldValue::U64(cpu));
+        }
+        Record {
+            kind: RecordKind::SpanClose,
+            span: self.span,
+            parent: self.parent,
+            name: self.name,
+            target: self.target,
+            at_nanos: self.at,
+            thread,
+            fields,
+        }
+    }
+}
+
+impl ObjectIo {
+    fn record(&self, thread: u32) -> Record {
+        let mut fields = Fields::new();
+        fields.push("object_id", self.object.value());
+        fields.push("bytes", FieldValue::U64(self.bytes));
+        if let Some(task) = flagged(self.has, HAS_TASK, self.task) {
+            fields.push("task_id", task.value());
+        }
+        fields.push("node_id", FieldValue::U64(self.node));
+        if self.has & IS_GET != 0 {
+            fields.push("arg", FieldValue::Bool(self.has & IS_ARG != 0));
+        }
+        Record {
+            kind: RecordKind::Event,
+            span: 0,
+            parent: self.parent,
+            name: if self.has & IS_GET != 0 {
+                "object.get"
+            } else {
+                "object.put"
+            },
+            target: "ray::object",
+            at_nanos: self.at,
+            thread,
+            fields,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compact_records_are_small() {
+        // What a burst writes per record (the point of this module).
+        assert!(std::mem::size_of::<Submit>() <= 96);
+        assert!(std::mem::size_of::<ObjectIo>() <= 72);
+        assert!(std::mem::size_of::<Run>() <= 160);
+        assert!(std::mem::size_of::<Record>() >= 2 * std::mem::size_of::<Submit>());
+    }
+
+    #[test]
+    fn a_mixed_batch_unpacks_in_recording_order() {
+        let mut batch = Batch::with_capacity(4);
+        let info = SubmitInfo {
+            task: (7 << 64) | 1,
+            function: "f",
+            actor: None,
+            parent_task: None,
+            parent_span: 0,
+        };
+        batch.push_submit(3, 10, 0, &info);
+        batch.push_full(Record::event("user", "ray_app", 11, Fields::new()));
+        let run = RunInfo {
+            kind: RunKind::ActorCall {
+                actor: 5,
+                class: "C",
+                method: "m",
+            },
+            task: 9,
+            attempt: 2,
+            parent_task: Some(1),
+            parent_span: 4,
+            node: 1,
+            worker: 2,
+        };
+        batch.push_run(3, 12, 100, 0, run);
+        assert!(batch.fold_close(100, 15, Some(3)));
+        assert!(!batch.fold_close(100, 16, None), "already closed");
+        batch.push_object(
+            3,
+            17,
+            0,
+            &ObjectInfo {
+                object: 6,
+                bytes: 8,
+                task: None,
+                node: 1,
+                get: Some(true),
+            },
+        );
+        assert!(!batch.fold_close(100, 18, None), "not the last record");
+        batch.push_close(3, 18, 101, 0, ("task.run", "ray::task"), Some(9));
+        assert_eq!(batch.first_at(), Some(10));
+        let mut out = Vec::new();
+        batch.unpack_into(&mut out);
+        assert!(batch.is_empty());
+        let names: Vec<&str> = out.iter().map(|r| r.name).collect();
+        assert_eq!(
+            names,
+            [
+                "task.submit",
+                "user",
+                "actor.call",
+                "object.get",
+                "task.run"
+            ]
+        );
+        assert_eq!(
+            out[0].field("task_id").and_then(FieldValue::as_u128),
+            Some((7 << 64) | 1)
+        );
+        assert_eq!(
+            out[0].field("function").and_then(FieldValue::as_str),
+            Some("f")
+        );
+        assert_eq!(out[0].thread, 3);
+        let call = &out[2];
+        assert_eq!(call.span, 100);
+        assert_eq!(call.closed_at(), Some(15));
+        for (key, value) in [
+            ("attempt", 2),
+            ("parent_task", 1),
+            ("parent_span", 4),
+            ("cpu_nanos", 3),
+            ("worker_id", 2),
+        ] {
+            assert_eq!(
+                call.field(key).and_then(FieldValue::as_u64),
+                Some(value),
+                "{key}"
+            );
+        }
+        assert_eq!(call.field("class").and_then(FieldValue::as_str), Some("C"));
+        assert_eq!(out[3].field("arg"), Some(&FieldValue::Bool(true)));
+        assert_eq!(out[4].kind, RecordKind::SpanClose);
+        assert_eq!(out[4].field("cpu_nanos"), Some(&FieldValue::U64(9)));
+    }
+
+    #[test]
+    fn joined_batches_keep_both_orders() {
+        let mut a = Batch::with_capacity(2);
+        a.push_full(Record::event("a", "ray", 5, Fields::new()));
+        let mut b = Batch::with_capacity(2);
+        b.push_close(1, 7, 2, 0, ("task.run", "ray::task"), None);
+        b.push_full(Record::event("b", "ray", 8, Fields::new()));
+        a.append(&mut b);
+        assert!(b.is_empty());
+        let mut out = Vec::new();
+        a.unpack_into(&mut out);
+        let names: Vec<&str> = out.iter().map(|r| r.name).collect();
+        assert_eq!(names, ["a", "task.run", "b"]);
+    }
+}
