@@ -238,6 +238,48 @@ fn insight(c: &mut Criterion) {
             drop(black_box(span));
         })
     });
+    // What the runtime writes today: the compact shapes (`direct::submit`,
+    // `direct::object`, `direct::open_run`), one record each (a run's
+    // close folds into its opening).
+    group.bench_function("direct_packed_task_submit", |b| {
+        b.iter(|| {
+            seq += 1;
+            ray_insight::direct::submit(&ray_insight::direct::SubmitInfo {
+                task: u128::from(black_box(seq)),
+                function: "noop",
+                actor: None,
+                parent_task: Some(7),
+                parent_span: 0,
+            });
+        })
+    });
+    group.bench_function("direct_packed_object_get", |b| {
+        b.iter(|| {
+            seq += 1;
+            ray_insight::direct::object(&ray_insight::direct::ObjectInfo {
+                object: u128::from(black_box(seq)),
+                bytes: 8,
+                task: None,
+                node: 1,
+                get: Some(false),
+            });
+        })
+    });
+    group.bench_function("direct_packed_task_run_open_and_close", |b| {
+        b.iter(|| {
+            seq += 1;
+            let run = ray_insight::direct::open_run(ray_insight::direct::RunInfo {
+                kind: ray_insight::direct::RunKind::Task { function: "noop" },
+                task: u128::from(black_box(seq)),
+                attempt: 0,
+                parent_task: Some(7),
+                parent_span: 0,
+                node: 1,
+                worker: 2,
+            });
+            run.close_run(None, None);
+        })
+    });
     group.finish();
 
     InsightLayer::flush_current_thread();

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use crate::layer::{self, append, append_merging, append_packed, Kind};
+use crate::layer::{self, append, append_merging, append_packed, Kind, SpanOp};
 pub use crate::packed::{ObjectInfo, RunInfo, RunKind, SubmitInfo};
 use crate::queue::Shared;
 use crate::record::{FieldValue, Fields, Record, RecordKind};
@@ -111,9 +111,8 @@ pub fn event(name: &'static str, target_name: &'static str, fill: impl FnOnce(&m
 /// direct recording is off.
 pub fn submit(info: &SubmitInfo) {
     if let Some((shared, epoch)) = target() {
-        let parent = layer::current_direct_span();
-        append_packed(shared, *epoch, false, |batch, stamp| {
-            batch.push_submit(stamp.thread, stamp.at, parent, info);
+        append_packed(shared, *epoch, SpanOp::None, |batch, stamp| {
+            batch.push_submit(stamp.thread, stamp.at, stamp.parent, info);
         });
     }
 }
@@ -123,9 +122,8 @@ pub fn submit(info: &SubmitInfo) {
 /// Does nothing when direct recording is off.
 pub fn object(info: &ObjectInfo) {
     if let Some((shared, epoch)) = target() {
-        let parent = layer::current_direct_span();
-        append_packed(shared, *epoch, false, |batch, stamp| {
-            batch.push_object(stamp.thread, stamp.at, parent, info);
+        append_packed(shared, *epoch, SpanOp::None, |batch, stamp| {
+            batch.push_object(stamp.thread, stamp.at, stamp.parent, info);
         });
     }
 }
@@ -138,14 +136,12 @@ pub fn open_run(info: RunInfo) -> DirectSpan {
     let Some((shared, epoch)) = target() else {
         return DirectSpan::NONE;
     };
-    let parent = layer::current_direct_span();
-    let Some(id) = append_packed(shared, *epoch, true, |batch, stamp| {
-        batch.push_run(stamp.thread, stamp.at, stamp.span, parent, info);
-        stamp.span
+    let Some((id, parent)) = append_packed(shared, *epoch, SpanOp::Open, |batch, stamp| {
+        batch.push_run(stamp.thread, stamp.at, stamp.span, stamp.parent, info);
+        (stamp.span, stamp.parent)
     }) else {
         return DirectSpan::NONE;
     };
-    layer::track_direct_span(id, true);
     let (name, target) = info.names();
     DirectSpan {
         id,
@@ -258,13 +254,13 @@ impl DirectSpan {
         if self.id == 0 {
             return;
         }
-        layer::track_direct_span(self.id, false);
         let (id, parent, names) = (self.id, self.parent, (self.name, self.target));
         self.id = 0;
         let Some((shared, epoch)) = TARGET.get().filter(|(s, _)| !s.layer_gone()) else {
+            layer::track_direct_span(id, false);
             return;
         };
-        append_packed(shared, *epoch, false, |batch, stamp| {
+        append_packed(shared, *epoch, SpanOp::Close(id), |batch, stamp| {
             let used = cpu.map(|(used, _)| used);
             match error {
                 None => {

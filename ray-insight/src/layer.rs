@@ -202,8 +202,11 @@ pub(crate) fn append_merging(
     (name, target): (&'static str, &'static str),
     fill: impl FnOnce(&mut Fields, bool),
 ) -> Option<u64> {
-    let new_span = matches!(kind, Kind::SpanNew);
-    append_packed(shared, epoch, new_span, |batch, stamp| {
+    let op = match kind {
+        Kind::SpanNew => SpanOp::Fresh,
+        Kind::SpanClose(_) | Kind::DirectClose(_) | Kind::Event => SpanOp::None,
+    };
+    append_packed(shared, epoch, op, |batch, stamp| {
         let (kind, span, folds) = match kind {
             Kind::SpanNew => (RecordKind::SpanNew, stamp.span, false),
             Kind::SpanClose(span) => (RecordKind::SpanClose, span, false),
@@ -248,29 +251,61 @@ pub(crate) struct Stamp {
     pub(crate) thread: u32,
     /// Now, in nanoseconds since the layer's epoch.
     pub(crate) at: u64,
-    /// A fresh span id, when one was asked for (else 0).
+    /// A fresh span id, for [`SpanOp::Open`] and [`SpanOp::Fresh`] (else 0).
     pub(crate) span: u64,
+    /// The innermost direct span open on this thread before this record
+    /// (its parent, unless it closes a span).
+    pub(crate) parent: u64,
+}
+
+/// What a record does to this thread's stack of open direct spans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SpanOp {
+    /// Nothing (an event, a `tracing` span's close).
+    None,
+    /// A span opening that is not a direct one (a `tracing` span): it gets
+    /// a fresh id, and the stack is left alone.
+    Fresh,
+    /// Opens a direct span: it gets a fresh id and goes on the stack.
+    Open,
+    /// Closes span `id`: it comes off the stack.
+    Close(u64),
 }
 
 /// Runs `write` on this thread's batch for the layer sharing `shared`,
-/// stamped now (with a fresh span id if `new_span`), then hands the batch
-/// over if it is due. `None` (and the record counted dropped) when the
-/// thread has no usable buffer: during its teardown, or re-entered from
-/// inside `write` (a field's `Debug` that itself records).
+/// stamped now, then hands the batch over if it is due; `op` updates the
+/// thread's stack of open direct spans in the same visit of its state
+/// (one thread-local access per record). `None` (and the record counted
+/// dropped) when the thread has no usable buffer: during its teardown, or
+/// re-entered from inside `write` (a field's `Debug` that itself records).
 pub(crate) fn append_packed<R>(
     shared: &Arc<Shared>,
     epoch: Instant,
-    new_span: bool,
+    op: SpanOp,
     write: impl FnOnce(&mut Batch, Stamp) -> R,
 ) -> Option<R> {
     let at = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
     let appended = THREAD_STATE.try_with(|cell| {
         let mut state = cell.try_borrow_mut().ok()?;
-        let span = if new_span { state.next_span_id() } else { 0 };
+        let parent = state.open.last().copied().unwrap_or(0);
+        let span = match op {
+            SpanOp::Open => {
+                let span = state.next_span_id();
+                state.open.push(span);
+                span
+            }
+            SpanOp::Fresh => state.next_span_id(),
+            SpanOp::Close(span) => {
+                state.close_direct(span);
+                0
+            }
+            SpanOp::None => 0,
+        };
         let stamp = Stamp {
             thread: state.index,
             at,
             span,
+            parent,
         };
         let buffer = state.buffer_for(shared);
         let mut batch = buffer.records.lock();
@@ -336,8 +371,8 @@ pub(crate) fn track_direct_span(span: u64, open: bool) {
         if let Ok(mut state) = cell.try_borrow_mut() {
             if open {
                 state.open.push(span);
-            } else if let Some(at) = state.open.iter().rposition(|s| *s == span) {
-                state.open.remove(at);
+            } else {
+                state.close_direct(span);
             }
         }
     });
@@ -550,6 +585,13 @@ impl ThreadState {
             buffers: Vec::new(),
             open: Vec::new(),
             entered: Vec::new(),
+        }
+    }
+
+    /// Takes direct span `span` off the stack of open ones.
+    fn close_direct(&mut self, span: u64) {
+        if let Some(at) = self.open.iter().rposition(|s| *s == span) {
+            self.open.remove(at);
         }
     }
 
