@@ -21,7 +21,6 @@
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
 
 use crate::layer::{self, append, append_merging, append_packed, Kind, SpanOp};
 pub use crate::packed::{ObjectInfo, RunInfo, RunKind, SubmitInfo};
@@ -29,15 +28,15 @@ use crate::queue::Shared;
 use crate::record::{FieldValue, Fields, Record, RecordKind};
 
 /// The layer the runtime records into directly, once one asked to be.
-static TARGET: OnceLock<(Arc<Shared>, Instant)> = OnceLock::new();
+static TARGET: OnceLock<Arc<Shared>> = OnceLock::new();
 
 /// Whether [`TARGET`] is set and its layer still alive.
 static ON: AtomicBool = AtomicBool::new(false);
 
 /// Makes `shared`'s layer the target; false if another layer is.
-pub(crate) fn install(shared: Arc<Shared>, epoch: Instant) -> bool {
-    let target = TARGET.get_or_init(|| (Arc::clone(&shared), epoch));
-    let ours = Arc::ptr_eq(&target.0, &shared) && !shared.layer_gone();
+pub(crate) fn install(shared: Arc<Shared>) -> bool {
+    let target = TARGET.get_or_init(|| Arc::clone(&shared));
+    let ours = Arc::ptr_eq(target, &shared) && !shared.layer_gone();
     if ours {
         ON.store(true, Ordering::Release);
     }
@@ -47,7 +46,7 @@ pub(crate) fn install(shared: Arc<Shared>, epoch: Instant) -> bool {
 /// Stops direct recording if `shared`'s layer was the target (it is being
 /// dropped).
 pub(crate) fn uninstall(shared: &Arc<Shared>) {
-    if TARGET.get().is_some_and(|t| Arc::ptr_eq(&t.0, shared)) {
+    if TARGET.get().is_some_and(|t| Arc::ptr_eq(t, shared)) {
         ON.store(false, Ordering::Release);
     }
 }
@@ -58,7 +57,7 @@ pub fn enabled() -> bool {
     ON.load(Ordering::Relaxed)
 }
 
-fn target() -> Option<&'static (Arc<Shared>, Instant)> {
+fn target() -> Option<&'static Arc<Shared>> {
     if enabled() {
         TARGET.get()
     } else {
@@ -93,16 +92,9 @@ pub fn truncate_entered(depth: usize) {
 /// `fill`, inside the innermost direct span open on this thread. Does
 /// nothing when direct recording is off.
 pub fn event(name: &'static str, target_name: &'static str, fill: impl FnOnce(&mut Fields)) {
-    if let Some((shared, epoch)) = target() {
+    if let Some(shared) = target() {
         let parent = layer::current_direct_span();
-        append(
-            shared,
-            *epoch,
-            Kind::Event,
-            parent,
-            (name, target_name),
-            fill,
-        );
+        append(shared, Kind::Event, parent, (name, target_name), fill);
     }
 }
 
@@ -110,8 +102,8 @@ pub fn event(name: &'static str, target_name: &'static str, fill: impl FnOnce(&m
 /// the innermost direct span open on this thread. Does nothing when
 /// direct recording is off.
 pub fn submit(info: &SubmitInfo) {
-    if let Some((shared, epoch)) = target() {
-        append_packed(shared, *epoch, SpanOp::None, |batch, stamp| {
+    if let Some(shared) = target() {
+        append_packed(shared, SpanOp::None, |batch, stamp| {
             batch.push_submit(stamp.thread, stamp.at, stamp.parent, info);
         });
     }
@@ -121,8 +113,8 @@ pub fn submit(info: &SubmitInfo) {
 /// [`ObjectInfo`]), inside the innermost direct span open on this thread.
 /// Does nothing when direct recording is off.
 pub fn object(info: &ObjectInfo) {
-    if let Some((shared, epoch)) = target() {
-        append_packed(shared, *epoch, SpanOp::None, |batch, stamp| {
+    if let Some(shared) = target() {
+        append_packed(shared, SpanOp::None, |batch, stamp| {
             batch.push_object(stamp.thread, stamp.at, stamp.parent, info);
         });
     }
@@ -133,10 +125,10 @@ pub fn object(info: &ObjectInfo) {
 /// span open on this thread; close it with [`DirectSpan::close_run`] (or
 /// by dropping it). Inert when direct recording is off.
 pub fn open_run(info: RunInfo) -> DirectSpan {
-    let Some((shared, epoch)) = target() else {
+    let Some(shared) = target() else {
         return DirectSpan::NONE;
     };
-    let Some((id, parent)) = append_packed(shared, *epoch, SpanOp::Open, |batch, stamp| {
+    let Some((id, parent)) = append_packed(shared, SpanOp::Open, |batch, stamp| {
         batch.push_run(stamp.thread, stamp.at, stamp.span, stamp.parent, info);
         (stamp.span, stamp.parent)
     }) else {
@@ -162,18 +154,11 @@ pub fn open_span(
     target_name: &'static str,
     fill: impl FnOnce(&mut Fields),
 ) -> DirectSpan {
-    let Some((shared, epoch)) = target() else {
+    let Some(shared) = target() else {
         return DirectSpan::NONE;
     };
     let parent = layer::current_direct_span();
-    let Some(id) = append(
-        shared,
-        *epoch,
-        Kind::SpanNew,
-        parent,
-        (name, target_name),
-        fill,
-    ) else {
+    let Some(id) = append(shared, Kind::SpanNew, parent, (name, target_name), fill) else {
         return DirectSpan::NONE;
     };
     layer::track_direct_span(id, true);
@@ -256,11 +241,11 @@ impl DirectSpan {
         }
         let (id, parent, names) = (self.id, self.parent, (self.name, self.target));
         self.id = 0;
-        let Some((shared, epoch)) = TARGET.get().filter(|(s, _)| !s.layer_gone()) else {
+        let Some(shared) = TARGET.get().filter(|s| !s.layer_gone()) else {
             layer::track_direct_span(id, false);
             return;
         };
-        append_packed(shared, *epoch, SpanOp::Close(id), |batch, stamp| {
+        append_packed(shared, SpanOp::Close(id), |batch, stamp| {
             let used = cpu.map(|(used, _)| used);
             match error {
                 None => {
@@ -303,10 +288,9 @@ impl DirectSpan {
         layer::track_direct_span(self.id, false);
         // Closed even if recording was turned off meanwhile, as long as the
         // target's layer is alive: the views then never see a span left open.
-        if let Some((shared, epoch)) = TARGET.get().filter(|(s, _)| !s.layer_gone()) {
+        if let Some(shared) = TARGET.get().filter(|s| !s.layer_gone()) {
             append_merging(
                 shared,
-                *epoch,
                 Kind::DirectClose(self.id),
                 self.parent,
                 (self.name, self.target),

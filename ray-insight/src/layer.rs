@@ -74,7 +74,6 @@ pub struct InsightLayer {
     shared: Arc<Shared>,
     target_prefix: Box<str>,
     user_spans: bool,
-    epoch: Instant,
 }
 
 /// What [`InsightLayer::record_in_place`] appends: an opening gets a fresh
@@ -117,7 +116,6 @@ impl InsightLayer {
             shared: Arc::clone(&shared),
             target_prefix: config.target_prefix.into_boxed_str(),
             user_spans: config.user_spans,
-            epoch,
         };
         (layer, Collector::new(shared))
     }
@@ -152,7 +150,6 @@ impl InsightLayer {
     ) -> Option<u64> {
         append(
             &self.shared,
-            self.epoch,
             kind,
             parent,
             (metadata.name(), metadata.target()),
@@ -167,7 +164,7 @@ impl InsightLayer {
     /// the target (the runtime installs one, once); returns false (and
     /// changes nothing) for any other layer, even after the target is gone.
     pub fn record_runtime_directly(&self) -> bool {
-        crate::direct::install(Arc::clone(&self.shared), self.epoch)
+        crate::direct::install(Arc::clone(&self.shared))
     }
 }
 
@@ -183,20 +180,18 @@ impl InsightLayer {
 /// (and counted), never a panic or a deadlock.
 pub(crate) fn append(
     shared: &Arc<Shared>,
-    epoch: Instant,
     kind: Kind,
     parent: u64,
     names: (&'static str, &'static str),
     fill: impl FnOnce(&mut Fields),
 ) -> Option<u64> {
-    append_merging(shared, epoch, kind, parent, names, |fields, _| fill(fields))
+    append_merging(shared, kind, parent, names, |fields, _| fill(fields))
 }
 
 /// [`append`], with `fill` told whether a [`Kind::DirectClose`] was folded
 /// into its opening record (`true`) or is a close record of its own.
 pub(crate) fn append_merging(
     shared: &Arc<Shared>,
-    epoch: Instant,
     kind: Kind,
     parent: u64,
     (name, target): (&'static str, &'static str),
@@ -206,7 +201,7 @@ pub(crate) fn append_merging(
         Kind::SpanNew => SpanOp::Fresh,
         Kind::SpanClose(_) | Kind::DirectClose(_) | Kind::Event => SpanOp::None,
     };
-    append_packed(shared, epoch, op, |batch, stamp| {
+    append_packed(shared, op, |batch, stamp| {
         let (kind, span, folds) = match kind {
             Kind::SpanNew => (RecordKind::SpanNew, stamp.span, false),
             Kind::SpanClose(span) => (RecordKind::SpanClose, span, false),
@@ -280,11 +275,10 @@ pub(crate) enum SpanOp {
 /// re-entered from inside `write` (a field's `Debug` that itself records).
 pub(crate) fn append_packed<R>(
     shared: &Arc<Shared>,
-    epoch: Instant,
     op: SpanOp,
     write: impl FnOnce(&mut Batch, Stamp) -> R,
 ) -> Option<R> {
-    let at = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let at = shared.now();
     let appended = THREAD_STATE.try_with(|cell| {
         let mut state = cell.try_borrow_mut().ok()?;
         let parent = state.open.last().copied().unwrap_or(0);

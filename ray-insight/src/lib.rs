@@ -69,6 +69,7 @@
 //! assert_eq!(sink.records()[0].field("task_id").and_then(|v| v.as_u64()), Some(7));
 //! ```
 
+mod clock;
 pub mod direct;
 pub mod export;
 mod layer;

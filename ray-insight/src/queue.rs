@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
+use crate::clock::Clock;
 use crate::packed::Batch;
 use crate::record::Record;
 
@@ -78,8 +79,9 @@ pub(crate) struct Shared {
     /// Wall-clock time of the layer's epoch (`at_nanos == 0`), in
     /// nanoseconds since the Unix epoch.
     epoch_unix_nanos: u64,
-    /// The layer's epoch, the clock of records' `at_nanos`.
-    epoch: Instant,
+    /// The clock of records' `at_nanos`: nanoseconds since the layer's
+    /// epoch.
+    clock: Clock,
     /// Every thread's partial batch for this layer (gone threads' are
     /// pruned at each sweep).
     partials: Padded<Mutex<Vec<Weak<Mutex<Batch>>>>>,
@@ -114,7 +116,7 @@ impl Shared {
             dropped: Padded(AtomicU64::new(0)),
             layer_gone: AtomicBool::new(false),
             epoch_unix_nanos,
-            epoch,
+            clock: Clock::new(epoch),
             partials: Padded(Mutex::new(Vec::new())),
             next_sweep: Padded(AtomicU64::new(0)),
             unpacked: Padded(Mutex::new(Vec::new())),
@@ -133,7 +135,7 @@ impl Shared {
     /// would have handed it over themselves). A batch its thread is writing
     /// to right now is left to it. Runs at most every 25 ms.
     fn sweep_stale(&self) {
-        let now = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let now = self.now();
         if now < self.next_sweep.load(Ordering::Relaxed) {
             return;
         }
@@ -146,7 +148,7 @@ impl Shared {
     /// of threads writing right now excepted): what a process does before
     /// it ends, so nothing recorded stays behind in a thread's buffer.
     pub(crate) fn sweep_all(&self) {
-        let now = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let now = self.now();
         self.sweep_older_than(now, 0);
     }
 
@@ -168,6 +170,12 @@ impl Shared {
                 }
             }
         }
+    }
+
+    /// Now on the records' clock: nanoseconds since the layer's epoch.
+    #[inline]
+    pub(crate) fn now(&self) -> u64 {
+        self.clock.now()
     }
 
     /// Wall-clock time of the layer's epoch, in nanoseconds since the Unix epoch.
