@@ -73,14 +73,14 @@ pub(crate) fn restore_entered(mark: usize) {
 #[must_use = "the run's span closes when this drops"]
 pub(crate) enum RunSpan {
     /// Recorded directly; its close carries `error` if the run failed,
-    /// and for an actor's run (`started`) the CPU time its thread spent on
+    /// and for an actor's run (`actor_run`) the CPU time its thread spent on
     /// it, `cpu_nanos` (see [`cpu`]), left out when the close is folded
     /// into the opening record and the run is counted at its wall time
     /// (the views then take the record's own span).
     #[cfg(feature = "insight")]
     Direct {
         span: Option<direct::DirectSpan>,
-        started: Option<std::time::Instant>,
+        actor_run: bool,
         error: Option<String>,
     },
     Tracing(tracing::span::EnteredSpan),
@@ -132,16 +132,19 @@ impl Drop for RunSpan {
     fn drop(&mut self) {
         if let RunSpan::Direct {
             span,
-            started,
+            actor_run,
             error,
         } = self
         {
-            let used = started.map(|s| cpu::run_ended(s.elapsed()));
+            let actor_run = *actor_run;
             if let Some(span) = span.take() {
                 // A run recorded as one record and counted at its wall
                 // time carries no `cpu_nanos`: the views take that from
-                // the record.
-                span.close_run(used, error.take());
+                // the record. Its wall time is the layer clock's.
+                span.close_run_timed(
+                    |wall| actor_run.then(|| cpu::run_ended(std::time::Duration::from_nanos(wall))),
+                    error.take(),
+                );
             }
         }
     }
@@ -294,7 +297,7 @@ fn task_run_listened(run: Run, function: &'static str, attempt: u32) -> RunSpan 
         let span = direct::open_run(run.info(direct::RunKind::Task { function }, attempt));
         return RunSpan::Direct {
             span: Some(span),
-            started: None,
+            actor_run: false,
             error: None,
         };
     }
@@ -341,7 +344,6 @@ fn actor_run_listened(
     #[cfg(feature = "insight")]
     if direct() {
         cpu::run_starts();
-        let started = std::time::Instant::now();
         let (kind, attempt) = match call {
             Some((method, attempt)) => (
                 direct::RunKind::ActorCall {
@@ -356,7 +358,7 @@ fn actor_run_listened(
         let span = direct::open_run(run.info(kind, attempt));
         return RunSpan::Direct {
             span: Some(span),
-            started: Some(started),
+            actor_run: true,
             error: None,
         };
     }

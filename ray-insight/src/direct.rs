@@ -128,9 +128,9 @@ pub fn open_run(info: RunInfo) -> DirectSpan {
     let Some(shared) = target() else {
         return DirectSpan::NONE;
     };
-    let Some((id, parent)) = append_packed(shared, SpanOp::Open, |batch, stamp| {
+    let Some((id, parent, opened)) = append_packed(shared, SpanOp::Open, |batch, stamp| {
         batch.push_run(stamp.thread, stamp.at, stamp.span, stamp.parent, info);
-        (stamp.span, stamp.parent)
+        (stamp.span, stamp.parent, stamp.at)
     }) else {
         return DirectSpan::NONE;
     };
@@ -141,6 +141,7 @@ pub fn open_run(info: RunInfo) -> DirectSpan {
         name,
         target,
         packed: true,
+        opened,
         _thread: PhantomData,
     }
 }
@@ -168,6 +169,7 @@ pub fn open_span(
         name,
         target: target_name,
         packed: false,
+        opened: 0,
         _thread: PhantomData,
     }
 }
@@ -185,6 +187,8 @@ pub struct DirectSpan {
     target: &'static str,
     /// Opened by [`open_run`]: its opening is a compact record.
     packed: bool,
+    /// When it opened, on the layer's clock (runs from [`open_run`]).
+    opened: u64,
     _thread: PhantomData<*const ()>,
 }
 
@@ -195,6 +199,7 @@ impl DirectSpan {
         name: "",
         target: "",
         packed: false,
+        opened: 0,
         _thread: PhantomData,
     };
 
@@ -222,8 +227,22 @@ impl DirectSpan {
     /// span); `error`: why the run failed. A close that cannot be folded
     /// (something was recorded inside the run, or it failed) is a record
     /// of its own.
-    pub fn close_run(mut self, cpu: Option<(u64, bool)>, error: Option<String>) {
+    pub fn close_run(self, cpu: Option<(u64, bool)>, error: Option<String>) {
+        self.close_run_timed(|_| cpu, error);
+    }
+
+    /// [`DirectSpan::close_run`], with the CPU time worked out by `cpu`
+    /// from the run's wall time in nanoseconds, on the layer's clock (the
+    /// close's own reading: one clock reading where the caller timing the
+    /// run itself would take two). `cpu` is not called when nothing is
+    /// recorded; for a span not opened by [`open_run`] it is told 0.
+    pub fn close_run_timed(
+        mut self,
+        cpu: impl FnOnce(u64) -> Option<(u64, bool)>,
+        error: Option<String>,
+    ) {
         if !self.packed {
+            let cpu = cpu(0);
             self.close(|fields, folded| {
                 match cpu {
                     Some((_, true)) if folded => {}
@@ -245,7 +264,9 @@ impl DirectSpan {
             layer::track_direct_span(id, false);
             return;
         };
+        let opened = self.opened;
         append_packed(shared, SpanOp::Close(id), |batch, stamp| {
+            let cpu = cpu(stamp.at.saturating_sub(opened));
             let used = cpu.map(|(used, _)| used);
             match error {
                 None => {
