@@ -11,7 +11,10 @@
 //!   counted. The instrumented thread never blocks and never does I/O.
 //! - [`direct`]: the runtime's own records written straight into the
 //!   layer's per-thread buffers, skipping `tracing`'s dispatch, once a layer
-//!   is made their target ([`InsightLayer::record_runtime_directly`]).
+//!   is made their target ([`InsightLayer::record_runtime_directly`]); its
+//!   submits, runs and object moves in compact typed shapes that the
+//!   collector expands into [`Record`]s, stamped by a clock that reads the
+//!   CPU's time-stamp counter where the kernel keeps time with it.
 //! - [`Collector`], which drains queued batches into a [`Sink`], and
 //!   [`MemorySink`], the in-memory sink used by tests and the embedded mode.
 //!

@@ -468,6 +468,26 @@ impl Batch {
     }
 }
 
+/// The whole record a compact one stands for.
+fn expanded(
+    kind: RecordKind,
+    (span, parent): (u64, u64),
+    (name, target): (&'static str, &'static str),
+    (at_nanos, thread): (u64, u32),
+    fields: Fields,
+) -> Record {
+    Record {
+        kind,
+        span,
+        parent,
+        name,
+        target,
+        at_nanos,
+        thread,
+        fields,
+    }
+}
+
 fn name(fields: &mut Fields, key: &'static str, value: &'static str) {
     fields.push(key, FieldValue::Str(FieldStr::from_static(value)));
 }
@@ -497,16 +517,13 @@ impl Submit {
             flagged(self.has, HAS_PARENT_TASK, self.parent_task),
             self.parent_span,
         );
-        Record {
-            kind: RecordKind::Event,
-            span: 0,
-            parent: self.parent,
-            name: "task.submit",
-            target: "ray::task",
-            at_nanos: self.at,
-            thread,
+        expanded(
+            RecordKind::Event,
+            (0, self.parent),
+            ("task.submit", "ray::task"),
+            (self.at, thread),
             fields,
-        }
+        )
     }
 }
 
@@ -569,17 +586,13 @@ impl Run {
         if self.has & CLOSED != 0 {
             fields.push(CLOSED_AT, FieldValue::U64(self.closed_at));
         }
-        let (name, target) = self.kind.names();
-        Record {
-            kind: RecordKind::SpanNew,
-            span: self.span,
-            parent: self.parent,
-            name,
-            target,
-            at_nanos: self.at,
-            thread,
+        expanded(
+            RecordKind::SpanNew,
+            (self.span, self.parent),
+            self.kind.names(),
+            (self.at, thread),
             fields,
-        }
+        )
     }
 }
 
@@ -589,16 +602,13 @@ impl Close {
         if let Some(cpu) = self.cpu_nanos {
             fields.push("cpu_nanos", FieldValue::U64(cpu));
         }
-        Record {
-            kind: RecordKind::SpanClose,
-            span: self.span,
-            parent: self.parent,
-            name: self.name,
-            target: self.target,
-            at_nanos: self.at,
-            thread,
+        expanded(
+            RecordKind::SpanClose,
+            (self.span, self.parent),
+            (self.name, self.target),
+            (self.at, thread),
             fields,
-        }
+        )
     }
 }
 
@@ -614,20 +624,18 @@ impl ObjectIo {
         if self.has & IS_GET != 0 {
             fields.push("arg", FieldValue::Bool(self.has & IS_ARG != 0));
         }
-        Record {
-            kind: RecordKind::Event,
-            span: 0,
-            parent: self.parent,
-            name: if self.has & IS_GET != 0 {
-                "object.get"
-            } else {
-                "object.put"
-            },
-            target: "ray::object",
-            at_nanos: self.at,
-            thread,
+        let name = if self.has & IS_GET != 0 {
+            "object.get"
+        } else {
+            "object.put"
+        };
+        expanded(
+            RecordKind::Event,
+            (0, self.parent),
+            (name, "ray::object"),
+            (self.at, thread),
             fields,
-        }
+        )
     }
 }
 
