@@ -9,22 +9,30 @@
 //! synchronized across CPUs), the clock reads that counter (`rdtsc`, about
 //! 10 ns) and scales it to nanoseconds.
 //!
-//! The scale is measured, not assumed: for the first millisecond the clock
-//! reads `Instant`; then it takes a pair (counter, `Instant`) and scales
-//! the counter from the rate since it was made. Later pairs, taken by
-//! whoever reads the clock when one is due (each time the span has doubled,
-//! then every [`RECALIBRATE_NANOS`]), measure the rate again over the whole
-//! span, going on from the clock's current reading: the time line has no
-//! step back and follows `Instant` (NTP's slewing included) within the
-//! error of one reading. Elsewhere (other CPUs, other clock sources) the
-//! clock is `Instant`.
+//! The scale is measured, not assumed. A reading is the clock's start
+//! (a (counter, `Instant`) pair taken when it was made) plus the ticks
+//! since, at the rate last measured: one atomic value, so a reader never
+//! waits and never sees half an update. For the first millisecond the
+//! clock reads `Instant`; then the rate is measured over the whole span
+//! since the start, again each time the span has doubled, then every
+//! [`RECALIBRATE_NANOS`], by whichever reading finds one due. Each
+//! measurement puts the clock back on `Instant` (NTP's slewing included),
+//! so a reading is off by at most what the rate's error gathered since the
+//! last one: a few microseconds. That step can go either way, so the layer
+//! keeps each thread's stamps in order itself (a stamp is never below the
+//! thread's previous one). A counter found below the start (a counter reset
+//! by a suspend) gives `Instant`'s reading. Elsewhere (other CPUs, other
+//! clock sources) the clock is `Instant`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 /// The clock reads `Instant` until this long after it was made, then
 /// scales the counter.
 const CALIBRATE_AFTER_NANOS: u64 = 1_000_000;
+
+/// How soon a measurement whose pair was loose is tried again.
+const RETRY_NANOS: u64 = 100_000;
 
 /// How often the counter's rate is measured again.
 pub(crate) const RECALIBRATE_NANOS: u64 = 1_000_000_000;
@@ -69,17 +77,13 @@ struct Tsc {
     start: u64,
     /// ...and the clock's reading then (the epoch may be a little earlier).
     start_nanos: u64,
-    /// A seqlock over the scale: odd while a writer changes it.
-    seq: AtomicU64,
-    /// The counter at the last calibration.
-    base_ticks: AtomicU64,
-    /// The clock's reading at `base_ticks`.
-    base_nanos: AtomicU64,
     /// Nanoseconds per tick, `SCALE_BITS` after the point; 0: not yet
     /// measured.
     scale: AtomicU64,
-    /// When the next calibration is due (nanoseconds since the epoch).
+    /// When the rate is next measured (nanoseconds since the epoch).
     due: AtomicU64,
+    /// Set while a thread measures the rate (the others go on).
+    measuring: AtomicBool,
 }
 
 impl Tsc {
@@ -101,98 +105,67 @@ impl Tsc {
         Some(Tsc {
             start,
             start_nanos,
-            seq: AtomicU64::new(0),
-            base_ticks: AtomicU64::new(0),
-            base_nanos: AtomicU64::new(0),
             scale: AtomicU64::new(0),
-            due: AtomicU64::new(CALIBRATE_AFTER_NANOS),
+            due: AtomicU64::new(start_nanos.saturating_add(CALIBRATE_AFTER_NANOS)),
+            measuring: AtomicBool::new(false),
         })
     }
 
     #[inline]
     fn now(&self, clock: &Clock) -> u64 {
         let now = ticks();
-        let seq = self.seq.load(Ordering::Acquire);
-        let (base_ticks, base_nanos, scale) = (
-            self.base_ticks.load(Ordering::Relaxed),
-            self.base_nanos.load(Ordering::Relaxed),
-            self.scale.load(Ordering::Relaxed),
-        );
-        std::sync::atomic::fence(Ordering::Acquire);
-        if seq & 1 == 1 || self.seq.load(Ordering::Relaxed) != seq {
-            // A calibration is under way (its thread may be preempted):
-            // this reading is `Instant`'s rather than a wait.
-            return clock.precise();
+        let scale = self.scale.load(Ordering::Relaxed);
+        if scale == 0 || now < self.start {
+            let precise = clock.precise();
+            if scale == 0 && precise >= self.due.load(Ordering::Relaxed) {
+                self.measure(clock);
+            }
+            return precise;
         }
-        let nanos = (scale != 0).then(|| scaled(base_ticks, base_nanos, scale, now));
-        match nanos {
-            Some(nanos) if nanos < self.due.load(Ordering::Relaxed) => nanos,
-            Some(nanos) => self.calibrate(clock, Some(nanos)),
-            None => match clock.precise() {
-                early if early < CALIBRATE_AFTER_NANOS => early,
-                _ => self.calibrate(clock, None),
-            },
+        let nanos = scaled(self.start, self.start_nanos, scale, now);
+        if nanos >= self.due.load(Ordering::Relaxed) {
+            return self.measure(clock).unwrap_or(nanos);
         }
+        nanos
     }
 
-    /// Takes a (counter, `Instant`) pair and sets the scale from it, if no
-    /// other thread is doing so; returns the clock's reading.
+    /// Measures the rate over the span since the start, unless another
+    /// thread is at it or the pair read was loose (a thread preempted
+    /// between its readings: tried again shortly). Returns the precise
+    /// reading when it set a rate.
     #[cold]
-    fn calibrate(&self, clock: &Clock, scaled_now: Option<u64>) -> u64 {
-        let seq = self.seq.load(Ordering::Relaxed);
-        if seq & 1 == 1
-            || self
-                .seq
-                .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
+    fn measure(&self, clock: &Clock) -> Option<u64> {
+        if self
+            .measuring
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
         {
-            // Another thread is at it: read the precise clock this once.
-            return clock.precise();
+            return None;
         }
-        // The odd sequence is seen before any of the stores below (readers
-        // that see one of them then see the sequence change).
-        std::sync::atomic::fence(Ordering::Release);
-        // A pair read in one go: a thread preempted between the readings
-        // would set a wrong rate, so a pair that took over 1 % of the span
-        // is not used (the next reading tries again).
         let first = ticks();
         let precise = clock.precise();
         let last = ticks();
         let spent = last.saturating_sub(self.start);
-        let mut reading = scaled_now.map_or(precise, |s| s.max(precise));
-        if spent > 0 && last.saturating_sub(first) <= spent / 100 {
-            // The rate over the whole span since the epoch: its error is
-            // one reading's over the span, and shrinks as the span grows.
-            let elapsed = precise.saturating_sub(self.start_nanos);
+        let elapsed = precise.saturating_sub(self.start_nanos);
+        let mut measured = None;
+        if spent > 0 && first >= self.start && last.saturating_sub(first) <= spent / 100 {
             let rate = (u128::from(elapsed) << SCALE_BITS) / u128::from(spent);
-            let (from, rate) = match scaled_now {
-                // Ahead of `Instant`: go on from the current reading (no
-                // step back), slower, to be back on it within a period.
-                Some(scaled) if scaled > precise => {
-                    let period = u128::from(RECALIBRATE_NANOS);
-                    let ahead = u128::from(scaled - precise).min(period / 2);
-                    (scaled, rate * (period - ahead) / period)
-                }
-                // Behind (or the first measure): step forward to it.
-                _ => (precise, rate),
-            };
-            if let Ok(rate) = u64::try_from(rate) {
-                if rate > 0 {
-                    reading = from;
-                    self.base_ticks.store(last, Ordering::Relaxed);
-                    self.base_nanos.store(from, Ordering::Relaxed);
-                    self.scale.store(rate, Ordering::Relaxed);
-                    // Early on, the rate is measured again each time the
-                    // span has doubled (one bad reading weighs less each
-                    // time), then every period.
-                    let next = elapsed.clamp(CALIBRATE_AFTER_NANOS, RECALIBRATE_NANOS);
-                    self.due
-                        .store(precise.saturating_add(next), Ordering::Relaxed);
-                }
+            if let Ok(rate @ 1..) = u64::try_from(rate) {
+                self.scale.store(rate, Ordering::Relaxed);
+                measured = Some(precise);
             }
         }
-        self.seq.store(seq + 2, Ordering::Release);
-        reading
+        // Early on, again each time the span has doubled (a bad pair
+        // weighs less each time), then every period; a loose pair is
+        // retried after a short while, not by every reading.
+        let next = match measured {
+            Some(_) => elapsed.clamp(CALIBRATE_AFTER_NANOS, RECALIBRATE_NANOS),
+            None => RETRY_NANOS,
+        };
+        self.due
+            .store(precise.saturating_add(next), Ordering::Relaxed);
+        self.measuring.store(false, Ordering::Release);
+        measured
     }
 }
 
@@ -247,17 +220,14 @@ mod tests {
     }
 
     #[test]
-    fn the_clock_follows_instant_and_never_steps_back() {
+    fn the_clock_follows_instant() {
         let clock = Clock::new(Instant::now());
-        let mut last = 0;
         let mut checked = 0;
         let until = Instant::now() + std::time::Duration::from_millis(30);
         while Instant::now() < until {
             let before = clock.precise();
             let now = clock.now();
             let after = clock.precise();
-            assert!(now >= last, "{now} after {last}");
-            last = now;
             // Within 1 % (and 100 µs) of `Instant`: a reading cannot be
             // early or late by more than the scale's error.
             let slack = after / 100 + 100_000;

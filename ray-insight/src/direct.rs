@@ -4,8 +4,8 @@
 //! Recording a runtime span through `tracing` costs a registry slot, an
 //! extension map, a field visitor and a walk up the span tree, on every task
 //! and actor call. The runtime's hot records ([`submit`], [`object`],
-//! [`open_run`]) are written here in compact fixed shapes, a third to a
-//! quarter of a [`Record`]'s bytes, which the collector
+//! [`open_run`]) are written here in compact fixed shapes, a fifth to two
+//! fifths of a [`Record`]'s bytes, which the collector
 //! expands into the same records: the views, the log and shipping see no
 //! difference. [`event`] and [`open_span`] write whole records, with any
 //! fields. When no layer is the target
@@ -234,15 +234,22 @@ impl DirectSpan {
     /// [`DirectSpan::close_run`], with the CPU time worked out by `cpu`
     /// from the run's wall time in nanoseconds, on the layer's clock (the
     /// close's own reading: one clock reading where the caller timing the
-    /// run itself would take two). `cpu` is not called when nothing is
-    /// recorded; for a span not opened by [`open_run`] it is told 0.
+    /// run itself would take two). `cpu` is called exactly once: told 0
+    /// when there is no opening time (nothing was recorded at the open, or
+    /// the span is not from [`open_run`]); else, when the close is
+    /// recorded, while this thread's buffer is held, so a record `cpu`
+    /// tried to make would be dropped (the runtime's reads a clock and
+    /// records nothing).
     pub fn close_run_timed(
         mut self,
         cpu: impl FnOnce(u64) -> Option<(u64, bool)>,
         error: Option<String>,
     ) {
-        if !self.packed {
+        if !self.packed || self.id == 0 {
             let cpu = cpu(0);
+            if self.id == 0 {
+                return;
+            }
             self.close(|fields, folded| {
                 match cpu {
                     Some((_, true)) if folded => {}
@@ -255,18 +262,22 @@ impl DirectSpan {
             });
             return;
         }
-        if self.id == 0 {
-            return;
-        }
         let (id, parent, names) = (self.id, self.parent, (self.name, self.target));
         self.id = 0;
+        let opened = self.opened;
         let Some(shared) = TARGET.get().filter(|s| !s.layer_gone()) else {
             layer::track_direct_span(id, false);
+            let _ = cpu(0);
             return;
         };
-        let opened = self.opened;
-        append_packed(shared, SpanOp::Close(id), |batch, stamp| {
-            let cpu = cpu(stamp.at.saturating_sub(opened));
+        // `cpu` moves into the writer; if the writer never runs (this
+        // thread's buffer unusable), it is called after, with the clock's
+        // own reading.
+        let mut cpu = Some(cpu);
+        let written = append_packed(shared, SpanOp::Close(id), |batch, stamp| {
+            let cpu = cpu
+                .take()
+                .and_then(|cpu| cpu(stamp.at.saturating_sub(opened)));
             let used = cpu.map(|(used, _)| used);
             match error {
                 None => {
@@ -294,6 +305,12 @@ impl DirectSpan {
                 }
             }
         });
+        if written.is_none() {
+            layer::track_direct_span(id, false);
+            if let Some(cpu) = cpu.take() {
+                let _ = cpu(shared.now().saturating_sub(opened));
+            }
+        }
     }
 
     fn close(&mut self, fill: impl FnOnce(&mut Fields, bool)) {

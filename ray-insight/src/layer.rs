@@ -212,12 +212,10 @@ pub(crate) fn append_merging(
         // span opened (the opening is the batch's last record): one record
         // stands for both, when `closed_at` still fits its inline fields
         // (a close's own fields may not: an error, or the CPU time of a run
-        // of 50 µs or more).
+        // of 50 µs or more), and only for the spans the views read
+        // `closed_at` on (a run's).
         let open = batch.last_full_mut().filter(|r| {
-            folds
-                && r.kind == RecordKind::SpanNew
-                && r.span == span
-                && r.fields.len() < Fields::INLINE
+            folds && r.span == span && r.is_foldable() && r.fields.len() < Fields::INLINE
         });
         if let Some(open) = open {
             fill(&mut open.fields, true);
@@ -278,7 +276,7 @@ pub(crate) fn append_packed<R>(
     op: SpanOp,
     write: impl FnOnce(&mut Batch, Stamp) -> R,
 ) -> Option<R> {
-    let at = shared.now();
+    let now = shared.now();
     let appended = THREAD_STATE.try_with(|cell| {
         let mut state = cell.try_borrow_mut().ok()?;
         let parent = state.open.last().copied().unwrap_or(0);
@@ -295,13 +293,18 @@ pub(crate) fn append_packed<R>(
             }
             SpanOp::None => 0,
         };
+        let thread = state.index;
+        let buffer = state.buffer_for(shared);
+        // A thread's stamps never go back (the clock may step a little
+        // when its rate is measured again: see `clock.rs`).
+        let at = now.max(buffer.last_at);
+        buffer.last_at = at;
         let stamp = Stamp {
-            thread: state.index,
+            thread,
             at,
             span,
             parent,
         };
-        let buffer = state.buffer_for(shared);
         let mut batch = buffer.records.lock();
         let written = write(&mut batch, stamp);
         flush_if_due(shared, &mut batch, at);
@@ -614,6 +617,7 @@ impl ThreadState {
                 self.buffers.push(ThreadBuffer {
                     shared: Arc::clone(shared),
                     records: shared.new_partial(),
+                    last_at: 0,
                 });
                 self.buffers.len() - 1
             }
@@ -633,6 +637,8 @@ struct ThreadBuffer {
     /// Shared with the collector, which takes it when the thread leaves it
     /// stale (see [`PartialBatch`]).
     records: PartialBatch,
+    /// The thread's last stamp for this layer.
+    last_at: u64,
 }
 
 impl ThreadBuffer {

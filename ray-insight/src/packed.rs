@@ -5,7 +5,7 @@
 //! any span). The runtime's records are a handful of shapes whose fields
 //! are known: a submit, a run (opened, and usually closed in the same
 //! record), a run's close, an object's put or get. Written in those shapes
-//! they take a quarter to a half of the bytes, and bytes are what a burst
+//! they take a fifth to two fifths of the bytes, and bytes are what a burst
 //! costs its threads: a batch waits in memory until the collector runs, so
 //! each batch is fresh memory the thread faults in as it writes
 //! (docs/perf-log/2026-11-28-recording-buffers.md). The collector expands
@@ -272,10 +272,15 @@ impl Batch {
         (!self.order.is_empty()).then_some(self.first_at)
     }
 
-    /// How many records of the busiest compact shape it can take without
-    /// growing: a recycled buffer below a whole batch is not worth keeping.
+    /// How many records its order list takes without growing: a recycled
+    /// buffer below a whole batch is not worth keeping.
     pub(crate) fn capacity(&self) -> usize {
         self.order.capacity()
+    }
+
+    /// Gives each list still without room `records` of it when first used.
+    pub(crate) fn set_room(&mut self, records: usize) {
+        self.room = records;
     }
 
     fn note(&mut self, shape: Shape, thread: u32, at: u64) {

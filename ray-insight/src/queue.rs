@@ -61,9 +61,10 @@ impl<T> std::ops::Deref for Padded<T> {
 }
 
 /// State shared by one layer, the per-thread buffers that record for it, and
-/// its collector. What recording threads read on every record (`batch_size`,
-/// `layer_gone`) is kept apart from what is written often (the queue's
-/// lock, the counters, the collector's state).
+/// its collector. What recording threads read often (`batch_size` on every
+/// record, `layer_gone` at each run's close, the clock) is kept apart from
+/// what is written often (the queue's lock, the counters, the collector's
+/// state).
 #[derive(Debug)]
 pub(crate) struct Shared {
     queue: Padded<Mutex<Queue>>,
@@ -192,7 +193,7 @@ impl Shared {
     ///
     /// A full batch is queued whole (its buffer swapped for a spare one). A
     /// small one (a thread handing over what it has before it sleeps, often
-    /// a few records) is copied into the newest queued batch when that has
+    /// a few records) is moved into the newest queued batch when that has
     /// room, else into a spare buffer, and the thread keeps its own buffer:
     /// a thread that flushes often then allocates nothing, where swapping
     /// would hand it a fresh buffer of a whole batch each time.
@@ -256,9 +257,19 @@ impl Shared {
         mem::take(&mut self.queue.lock().batches)
     }
 
-    /// The buffer drains expand batches into (one drain at a time uses it).
-    pub(crate) fn unpacked(&self) -> parking_lot::MutexGuard<'_, Vec<Record>> {
-        self.unpacked.lock()
+    /// The buffer a drain expands batches into (empty when another drain
+    /// has it); give it back with [`Shared::give_back_unpacked`].
+    pub(crate) fn take_unpacked(&self) -> Vec<Record> {
+        mem::take(&mut *self.unpacked.lock())
+    }
+
+    /// Keeps `records`' buffer (emptied) for the next drain.
+    pub(crate) fn give_back_unpacked(&self, mut records: Vec<Record>) {
+        records.clear();
+        let mut kept = self.unpacked.lock();
+        if records.capacity() > kept.capacity() {
+            *kept = records;
+        }
     }
 
     /// Returns an emptied batch buffer for reuse by recording threads. One
@@ -269,6 +280,9 @@ impl Shared {
             return;
         }
         batch.clear();
+        // A buffer built by joining small hand-offs gives its lists a
+        // whole batch's room too, when a thread first uses them.
+        batch.set_room(self.batch_size);
         let mut queue = self.queue.lock();
         if queue.spare.len() < MAX_SPARE_BATCHES.min(self.max_queued_batches) {
             queue.spare.push(batch);

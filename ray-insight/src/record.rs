@@ -104,7 +104,7 @@ impl Record {
 
     /// Whether this is the opening of a runtime run, which may carry
     /// [`CLOSED_AT`].
-    fn is_foldable(&self) -> bool {
+    pub(crate) fn is_foldable(&self) -> bool {
         self.kind == RecordKind::SpanNew && FOLDABLE.contains(&self.name)
     }
 

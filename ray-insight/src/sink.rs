@@ -52,16 +52,20 @@ impl Collector {
     /// runs, so recording threads are not held up by a slow sink.
     pub fn drain_into(&self, sink: &mut dyn Sink) -> usize {
         let mut moved = 0;
-        let mut records = self.shared.unpacked();
+        // The expansion buffer is taken, not locked, while the sink runs:
+        // a sink that drains (or panics) leaves no records behind in it.
+        let mut records = self.shared.take_unpacked();
         for mut batch in self.shared.take_batches() {
             moved += batch.len();
             // Expanded here, on the collector's side: the recording thread
             // wrote the runtime's records in their compact shapes.
+            records.clear();
             batch.unpack_into(&mut records);
             self.shared.recycle(batch);
             sink.accept_owned(&mut records);
-            records.clear();
         }
+        records.clear();
+        self.shared.give_back_unpacked(records);
         moved
     }
 

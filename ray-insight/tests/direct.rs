@@ -67,6 +67,10 @@ fn direct_records_nest_with_tracing_ones_and_stop_with_their_layer() {
             }
         });
         full.close_with(|f, one_record| f.push("folded", FieldValue::Bool(one_record)));
+        // A span that is not a run is never folded: the views read
+        // `closed_at` only on runs, so a folded close would be lost.
+        let other = direct::open_span("custom.step", "ray::custom", |_| {});
+        other.close_with(|f, one_record| f.push("folded", FieldValue::Bool(one_record)));
     });
     // The layer is gone with its subscriber: direct recording stops.
     assert!(!direct::enabled());
@@ -74,7 +78,9 @@ fn direct_records_nest_with_tracing_ones_and_stop_with_their_layer() {
     let mut sink = MemorySink::new(64);
     collector.drain_into(&mut sink);
     let records = sink.records();
-    assert_eq!(records.len(), 13, "{records:#?}");
+    assert_eq!(records.len(), 15, "{records:#?}");
+    let custom = find(records, RecordKind::SpanClose, "custom.step");
+    assert_eq!(custom.field("folded"), Some(&FieldValue::Bool(false)));
 
     let run = find(records, RecordKind::SpanNew, "task.run");
     assert_ne!(run.span, 0);

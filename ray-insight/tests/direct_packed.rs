@@ -123,6 +123,10 @@ fn compact_records_arrive_as_records_in_order() {
         "{records:#?}"
     );
     assert_eq!(collector.recorded(), 10);
+    assert!(
+        records.windows(2).all(|w| w[0].at_nanos <= w[1].at_nanos),
+        "one thread's stamps never go back"
+    );
     assert_eq!(collector.dropped(), 0);
 
     let submit = &records[0];
