@@ -306,6 +306,10 @@ impl Orphans {
 
     /// Every call waiting for `parent`, oldest first.
     pub(crate) fn adopt(&mut self, parent: &IdKey) -> std::collections::VecDeque<Orphan> {
+        if self.len == 0 {
+            // Every task's start asks: almost always, nobody waits.
+            return std::collections::VecDeque::new();
+        }
         let orphans = self.by_parent.remove(parent).unwrap_or_default();
         self.len -= orphans.len();
         for o in &orphans {
