@@ -236,7 +236,7 @@ impl DirectSpan {
     /// close's own reading: one clock reading where the caller timing the
     /// run itself would take two). `cpu` is called exactly once: told 0
     /// when there is no opening time (nothing was recorded at the open, or
-    /// the span is not from [`open_run`]); else, when the close is
+    /// the span is not from [`open_run`]) or its layer is gone; else, when the close is
     /// recorded, while this thread's buffer is held, so a record `cpu`
     /// tried to make would be dropped (the runtime's reads a clock and
     /// records nothing).
