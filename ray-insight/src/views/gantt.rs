@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 
 use serde_json::{json, Value};
 
-use super::model::{Id, IdKey, LabelSetId, LaneId, Lanes};
+use super::model::{FifoMap, Id, IdKey, LabelSetId, LaneId, Lanes};
 
 /// The state a Gantt slice shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,9 +57,22 @@ pub(crate) struct StoredSlice {
 const LATE_PLACEMENT_SEARCH: usize = 4_096;
 
 /// Finished slices, newest last, at most `cap`.
+///
+/// Each slice has a sequence number, increasing along the ring (pushed
+/// slices take even numbers; a slice split off by a late placement takes
+/// its neighbour's plus one), so a slice is found by binary search. The
+/// latest [`LATE_PLACEMENT_SEARCH`] `submitted` slices are indexed by
+/// task: a late placement finds its task's slice without a scan. (On a
+/// cluster most placements come late; scanning up to 4,096 slices for
+/// each was 9 % of a recorded cluster W3's CPU, in the head.)
 #[derive(Debug)]
 pub(crate) struct GanttAgg {
     slices: VecDeque<StoredSlice>,
+    /// `slices`' sequence numbers, in step with it.
+    seqs: VecDeque<u64>,
+    next_seq: u64,
+    /// The latest `submitted` slice of each task, by sequence number.
+    submitted: FifoMap<IdKey, u64>,
     cap: usize,
 }
 
@@ -67,6 +80,9 @@ impl GanttAgg {
     pub(crate) fn new(cap: usize) -> Self {
         Self {
             slices: VecDeque::new(),
+            seqs: VecDeque::new(),
+            next_seq: 0,
+            submitted: FifoMap::new(LATE_PLACEMENT_SEARCH),
             cap,
         }
     }
@@ -80,8 +96,15 @@ impl GanttAgg {
         let evicted = self.slices.len() >= self.cap;
         if evicted {
             self.slices.pop_front();
+            self.seqs.pop_front();
+        }
+        let seq = self.next_seq;
+        self.next_seq += 2;
+        if slice.state == SliceState::Submitted {
+            self.submitted.insert(slice.task_id.clone(), seq);
         }
         self.slices.push_back(slice);
+        self.seqs.push_back(seq);
         evicted
     }
 
@@ -95,23 +118,23 @@ impl GanttAgg {
     /// [`LATE_PLACEMENT_SEARCH`], is split at `at` into submitted and
     /// scheduled. Whether it was found.
     pub(crate) fn place_late(&mut self, task_id: &IdKey, at: u64) -> bool {
-        let len = self.slices.len();
-        let found = self
-            .slices
-            .iter()
-            .rev()
-            .take(LATE_PLACEMENT_SEARCH)
-            .position(|s| {
-                s.state == SliceState::Submitted
-                    && s.task_id == *task_id
-                    && s.start < at
-                    && at < s.start + s.dur
-            });
-        let Some(back) = found else {
+        let Some(&seq) = self.submitted.get(task_id) else {
             return false;
         };
-        let i = len - 1 - back;
+        // Gone from the ring (evicted), or not the slice asked for: as if
+        // not found.
+        let Ok(i) = self.seqs.binary_search(&seq) else {
+            return false;
+        };
         let submitted = &mut self.slices[i];
+        let fits = submitted.state == SliceState::Submitted
+            && submitted.task_id == *task_id
+            && submitted.start < at
+            && at < submitted.start + submitted.dur;
+        if !fits {
+            return false;
+        }
+        self.submitted.remove(task_id);
         let end = submitted.start + submitted.dur;
         submitted.dur = at - submitted.start;
         let mut scheduled = submitted.clone();
@@ -119,8 +142,10 @@ impl GanttAgg {
         scheduled.start = at;
         scheduled.dur = end - at;
         self.slices.insert(i + 1, scheduled);
+        self.seqs.insert(i + 1, seq + 1);
         if self.slices.len() > self.cap {
             self.slices.pop_front();
+            self.seqs.pop_front();
         }
         true
     }
@@ -310,5 +335,69 @@ impl GanttView {
             }));
         }
         json!({ "traceEvents": events, "displayTimeUnit": "ms" })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slice(task: u64, state: SliceState, start: u64, dur: u64) -> StoredSlice {
+        StoredSlice {
+            lane: 0,
+            name: "f".into(),
+            task_id: IdKey::Num(true, 1, task),
+            state,
+            start,
+            dur,
+            finished: true,
+            detail: None,
+            labels: 0,
+            flow_from: None,
+        }
+    }
+
+    /// Late placements are found by their task's index, among splits made
+    /// before them and evictions at the front, and only in a slice they
+    /// fall inside.
+    #[test]
+    fn late_placements_split_the_right_slice_after_other_splits_and_evictions() {
+        let mut gantt = GanttAgg::new(64);
+        for task in 0..40 {
+            let t = task * 100;
+            gantt.push(slice(task, SliceState::Submitted, t, 50));
+            gantt.push(slice(task, SliceState::Running, t + 50, 20));
+        }
+        // 80 pushed into 64: tasks 0..8 are gone.
+        assert!(!gantt.place_late(&IdKey::Num(true, 1, 3), 310));
+        // Out of order, each split inserts a slice in the middle.
+        for task in [30u64, 12, 39, 20, 13] {
+            let t = task * 100;
+            assert!(gantt.place_late(&IdKey::Num(true, 1, task), t + 10), "{task}");
+            // Once only.
+            assert!(!gantt.place_late(&IdKey::Num(true, 1, task), t + 20));
+        }
+        // Outside the submitted slice: not a late placement of it.
+        assert!(!gantt.place_late(&IdKey::Num(true, 1, 25), 2_560));
+        let of = |task: u64| -> Vec<(SliceState, u64, u64)> {
+            gantt
+                .slices
+                .iter()
+                .filter(|s| s.task_id == IdKey::Num(true, 1, task))
+                .map(|s| (s.state, s.start, s.dur))
+                .collect()
+        };
+        assert_eq!(
+            of(12),
+            [
+                (SliceState::Submitted, 1_200, 10),
+                (SliceState::Scheduled, 1_210, 40),
+                (SliceState::Running, 1_250, 20)
+            ]
+        );
+        assert_eq!(of(25).len(), 2, "unsplit");
+        assert!(gantt.slices.len() <= 64);
+        assert!(gantt.seqs.iter().zip(gantt.seqs.iter().skip(1)).all(|(a, b)| a < b));
+        assert_eq!(gantt.seqs.len(), gantt.slices.len());
     }
 }
