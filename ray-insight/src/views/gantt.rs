@@ -71,8 +71,11 @@ pub(crate) struct GanttAgg {
     /// `slices`' sequence numbers, in step with it.
     seqs: VecDeque<u64>,
     next_seq: u64,
-    /// The latest `submitted` slice of each task, by sequence number.
+    /// The latest `submitted` slice of each task, by sequence number;
+    /// kept only once a placement has come late (on a cluster), so a
+    /// process whose placements come in order pays nothing for it.
     submitted: FifoMap<IdKey, u64>,
+    indexing: bool,
     cap: usize,
 }
 
@@ -83,6 +86,7 @@ impl GanttAgg {
             seqs: VecDeque::new(),
             next_seq: 0,
             submitted: FifoMap::new(LATE_PLACEMENT_SEARCH),
+            indexing: false,
             cap,
         }
     }
@@ -100,7 +104,7 @@ impl GanttAgg {
         }
         let seq = self.next_seq;
         self.next_seq += 2;
-        if slice.state == SliceState::Submitted {
+        if self.indexing && slice.state == SliceState::Submitted {
             self.submitted.insert(slice.task_id.clone(), seq);
         }
         self.slices.push_back(slice);
@@ -118,6 +122,17 @@ impl GanttAgg {
     /// [`LATE_PLACEMENT_SEARCH`], is split at `at` into submitted and
     /// scheduled. Whether it was found.
     pub(crate) fn place_late(&mut self, task_id: &IdKey, at: u64) -> bool {
+        if !self.indexing {
+            // The first late placement: index the latest submitted slices,
+            // and every one from now on.
+            self.indexing = true;
+            let from = self.slices.len().saturating_sub(LATE_PLACEMENT_SEARCH);
+            for (slice, &seq) in self.slices.iter().zip(&self.seqs).skip(from) {
+                if slice.state == SliceState::Submitted {
+                    self.submitted.insert(slice.task_id.clone(), seq);
+                }
+            }
+        }
         let Some(&seq) = self.submitted.get(task_id) else {
             return false;
         };
@@ -373,7 +388,10 @@ mod tests {
         // Out of order, each split inserts a slice in the middle.
         for task in [30u64, 12, 39, 20, 13] {
             let t = task * 100;
-            assert!(gantt.place_late(&IdKey::Num(true, 1, task), t + 10), "{task}");
+            assert!(
+                gantt.place_late(&IdKey::Num(true, 1, task), t + 10),
+                "{task}"
+            );
             // Once only.
             assert!(!gantt.place_late(&IdKey::Num(true, 1, task), t + 20));
         }
@@ -397,7 +415,11 @@ mod tests {
         );
         assert_eq!(of(25).len(), 2, "unsplit");
         assert!(gantt.slices.len() <= 64);
-        assert!(gantt.seqs.iter().zip(gantt.seqs.iter().skip(1)).all(|(a, b)| a < b));
+        assert!(gantt
+            .seqs
+            .iter()
+            .zip(gantt.seqs.iter().skip(1))
+            .all(|(a, b)| a < b));
         assert_eq!(gantt.seqs.len(), gantt.slices.len());
     }
 }
