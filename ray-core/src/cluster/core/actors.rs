@@ -999,14 +999,19 @@ impl ClusterCore {
         }
         let addr = parse_addr(&loc.address)?;
         let Some(node) = self.actor_node(loc.id).await else {
-            // It died (or its node did) between the two questions: the
-            // name is free, or about to be, as for a lookup a moment later.
-            return Err(Error::ActorNotFound {
-                namespace: namespace.to_string(),
-                name: name.to_string(),
-            });
+            // It died (or its node did) between the two questions. Dead
+            // for good, the name is free (or about to be), as for a lookup
+            // a moment later; restarting, it still holds its name, and the
+            // handle follows it to its next life. (Answering `ActorNotFound`
+            // for a restarting actor was a race a test hit one run in a
+            // few: a lookup right after a `kill -9`.)
+            return self.find_pending(class, namespace, name).await;
         };
-        let link = self.link(addr, node, loc.worker).await?;
+        let Ok(link) = self.link(addr, node, loc.worker).await else {
+            // Its worker cannot be reached: it is dying, and perhaps
+            // restarting; the GCS's table says which, as above.
+            return self.find_pending(class, namespace, name).await;
+        };
         Ok(self.found_by_name(loc.id, class, Some(link)))
     }
 
