@@ -323,17 +323,21 @@ impl DirectSpan {
             span.close_run(None, None);
             return;
         }
-        layer::track_direct_span(self.id, false);
         // Closed even if recording was turned off meanwhile, as long as the
         // target's layer is alive: the views then never see a span left open.
-        if let Some(shared) = TARGET.get().filter(|s| !s.layer_gone()) {
+        // The append takes the span off this thread's stack; when nothing
+        // is appended, it comes off here.
+        let closed = TARGET.get().filter(|s| !s.layer_gone()).and_then(|shared| {
             append_merging(
                 shared,
                 Kind::DirectClose(self.id),
                 self.parent,
                 (self.name, self.target),
                 fill,
-            );
+            )
+        });
+        if closed.is_none() {
+            layer::track_direct_span(self.id, false);
         }
         self.id = 0;
     }

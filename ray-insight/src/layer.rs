@@ -199,7 +199,9 @@ pub(crate) fn append_merging(
 ) -> Option<u64> {
     let op = match kind {
         Kind::SpanNew => SpanOp::Fresh,
-        Kind::SpanClose(_) | Kind::DirectClose(_) | Kind::Event => SpanOp::None,
+        // A direct span leaves this thread's stack in the same visit.
+        Kind::DirectClose(span) => SpanOp::Close(span),
+        Kind::SpanClose(_) | Kind::Event => SpanOp::None,
     };
     append_packed(shared, op, |batch, stamp| {
         let (kind, span, folds) = match kind {

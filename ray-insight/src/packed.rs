@@ -334,14 +334,14 @@ impl Batch {
 
     pub(crate) fn push_run(&mut self, thread: u32, at: u64, span: u64, parent: u64, info: RunInfo) {
         self.note(Shape::Run, thread, at);
-        let (kind, actor, what, method) = match info.kind {
-            RunKind::Task { function } => (RunShape::Task, 0, function, ""),
+        let (actor, what, method) = match info.kind {
+            RunKind::Task { function } => (0, function, ""),
             RunKind::ActorCall {
                 actor,
                 class,
                 method,
-            } => (RunShape::ActorCall, actor, class, method),
-            RunKind::ActorCreate { actor, class } => (RunShape::ActorCreate, actor, class, ""),
+            } => (actor, class, method),
+            RunKind::ActorCreate { actor, class } => (actor, class, ""),
         };
         Self::roomy(&mut self.runs, self.room).push(Run {
             at,
@@ -358,7 +358,7 @@ impl Batch {
             closed_at: 0,
             cpu_nanos: 0,
             attempt: info.attempt,
-            kind,
+            kind: info.kind.shape(),
             has: flag(info.parent_task.is_some(), HAS_PARENT_TASK),
         });
     }
@@ -535,10 +535,16 @@ impl Submit {
 impl RunInfo {
     /// The name and target of the span it opens.
     pub(crate) fn names(&self) -> (&'static str, &'static str) {
-        match self.kind {
-            RunKind::Task { .. } => RunShape::Task.names(),
-            RunKind::ActorCall { .. } => RunShape::ActorCall.names(),
-            RunKind::ActorCreate { .. } => RunShape::ActorCreate.names(),
+        self.kind.shape().names()
+    }
+}
+
+impl RunKind {
+    fn shape(&self) -> RunShape {
+        match self {
+            RunKind::Task { .. } => RunShape::Task,
+            RunKind::ActorCall { .. } => RunShape::ActorCall,
+            RunKind::ActorCreate { .. } => RunShape::ActorCreate,
         }
     }
 }
