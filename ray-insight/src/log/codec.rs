@@ -25,7 +25,7 @@
 //! that; times are deltas, since records of a batch are close in time. A
 //! batch stands alone: it can be decoded without any other.
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 
 use super::intern::intern;
 use super::LogError;
