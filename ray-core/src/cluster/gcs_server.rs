@@ -401,7 +401,7 @@ async fn serve_insight(request: IncomingRequest, body: GcsRequest, hub: Arc<Mute
             records,
         }) => {
             let reply =
-                match insight_hub::accept_shipped(&hub, job, worker, epoch_unix_nanos, &records)
+                match insight_hub::accept_shipped(&hub, job, worker, epoch_unix_nanos, records)
                     .await
                 {
                     Ok(()) => Message::Ok,
