@@ -56,7 +56,8 @@ pub(crate) struct StoredSlice {
 /// How many of the latest finished slices a late placement is looked for in.
 const LATE_PLACEMENT_SEARCH: usize = 4_096;
 
-/// Finished slices, newest last, at most `cap`.
+/// Finished slices, newest last, at most `cap` stored (a `submitted`
+/// slice split by a late placement is stored once and drawn as two).
 ///
 /// Each slice has a sequence number: the n-th slice ever pushed has number
 /// n, so a slice still kept is found by subtraction. The latest

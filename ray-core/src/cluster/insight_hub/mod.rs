@@ -386,13 +386,13 @@ impl InsightHub {
     }
 }
 
-/// Takes in one shipped batch (see [`InsightHub::accept`]) without waiting
-/// under the lock (room in the log writer's queue is reserved first), and
-/// on a blocking thread: decoding a batch of 4,096 records and applying it
-/// to the views takes milliseconds, and the head's runtime has two worker
-/// threads that also answer leases, scheduling and the GCS. Applied on
-/// them, two batches arriving together (the second waiting for the hub's
-/// lock) held both.
+/// Takes in one shipped batch (see [`InsightHub::accept`]) on a blocking
+/// thread, never taking the hub's lock on the caller's: decoding a batch
+/// of 4,096 records and applying it to the views takes milliseconds, and
+/// the head's runtime has two worker threads that also answer leases,
+/// scheduling and the GCS. Applied on them, two batches arriving together
+/// (the second waiting for the hub's lock) held both. Room in the log
+/// writer's queue is reserved before the lock is taken for the batch.
 ///
 /// # Errors
 ///
@@ -405,13 +405,15 @@ pub(crate) async fn accept_shipped(
     epoch_unix_nanos: u64,
     bytes: Vec<u8>,
 ) -> Result<(), HubError> {
-    let logs = hub.lock().logs.clone();
-    let permit = match &logs {
-        Some(logs) => logs.reserve().await,
-        None => None,
-    };
     let hub = hub.clone();
+    let tokio = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
+        let logs = hub.lock().logs.clone();
+        // A blocking thread may wait on the runtime: the writer's queue
+        // applies back-pressure here, off the worker threads.
+        let permit = logs
+            .as_ref()
+            .and_then(|logs| tokio.block_on(logs.reserve()));
         hub.lock()
             .accept(job, worker, epoch_unix_nanos, &bytes, permit)
     })
@@ -518,8 +520,9 @@ pub(crate) enum HubError {
     /// job, or a time with no event log.
     #[error(transparent)]
     Export(#[from] dashboard::SourceError),
-    /// The export's blocking task failed.
-    #[error("the export failed: {0}")]
+    /// The blocking task applying a shipped batch or building an export
+    /// failed.
+    #[error("the head's insight task failed: {0}")]
     Stopped(#[source] tokio::task::JoinError),
 }
 
