@@ -365,11 +365,11 @@ impl Views {
     }
 
     /// A new live task from a submit or start record.
-    fn new_task(&mut self, kind: CallKind, record: &Record) -> LiveTask {
+    fn new_task(&mut self, kind: CallKind, record: &Record) -> Box<LiveTask> {
         let parent = task_field(record, "parent_task").or_else(|| self.task_of_span(record.parent));
         let parent_span = self.parent_span_of(record);
         let caller = self.caller_info_in(parent.as_ref(), parent_span);
-        LiveTask {
+        Box::new(LiveTask {
             kind,
             name: None,
             class: None,
@@ -398,7 +398,7 @@ impl Views {
             run_span: 0,
             user_spans_open: 0,
             inner_nanos: 0,
-        }
+        })
     }
 
     /// Takes what `record` says of the task (its name, attempt, class,
@@ -861,7 +861,7 @@ impl Views {
 
     /// Folds a finished call into the logical, flame and Gantt aggregates
     /// and remembers it.
-    fn fold_finished(&mut self, id: &IdKey, task: LiveTask, at: u64) {
+    fn fold_finished(&mut self, id: &IdKey, task: Box<LiveTask>, at: u64) {
         let start = task.started_at.unwrap_or(at);
         let nanos = at.saturating_sub(start);
         let node = task.logical_node();

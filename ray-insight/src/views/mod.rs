@@ -181,7 +181,8 @@ pub struct Limits {
     pub max_paths: usize,
     /// Distinct (call path, label set) flame entries.
     pub max_flame_entries: usize,
-    /// Finished Gantt slices kept (oldest evicted).
+    /// Finished Gantt slices kept (oldest evicted); a submitted slice split
+    /// by a placement that arrived after its task ended counts once.
     pub max_gantt_slices: usize,
     /// Distinct context label sets.
     pub max_label_sets: usize,
@@ -312,7 +313,7 @@ pub struct Views {
     /// Closes folded into opening records ([`crate::CLOSED_AT`]) after this
     /// time are not applied: a replay at t shows such a span still open.
     horizon: u64,
-    tasks: HashMap<IdKey, LiveTask>,
+    tasks: HashMap<IdKey, Box<LiveTask>>,
     spans: HashMap<u64, SpanRole>,
     recent: FifoMap<IdKey, RecentTask>,
     objects: FifoMap<IdKey, ObjectInfo>,

@@ -448,7 +448,7 @@ fn add_labels(labels: &mut Vec<(String, String)>, pairs: &[(String, String)]) {
 }
 
 pub(crate) fn build(
-    tasks: &HashMap<IdKey, LiveTask>,
+    tasks: &HashMap<IdKey, Box<LiveTask>>,
     actors: &FifoMap<Id, ActorInfo>,
     resources: &ResourceTable,
     groups: &FifoMap<Id, GroupInfo>,

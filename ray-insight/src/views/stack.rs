@@ -99,7 +99,7 @@ pub struct StackView {
 
 fn task_ref(
     id: &IdKey,
-    tasks: &HashMap<IdKey, LiveTask>,
+    tasks: &HashMap<IdKey, Box<LiveTask>>,
     recent: &FifoMap<IdKey, RecentTask>,
 ) -> TaskRef {
     let name = match (tasks.get(id), recent.get(id)) {
@@ -123,7 +123,7 @@ fn driver_ref() -> TaskRef {
 /// The wait-for graph: blocked tasks → the producers they wait on that are
 /// themselves in the graph, and queued actor calls → the blocked calls that
 /// occupy their actor (see the module docs). Successors sorted, deduplicated.
-fn wait_for_graph(tasks: &HashMap<IdKey, LiveTask>) -> BTreeMap<IdKey, Vec<IdKey>> {
+fn wait_for_graph(tasks: &HashMap<IdKey, Box<LiveTask>>) -> BTreeMap<IdKey, Vec<IdKey>> {
     // Per actor: its started calls, and whether all of them are blocked.
     let mut occupants: HashMap<&Id, (Vec<&IdKey>, bool)> = HashMap::new();
     for (id, task) in tasks {
@@ -274,7 +274,7 @@ fn cycle_in(component: &[IdKey], graph: &BTreeMap<IdKey, Vec<IdKey>>) -> Vec<IdK
 pub(crate) type OpenUserSpans<'a> = HashMap<&'a IdKey, Vec<((u64, u64), &'a Id)>>;
 
 pub(crate) fn build(
-    tasks: &HashMap<IdKey, LiveTask>,
+    tasks: &HashMap<IdKey, Box<LiveTask>>,
     user_spans: &OpenUserSpans<'_>,
     recent: &FifoMap<IdKey, RecentTask>,
     keep: &dyn Fn(LabelSetId) -> bool,
@@ -336,7 +336,7 @@ pub(crate) fn build(
                 producer_state: producer
                     .as_ref()
                     .and_then(|p| tasks.get(p))
-                    .map(LiveTask::state),
+                    .map(|t| t.state()),
             })
             .collect();
         let mut wait_chain = Vec::new();

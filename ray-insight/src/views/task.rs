@@ -258,7 +258,7 @@ pub const ORPHAN_WAIT_NANOS: u64 = 2_000_000_000;
 #[derive(Debug)]
 pub(crate) struct Orphan {
     pub(crate) id: IdKey,
-    pub(crate) task: LiveTask,
+    pub(crate) task: Box<LiveTask>,
     pub(crate) at: u64,
     /// Its place in [`Orphans`]' order, set when parked.
     pub(crate) seq: u64,
