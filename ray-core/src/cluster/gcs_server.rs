@@ -389,9 +389,9 @@ async fn serve_request(
     }
 }
 
-/// Answers the insight requests, off the GCS state lock and on blocking
-/// threads: a shipped batch goes into its job's views and is queued for its
-/// log's writer; an export is built (a replay reads the job's log).
+/// Answers the insight requests, off the GCS state lock: a shipped batch
+/// goes into its job's views and is queued for its log's writer; an export
+/// is built on a blocking thread (a replay reads the job's log).
 async fn serve_insight(request: IncomingRequest, body: GcsRequest, hub: Arc<Mutex<InsightHub>>) {
     let sent = match body {
         GcsRequest::InsightBatch(InsightBatch {
@@ -401,7 +401,7 @@ async fn serve_insight(request: IncomingRequest, body: GcsRequest, hub: Arc<Mute
             records,
         }) => {
             let reply =
-                match insight_hub::accept_shipped(&hub, job, worker, epoch_unix_nanos, records)
+                match insight_hub::accept_shipped(&hub, job, worker, epoch_unix_nanos, &records)
                     .await
                 {
                     Ok(()) => Message::Ok,

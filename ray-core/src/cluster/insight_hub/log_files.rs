@@ -65,12 +65,12 @@ pub(super) struct Opened {
 
 /// Room for one write in the writer's queue, reserved before the hub's
 /// lock is taken, so the write is queued under the lock without waiting.
-pub(super) struct LogPermit(mpsc::OwnedPermit<LogOp>);
+pub(super) struct LogPermit<'a>(mpsc::Permit<'a, LogOp>);
 
-impl LogPermit {
+impl LogPermit<'_> {
     /// Queues `records` for `job`'s log (after creating it, if `opened`).
     pub(super) fn write(self, job: JobId, opened: Option<Opened>, records: Vec<Record>) {
-        let _ = self.0.send(LogOp::Write {
+        self.0.send(LogOp::Write {
             job,
             opened,
             records,
@@ -92,14 +92,14 @@ impl LogFiles {
     }
 
     /// Waits for room for one write; `None` if the writer is gone.
-    pub(super) async fn reserve(&self) -> Option<LogPermit> {
-        self.queue.clone().reserve_owned().await.ok().map(LogPermit)
+    pub(super) async fn reserve(&self) -> Option<LogPermit<'_>> {
+        self.queue.reserve().await.ok().map(LogPermit)
     }
 
     /// Room for one write if there is some now; `None` if the queue is
     /// full or the writer gone.
-    pub(super) fn try_reserve(&self) -> Option<LogPermit> {
-        self.queue.clone().try_reserve_owned().ok().map(LogPermit)
+    pub(super) fn try_reserve(&self) -> Option<LogPermit<'_>> {
+        self.queue.try_reserve().ok().map(LogPermit)
     }
 
     /// Waits until everything queued so far is written and flushed, and

@@ -311,7 +311,7 @@ impl InsightHub {
         worker: WorkerId,
         epoch_unix_nanos: u64,
         bytes: &[u8],
-        log: Option<LogPermit>,
+        log: Option<LogPermit<'_>>,
     ) -> Result<(), HubError> {
         if bytes.len() > MAX_SHIPPED_BYTES {
             return Err(HubError::TooLarge { len: bytes.len() });
@@ -386,39 +386,26 @@ impl InsightHub {
     }
 }
 
-/// Takes in one shipped batch (see [`InsightHub::accept`]) on a blocking
-/// thread, never taking the hub's lock on the caller's: decoding a batch
-/// of 4,096 records and applying it to the views takes milliseconds, and
-/// the head's runtime has two worker threads that also answer leases,
-/// scheduling and the GCS. Applied on them, two batches arriving together
-/// (the second waiting for the hub's lock) held both. Room in the log
-/// writer's queue is reserved before the lock is taken for the batch.
+/// Takes in one shipped batch (see [`InsightHub::accept`]) without waiting
+/// under the lock: room in the log writer's queue is reserved first.
 ///
 /// # Errors
 ///
-/// As [`InsightHub::accept`]; [`HubError::Stopped`] if the blocking thread
-/// could not run it.
+/// As [`InsightHub::accept`].
 pub(crate) async fn accept_shipped(
-    hub: &Arc<Mutex<InsightHub>>,
+    hub: &Mutex<InsightHub>,
     job: JobId,
     worker: WorkerId,
     epoch_unix_nanos: u64,
-    bytes: Vec<u8>,
+    bytes: &[u8],
 ) -> Result<(), HubError> {
-    let hub = hub.clone();
-    let tokio = tokio::runtime::Handle::current();
-    tokio::task::spawn_blocking(move || {
-        let logs = hub.lock().logs.clone();
-        // A blocking thread may wait on the runtime: the writer's queue
-        // applies back-pressure here, off the worker threads.
-        let permit = logs
-            .as_ref()
-            .and_then(|logs| tokio.block_on(logs.reserve()));
-        hub.lock()
-            .accept(job, worker, epoch_unix_nanos, &bytes, permit)
-    })
-    .await
-    .unwrap_or_else(|e| Err(HubError::Stopped(e)))
+    let logs = hub.lock().logs.clone();
+    let permit = match &logs {
+        Some(logs) => logs.reserve().await,
+        None => None,
+    };
+    hub.lock()
+        .accept(job, worker, epoch_unix_nanos, bytes, permit)
 }
 
 /// The view `request` asks for (of its job, `None`: the most recent) as
@@ -520,9 +507,8 @@ pub(crate) enum HubError {
     /// job, or a time with no event log.
     #[error(transparent)]
     Export(#[from] dashboard::SourceError),
-    /// The blocking task applying a shipped batch or building an export
-    /// failed.
-    #[error("the head's insight task failed: {0}")]
+    /// The export's blocking task failed.
+    #[error("the export failed: {0}")]
     Stopped(#[source] tokio::task::JoinError),
 }
 
@@ -607,10 +593,10 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn batches_reach_the_log_in_the_order_the_hub_accepted_them() {
         let dir = temp_dir("order");
-        let hub = Arc::new(Mutex::new(InsightHub::new(Some(dir.clone()))));
+        let hub = Mutex::new(InsightHub::new(Some(dir.clone())));
         let tasks = ["t1", "t2", "t3", "t4", "t5"];
         for (at, task) in tasks.iter().enumerate() {
-            accept_shipped(&hub, JobId(1), WorkerId(1), 0, batch(task, at as u64))
+            accept_shipped(&hub, JobId(1), WorkerId(1), 0, &batch(task, at as u64))
                 .await
                 .expect("accepted");
         }
@@ -637,9 +623,9 @@ mod tests {
         let dir = temp_dir("full");
         // Every write to /dev/full fails as on a full disk (ENOSPC).
         std::os::unix::fs::symlink("/dev/full", dir.join("job-1.log")).expect("a symlink");
-        let hub = Arc::new(Mutex::new(InsightHub::new(Some(dir.clone()))));
+        let hub = Mutex::new(InsightHub::new(Some(dir.clone())));
         for at in 0..3 {
-            accept_shipped(&hub, JobId(1), WorkerId(1), 0, batch("t", at))
+            accept_shipped(&hub, JobId(1), WorkerId(1), 0, &batch("t", at))
                 .await
                 .expect("a full disk refuses no batch");
         }
@@ -688,7 +674,7 @@ mod tests {
         // Node 1 registers before the job records anything, node 2 after.
         hub.lock().node_changed(&node_row(1, true));
         hub.lock().job_registered(JobId(1), "trainer");
-        accept_shipped(&hub, JobId(1), WorkerId(1), 0, batch("t1", 5))
+        accept_shipped(&hub, JobId(1), WorkerId(1), 0, &batch("t1", 5))
             .await
             .expect("accepted");
         hub.lock().node_changed(&node_row(2, true));
@@ -706,7 +692,7 @@ mod tests {
 
         // The log gets the node records with the next batch, in the order
         // the views took them: replaying it shows the same nodes.
-        accept_shipped(&hub, JobId(1), WorkerId(1), 0, batch("t2", 6))
+        accept_shipped(&hub, JobId(1), WorkerId(1), 0, &batch("t2", 6))
             .await
             .expect("accepted");
         let path = written(&hub, JobId(1)).await.expect("the job's log");
