@@ -63,12 +63,13 @@ const LATE_PLACEMENT_SEARCH: usize = 4_096;
 /// n, so a slice still kept is found by subtraction. The latest
 /// [`LATE_PLACEMENT_SEARCH`] `submitted` slices are indexed by task: a late
 /// placement finds its task's slice without a scan. (On a cluster most
-/// placements come late; scanning up to 4,096 slices for each was 9 % of a
-/// recorded cluster W3's CPU, in the head.) A late placement does not
+/// placements come late; scanning up to 4,096 slices for each, in the
+/// head, was 11 % of all CPU samples of a recorded cluster W3.) A late
+/// placement does not
 /// insert a slice: it notes where the `submitted` slice splits, and the
 /// view draws the two halves. (Inserting one in the middle of the ring
-/// moved up to 4,096 slices each time: 25 % of the head's CPU in a
-/// recorded cluster W3.)
+/// moved up to 4,096 slices each time: 25 % of the head's own samples in
+/// a recorded cluster W3.)
 #[derive(Debug)]
 pub(crate) struct GanttAgg {
     slices: VecDeque<StoredSlice>,
