@@ -86,5 +86,5 @@ pub mod views;
 
 pub use layer::{InsightConfig, InsightLayer};
 pub use record::{FieldStr, FieldValue, Fields, Record, RecordKind, CLOSED_AT};
-pub use sink::{Collector, MemorySink, Sink, Tee};
+pub use sink::{Collector, Drained, MemorySink, Sink, Tee};
 pub use views::{Limits, Snapshot, Views};

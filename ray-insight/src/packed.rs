@@ -57,6 +57,11 @@ impl Id128 {
             lo: self.lo,
         }
     }
+
+    /// Its high and low words.
+    pub(crate) fn parts(self) -> (u64, u64) {
+        (self.hi, self.lo)
+    }
 }
 
 /// `task.submit`: a task of `function`, or (with an actor) a call of that
@@ -168,10 +173,14 @@ pub(crate) struct Run {
     has: u8,
 }
 
+/// Which run a [`Run`] opens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum RunShape {
+pub(crate) enum RunShape {
+    /// `task.run`.
     Task,
+    /// `actor.call`.
     ActorCall,
+    /// `actor.create`.
     ActorCreate,
 }
 
@@ -444,6 +453,53 @@ impl Batch {
         self.objects.clear();
     }
 
+    /// Hands every record to `visit` in recording order, as written: a
+    /// whole record, or a compact shape with its thread (what a sink that
+    /// reads the shapes themselves takes instead of [`Self::unpack_into`]).
+    pub(crate) fn visit(&self, mut visit: impl FnMut(Packed<'_>)) {
+        let (mut full, mut submits, mut runs, mut closes, mut objects) = (
+            self.full.iter(),
+            self.submits.iter(),
+            self.runs.iter(),
+            self.closes.iter(),
+            self.objects.iter(),
+        );
+        for entry in &self.order {
+            let t = entry.thread;
+            let packed = match entry.shape {
+                Shape::Full => full.next().map(Packed::Full),
+                Shape::Submit => submits.next().map(|s| Packed::Submit(s, t)),
+                Shape::Run => runs.next().map(|r| Packed::Run(r, t)),
+                Shape::Close => closes.next().map(|c| Packed::Close(c, t)),
+                Shape::Object => objects.next().map(|o| Packed::Object(o, t)),
+            };
+            // Every entry has its record (they are pushed together).
+            if let Some(packed) = packed {
+                visit(packed);
+            }
+        }
+    }
+
+    /// The newest time a record of the batch names: its last record's, or
+    /// that record's close when it is a run closed in the same record.
+    pub(crate) fn last_at(&self) -> Option<u64> {
+        let last = self.order.last()?;
+        let at = match last.shape {
+            Shape::Full => self
+                .full
+                .last()
+                .map(|r| r.closed_at().unwrap_or(0).max(r.at_nanos)),
+            Shape::Submit => self.submits.last().map(|s| s.at),
+            Shape::Run => self
+                .runs
+                .last()
+                .map(|r| r.closed_at().unwrap_or(0).max(r.at)),
+            Shape::Close => self.closes.last().map(|c| c.at),
+            Shape::Object => self.objects.last().map(|o| o.at),
+        };
+        at
+    }
+
     /// Appends every record, expanded to a [`Record`], to `out` in
     /// recording order, and empties the batch (keeping its buffers).
     pub(crate) fn unpack_into(&mut self, out: &mut Vec<Record>) {
@@ -470,6 +526,169 @@ impl Batch {
         }
         drop(full);
         self.clear();
+    }
+}
+
+/// One record of a [`Batch`] as its thread wrote it (see [`Batch::visit`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Packed<'a> {
+    /// A whole record.
+    Full(&'a Record),
+    /// A submit, and the thread that wrote it.
+    Submit(&'a Submit, u32),
+    /// A run's opening (perhaps closed in the same record), and its thread.
+    Run(&'a Run, u32),
+    /// A run's close of its own, and its thread.
+    Close(&'a Close, u32),
+    /// An object's put or get, and its thread.
+    Object(&'a ObjectIo, u32),
+}
+
+/// What a sink reads of the compact shapes: the same facts
+/// [`Batch::unpack_into`] writes as fields (`task_id`, `parent_task`, …),
+/// without a [`Record`] in between.
+impl Submit {
+    /// When it was recorded.
+    pub(crate) fn at(&self) -> u64 {
+        self.at
+    }
+    /// The direct span it was recorded in, or 0.
+    pub(crate) fn parent(&self) -> u64 {
+        self.parent
+    }
+    /// The task submitted (`task_id`).
+    pub(crate) fn task(&self) -> Id128 {
+        self.task
+    }
+    /// The actor called (`actor_id`), for an actor call.
+    pub(crate) fn actor(&self) -> Option<Id128> {
+        flagged(self.has, HAS_ACTOR, self.actor)
+    }
+    /// The submitting task (`parent_task`), if any.
+    pub(crate) fn parent_task(&self) -> Option<Id128> {
+        flagged(self.has, HAS_PARENT_TASK, self.parent_task)
+    }
+    /// The submitter's application span (`parent_span`), if not 0.
+    pub(crate) fn parent_span(&self) -> Option<u64> {
+        (self.parent_span != 0).then_some(self.parent_span)
+    }
+    /// The function, or an actor call's method.
+    pub(crate) fn function(&self) -> &'static str {
+        self.function
+    }
+}
+
+impl Run {
+    /// When it opened.
+    pub(crate) fn at(&self) -> u64 {
+        self.at
+    }
+    /// The span it opens.
+    pub(crate) fn span(&self) -> u64 {
+        self.span
+    }
+    /// The direct span it opened inside, or 0.
+    pub(crate) fn parent(&self) -> u64 {
+        self.parent
+    }
+    /// What it runs.
+    pub(crate) fn shape(&self) -> RunShape {
+        self.kind
+    }
+    /// Its task (`task_id`).
+    pub(crate) fn task(&self) -> Id128 {
+        self.task
+    }
+    /// Its actor (`actor_id`), for an actor call or a constructor.
+    pub(crate) fn actor(&self) -> Option<Id128> {
+        (self.kind != RunShape::Task).then_some(self.actor)
+    }
+    /// The function (a task's) or the actor's class.
+    pub(crate) fn what(&self) -> &'static str {
+        self.what
+    }
+    /// An actor call's method.
+    pub(crate) fn method(&self) -> Option<&'static str> {
+        (self.kind == RunShape::ActorCall).then_some(self.method)
+    }
+    /// Which send of the task it is (`attempt`), if not the first (a
+    /// constructor's is not recorded).
+    pub(crate) fn attempt(&self) -> Option<u64> {
+        (self.attempt > 0 && self.kind != RunShape::ActorCreate).then_some(u64::from(self.attempt))
+    }
+    /// The submitting task (`parent_task`), if any.
+    pub(crate) fn parent_task(&self) -> Option<Id128> {
+        flagged(self.has, HAS_PARENT_TASK, self.parent_task)
+    }
+    /// The submitter's application span (`parent_span`), if not 0.
+    pub(crate) fn parent_span(&self) -> Option<u64> {
+        (self.parent_span != 0).then_some(self.parent_span)
+    }
+    /// Its node (`node_id`).
+    pub(crate) fn node(&self) -> u64 {
+        self.node
+    }
+    /// Its worker (`worker_id`).
+    pub(crate) fn worker(&self) -> u64 {
+        self.worker
+    }
+    /// When it closed ([`CLOSED_AT`]), if that is folded in.
+    pub(crate) fn closed_at(&self) -> Option<u64> {
+        (self.has & CLOSED != 0).then_some(self.closed_at)
+    }
+    /// The CPU time its close reported (`cpu_nanos`).
+    pub(crate) fn cpu_nanos(&self) -> Option<u64> {
+        (self.has & HAS_CPU != 0).then_some(self.cpu_nanos)
+    }
+}
+
+impl Close {
+    /// When it closed.
+    pub(crate) fn at(&self) -> u64 {
+        self.at
+    }
+    /// The span it closes.
+    pub(crate) fn span(&self) -> u64 {
+        self.span
+    }
+    /// The span's parent.
+    pub(crate) fn parent(&self) -> u64 {
+        self.parent
+    }
+    /// The CPU time it reports (`cpu_nanos`).
+    pub(crate) fn cpu_nanos(&self) -> Option<u64> {
+        self.cpu_nanos
+    }
+}
+
+impl ObjectIo {
+    /// When it was recorded.
+    pub(crate) fn at(&self) -> u64 {
+        self.at
+    }
+    /// The direct span it was recorded in, or 0.
+    pub(crate) fn parent(&self) -> u64 {
+        self.parent
+    }
+    /// The object (`object_id`).
+    pub(crate) fn object(&self) -> Id128 {
+        self.object
+    }
+    /// The task that put or read it (`task_id`), if any.
+    pub(crate) fn task(&self) -> Option<Id128> {
+        flagged(self.has, HAS_TASK, self.task)
+    }
+    /// Its size (`bytes`).
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+    /// The node it moved on (`node_id`).
+    pub(crate) fn node(&self) -> u64 {
+        self.node
+    }
+    /// Whether it is a get (`object.get`) rather than a put.
+    pub(crate) fn is_get(&self) -> bool {
+        self.has & IS_GET != 0
     }
 }
 

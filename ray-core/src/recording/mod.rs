@@ -36,7 +36,7 @@ use parking_lot::Mutex;
 use ray_insight::export::{self, ExportFormat, ViewKind};
 use ray_insight::log::{encode_records, LogWriter};
 use ray_insight::{
-    Collector, FieldValue, InsightConfig, InsightLayer, Record, RecordKind, Sink, Views,
+    Collector, Drained, FieldValue, InsightConfig, InsightLayer, Record, RecordKind, Sink, Views,
 };
 use ray_proto::{JobId, WorkerId};
 use tracing_subscriber::layer::SubscriberExt;
@@ -186,6 +186,24 @@ fn ship_chunk(shipper: &Shipper, chunk: &mut Vec<Record>) {
 impl Sink for Deliver<'_> {
     fn accept(&mut self, batch: &[Record]) {
         self.accept_owned(&mut batch.to_vec());
+    }
+
+    fn accept_drained(&mut self, batch: &mut Drained<'_>) {
+        match &mut self.to {
+            // The views read the compact shapes as they are; only a log
+            // needs them expanded.
+            To::Local(local) => {
+                if let Some(last) = batch.last_at() {
+                    self.last_at = self.last_at.max(last);
+                }
+                let Local { views, log, .. } = &mut **local;
+                batch.apply_to(views);
+                if let Some(log) = log {
+                    log.accept(batch.records());
+                }
+            }
+            To::Ship { .. } => self.accept_owned(batch.records()),
+        }
     }
 
     fn accept_owned(&mut self, batch: &mut Vec<Record>) {

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::facts::{str_field, task_field, u64_field, Facts, Typed};
 use super::gantt::StoredSlice;
 use super::logical::{CallKey, Locality};
 use super::model::{
@@ -12,7 +13,8 @@ use super::model::{
 use super::physical::{ActorInfo, ActorUsage, GroupInfo, NodeRegistration, ProcessFields};
 use super::task::{LiveTask, OpenWait, Orphan, RecentTask, TaskState};
 use super::{CallKind, LogicalNode, SliceState, Views};
-use crate::record::{FieldValue, Record, RecordKind, CLOSED_AT};
+use crate::packed::{Packed, RunShape};
+use crate::record::{FieldValue, Record, RecordKind};
 use crate::sink::Sink;
 
 impl UserSpan {
@@ -118,15 +120,6 @@ struct Ended {
     failed: bool,
 }
 
-fn str_field(record: &Record, key: &str) -> Option<Id> {
-    record.field(key).map(|value| id_of(key, value))
-}
-
-/// A task id field (`task_id`, `parent_task`) as a key: no string built.
-fn task_field(record: &Record, key: &str) -> Option<IdKey> {
-    record.field(key).map(|value| id_key(key, value))
-}
-
 fn list_field(record: &Record, key: &str) -> Vec<Option<Id>> {
     match record.field(key) {
         None => Vec::new(),
@@ -151,18 +144,6 @@ fn parse_labels(packed: &str) -> impl Iterator<Item = (Id, Id)> + '_ {
     })
 }
 
-fn u64_field(record: &Record, key: &str) -> Option<u64> {
-    u64_value(record.field(key)?)
-}
-
-/// A number, or a string holding one.
-fn u64_value(value: &FieldValue) -> Option<u64> {
-    match value {
-        FieldValue::Str(s) => s.trim().parse().ok(),
-        other => other.as_u64(),
-    }
-}
-
 fn number_field(record: &Record, key: &str) -> Option<f64> {
     match record.field(key)? {
         FieldValue::U64(v) => Some(*v as f64),
@@ -180,12 +161,7 @@ impl Views {
     /// Never panics on malformed input: records missing required fields are
     /// counted as ignored, records that would exceed a cap as dropped.
     pub fn apply(&mut self, record: &Record) {
-        self.now = self.now.max(record.at_nanos);
-        if !self.orphans.is_empty() {
-            // Calls whose caller's records never came: counted once time
-            // (any record's) has passed the wait.
-            self.expire_orphans();
-        }
+        self.advance(record.at_nanos);
         let name = record.schema_name();
         let understood = match (record.kind, name) {
             (RecordKind::SpanNew, "task.run") => {
@@ -228,6 +204,69 @@ impl Views {
                 }),
             _ => false,
         };
+        self.count(understood);
+    }
+
+    /// Applies one record of a batch as its thread wrote it: a compact
+    /// shape is read as it is (see [`super::facts`]), with the same
+    /// effect as [`Self::apply`] of its expansion.
+    pub(crate) fn apply_packed(&mut self, packed: Packed<'_>) {
+        let understood = match packed {
+            Packed::Full(record) => return self.apply(record),
+            Packed::Submit(submit, thread) => {
+                let f = Typed(submit, thread);
+                self.advance(submit.at());
+                let submitted = self.on_submit(&f);
+                self.then_early_loss(submitted, &f)
+            }
+            Packed::Run(run, thread) => {
+                let f = Typed(run, thread);
+                self.advance(run.at());
+                match run.shape() {
+                    RunShape::Task => {
+                        let started = self.start_task(&f, CallKind::Task);
+                        let started = self.then_early_loss(started, &f);
+                        self.then_closed(started, &f)
+                    }
+                    RunShape::ActorCall => {
+                        let started = self.start_task(&f, CallKind::ActorCall);
+                        let started = self.then_early_loss(started, &f);
+                        self.then_closed(started, &f)
+                    }
+                    RunShape::ActorCreate => {
+                        let started = self.start_task(&f, CallKind::ActorCreate);
+                        self.then_closed(started, &f)
+                    }
+                }
+            }
+            Packed::Close(close, thread) => {
+                self.advance(close.at());
+                self.close_span(&Typed(close, thread), close.at())
+            }
+            Packed::Object(object, thread) => {
+                let f = Typed(object, thread);
+                self.advance(object.at());
+                if object.is_get() {
+                    self.on_get(&f)
+                } else {
+                    self.on_put(&f)
+                }
+            }
+        };
+        self.count(understood);
+    }
+
+    /// Moves the views' time to `at` (if later), and counts the calls
+    /// whose caller's records never came once time (any record's) has
+    /// passed their wait.
+    fn advance(&mut self, at: u64) {
+        self.now = self.now.max(at);
+        if !self.orphans.is_empty() {
+            self.expire_orphans();
+        }
+    }
+
+    fn count(&mut self, understood: bool) {
         if understood {
             self.stats.applied += 1;
         } else {
@@ -239,11 +278,11 @@ impl Views {
     /// also says when the run closed ([`crate::CLOSED_AT`]: the runtime's
     /// run with nothing recorded inside it), closed now, unless that is
     /// past the horizon (a replay at an earlier time).
-    fn then_closed(&mut self, understood: bool, record: &Record) -> bool {
-        if let (true, Some(FieldValue::U64(closed))) = (understood, record.field(CLOSED_AT)) {
-            if *closed <= self.horizon {
-                self.now = self.now.max(*closed);
-                self.close_span(record, (*closed).max(record.at_nanos));
+    fn then_closed(&mut self, understood: bool, record: &impl Facts) -> bool {
+        if let (true, Some(closed)) = (understood, record.closed_at()) {
+            if closed <= self.horizon {
+                self.now = self.now.max(closed);
+                self.close_span(record, closed.max(record.at()));
             }
         }
         understood
@@ -262,8 +301,10 @@ impl Views {
 
     /// The task a record is about: its `task_id` field, else the task whose
     /// span encloses it, else `None` (the driver).
-    fn subject_task(&self, record: &Record) -> Option<IdKey> {
-        task_field(record, "task_id").or_else(|| self.task_of_span(record.parent))
+    fn subject_task(&self, record: &impl Facts) -> Option<IdKey> {
+        record
+            .task_key()
+            .or_else(|| self.task_of_span(record.parent()))
     }
 
     fn task_of_span(&self, span: u64) -> Option<IdKey> {
@@ -354,19 +395,21 @@ impl Views {
     /// The application span a submit or run record names as its caller's
     /// (`parent_span`), or the user span it was recorded in (records that
     /// came through `tracing`), or 0.
-    fn parent_span_of(&self, record: &Record) -> u64 {
-        if let Some(span) = u64_field(record, "parent_span").filter(|s| *s != 0) {
+    fn parent_span_of(&self, record: &impl Facts) -> u64 {
+        if let Some(span) = record.parent_span() {
             return span;
         }
-        match self.spans.get(&record.parent) {
-            Some(SpanRole::User(_)) => record.parent,
+        match self.spans.get(&record.parent()) {
+            Some(SpanRole::User(_)) => record.parent(),
             _ => 0,
         }
     }
 
     /// A new live task from a submit or start record.
-    fn new_task(&mut self, kind: CallKind, record: &Record) -> Box<LiveTask> {
-        let parent = task_field(record, "parent_task").or_else(|| self.task_of_span(record.parent));
+    fn new_task(&mut self, kind: CallKind, record: &impl Facts) -> Box<LiveTask> {
+        let parent = record
+            .parent_task_key()
+            .or_else(|| self.task_of_span(record.parent()));
         let parent_span = self.parent_span_of(record);
         let caller = self.caller_info_in(parent.as_ref(), parent_span);
         Box::new(LiveTask {
@@ -387,7 +430,7 @@ impl Views {
             scheduled_at: None,
             node_id: None,
             worker_id: None,
-            thread: record.thread,
+            thread: record.thread(),
             path: None,
             lane: None,
             waits: Vec::new(),
@@ -399,36 +442,6 @@ impl Views {
             user_spans_open: 0,
             inner_nanos: 0,
         })
-    }
-
-    /// Takes what `record` says of the task (its name, attempt, class,
-    /// actor, node and worker), in one pass over its fields: the last
-    /// field of a key counts, as with [`Record::field`], and `function`
-    /// names it over `method`.
-    fn update_task_fields(task: &mut LiveTask, record: &Record) {
-        let (mut function, mut method) = (None, None);
-        for (key, value) in record.fields.iter() {
-            match key {
-                "function" => function = Some(value),
-                "method" => method = Some(value),
-                "attempt" => {
-                    if let Some(attempt) = u64_value(value) {
-                        task.attempt = attempt;
-                    }
-                }
-                "class" => task.class = Some(id_of(key, value)),
-                "actor_id" => task.actor_id = Some(id_of(key, value)),
-                "node_id" => task.node_id = Some(id_of(key, value)),
-                "worker_id" => task.worker_id = Some(id_of(key, value)),
-                _ => {}
-            }
-        }
-        if let Some((key, value)) = function
-            .map(|v| ("function", v))
-            .or(method.map(|v| ("method", v)))
-        {
-            task.name = Some(id_of(key, value));
-        }
     }
 
     /// A submitted task was placed: on a node (`node_id`), and on a worker
@@ -474,8 +487,8 @@ impl Views {
         }
     }
 
-    fn on_submit(&mut self, record: &Record) -> bool {
-        let Some(id) = task_field(record, "task_id") else {
+    fn on_submit(&mut self, record: &impl Facts) -> bool {
+        let Some(id) = record.task_key() else {
             return false;
         };
         let started_first = self
@@ -484,7 +497,7 @@ impl Views {
             .is_some_and(|t| t.submitted_at.is_none() && t.started_at.is_some());
         if self.tasks.contains_key(&id) && !started_first {
             if let Some(task) = self.tasks.get_mut(&id) {
-                task.submitted_at.get_or_insert(record.at_nanos);
+                task.submitted_at.get_or_insert(record.at());
             }
             return true;
         }
@@ -511,7 +524,7 @@ impl Views {
             let actor_labels = self.actor_labels_of(&id);
             let labels = self.with_actor_labels(at_submit, actor_labels);
             if let Some(task) = self.tasks.get_mut(&id) {
-                task.submitted_at.get_or_insert(record.at_nanos);
+                task.submitted_at.get_or_insert(record.at());
                 if task.labels == task.inherited {
                     task.labels = labels;
                     task.inherited = labels;
@@ -525,14 +538,14 @@ impl Views {
         if self.tasks.len() + self.orphans.len() >= self.limits.max_live_tasks {
             return self.drop_record();
         }
-        let kind = if record.field("actor_id").is_some() || record.field("method").is_some() {
+        let kind = if record.names_actor() {
             CallKind::ActorCall
         } else {
             CallKind::Task
         };
         let mut task = self.new_task(kind, record);
         self.take_placement(&id, &mut task);
-        Self::update_task_fields(&mut task, record);
+        record.fill_task(&mut task);
         // A submit names the actor but not its class; a queued call is then
         // still named `Class.method` in the stack view.
         if task.class.is_none() {
@@ -540,24 +553,23 @@ impl Views {
                 task.class.clone_from(&info.class);
             }
         }
-        task.submitted_at = Some(record.at_nanos);
+        task.submitted_at = Some(record.at());
         self.tasks.insert(id, task);
         true
     }
 
-    fn start_task(&mut self, record: &Record, kind: CallKind) -> bool {
+    fn start_task(&mut self, record: &impl Facts, kind: CallKind) -> bool {
         let id = match kind {
             // A creation is known by its task id when the span gives one
             // (what its constructor's children name as their parent).
-            CallKind::ActorCreate => {
-                match (task_field(record, "task_id"), str_field(record, "actor_id")) {
-                    (Some(task), Some(_)) => task,
-                    (None, Some(actor)) => IdKey::text(format!("actor.create:{actor}")),
-                    (_, None) => return false,
-                }
-            }
-            _ => task_field(record, "task_id")
-                .unwrap_or_else(|| IdKey::text(format!("span:{}", record.span))),
+            CallKind::ActorCreate => match (record.task_key(), record.actor_id()) {
+                (Some(task), Some(_)) => task,
+                (None, Some(actor)) => IdKey::text(format!("actor.create:{actor}")),
+                (_, None) => return false,
+            },
+            _ => record
+                .task_key()
+                .unwrap_or_else(|| IdKey::text(format!("span:{}", record.span()))),
         };
         if self.spans.len() >= self.limits.max_live_spans {
             return self.drop_record();
@@ -567,10 +579,12 @@ impl Views {
         // another process, may come after this start): it ends as failed
         // now, and the loss, when it comes, names a run already ended.
         // (The attempt is read only for a task already running: rare.)
-        if self.tasks.get(&id).is_some_and(|t| {
-            t.started_at.is_some() && u64_field(record, "attempt").unwrap_or(0) > t.attempt
-        }) {
-            self.fail_task(&id, record.at_nanos);
+        if self
+            .tasks
+            .get(&id)
+            .is_some_and(|t| t.started_at.is_some() && record.attempt().unwrap_or(0) > t.attempt)
+        {
+            self.fail_task(&id, record.at());
         }
         let mut task = match self.tasks.remove(&id) {
             Some(task) => task,
@@ -584,7 +598,7 @@ impl Views {
             }
         };
         task.kind = kind;
-        Self::update_task_fields(&mut task, record);
+        record.fill_task(&mut task);
         if let (Some(actor), CallKind::ActorCall | CallKind::ActorCreate) = (&task.actor_id, kind) {
             self.note_actor(actor.clone(), &mut task);
         }
@@ -598,16 +612,16 @@ impl Views {
                 task.inherited = task.labels;
             }
         }
-        task.started_at = Some(record.at_nanos);
-        task.thread = record.thread;
+        task.started_at = Some(record.at());
+        task.thread = record.thread();
         let frame = self.names_of(&task).frame;
         task.path = task.caller_path.and_then(|p| self.paths.child(p, &frame));
         if task.path.is_none() {
             self.stats.dropped += 1;
         }
         task.lane = self.lane_for(&task);
-        task.run_span = record.span;
-        self.spans.insert(record.span, SpanRole::Task(id.clone()));
+        task.run_span = record.span();
+        self.spans.insert(record.span(), SpanRole::Task(id.clone()));
         self.tasks.insert(id.clone(), task);
         self.adopt_orphans(&id);
         true
@@ -759,24 +773,25 @@ impl Views {
     /// Closes `record`'s span at `at`: a close record, or an opening
     /// that says it closed (then an actor run without `cpu_nanos` was
     /// counted at its wall time, the record's own span).
-    fn close_span(&mut self, record: &Record, at: u64) -> bool {
-        match self.spans.remove(&record.span) {
+    fn close_span(&mut self, record: &impl Facts, at: u64) -> bool {
+        match self.spans.remove(&record.span()) {
             Some(SpanRole::Task(id)) => {
-                let one_record = record.kind == RecordKind::SpanNew;
+                let one_record = record.kind() == RecordKind::SpanNew;
                 let ended = Ended {
-                    cpu_nanos: u64_field(record, "cpu_nanos")
-                        .or_else(|| one_record.then(|| at.saturating_sub(record.at_nanos))),
-                    failed: record.field("error").is_some(),
+                    cpu_nanos: record
+                        .cpu_nanos()
+                        .or_else(|| one_record.then(|| at.saturating_sub(record.at()))),
+                    failed: record.failed(),
                 };
                 self.finish_task(&id, at, ended);
                 true
             }
             Some(SpanRole::Wait(id)) => {
-                self.end_wait(&id, record.span, at);
+                self.end_wait(&id, record.span(), at);
                 true
             }
             Some(SpanRole::User(user)) => {
-                self.end_user_span(record.span, *user, at);
+                self.end_user_span(record.span(), *user, at);
                 true
             }
             None => false,
@@ -1123,16 +1138,16 @@ impl Views {
         self.recent.get(id).map(|r| (r.node.clone(), r.labels))
     }
 
-    fn on_put(&mut self, record: &Record) -> bool {
-        let Some(object) = record.field("object_id").map(|v| id_key("object_id", v)) else {
+    fn on_put(&mut self, record: &impl Facts) -> bool {
+        let Some(object) = record.object_key() else {
             return false;
         };
-        let bytes = u64_field(record, "bytes").unwrap_or(0);
+        let bytes = record.bytes().unwrap_or(0);
         let task = self.subject_task(record);
         let (producer, labels) = self
             .node_and_labels(task.as_ref())
             .unwrap_or((LogicalNode::Unknown, 0));
-        let node_id = str_field(record, "node_id").or_else(|| {
+        let node_id = record.node_id().or_else(|| {
             task.as_ref()
                 .and_then(|t| self.tasks.get(t))
                 .and_then(|t| t.node_id.clone())
@@ -1149,11 +1164,11 @@ impl Views {
         true
     }
 
-    fn on_get(&mut self, record: &Record) -> bool {
-        let Some(object) = record.field("object_id").map(|v| id_key("object_id", v)) else {
+    fn on_get(&mut self, record: &impl Facts) -> bool {
+        let Some(object) = record.object_key() else {
             return false;
         };
-        let bytes = u64_field(record, "bytes").unwrap_or(0);
+        let bytes = record.bytes().unwrap_or(0);
         let task = self.subject_task(record);
         let (consumer, labels) = self
             .node_and_labels(task.as_ref())
@@ -1162,8 +1177,8 @@ impl Views {
             Some(o) => (o.producer.clone(), o.node_id.clone()),
             None => self.return_producer(&object),
         };
-        let producer_node = str_field(record, "producer_node").or(put_node);
-        let consumer_node = str_field(record, "node_id").or_else(|| {
+        let producer_node = record.producer_node().or(put_node);
+        let consumer_node = record.node_id().or_else(|| {
             task.as_ref()
                 .and_then(|t| self.tasks.get(t))
                 .and_then(|t| t.node_id.clone())
@@ -1451,7 +1466,7 @@ impl Views {
 
     /// `understood`, after a submit or a run's start was applied (and so
     /// understood): a loss of its task that came first ends it now.
-    fn then_early_loss(&mut self, understood: bool, record: &Record) -> bool {
+    fn then_early_loss(&mut self, understood: bool, record: &impl Facts) -> bool {
         if understood && self.lost_early.len() > 0 {
             self.apply_early_loss(record);
         }
@@ -1460,15 +1475,15 @@ impl Views {
 
     /// A final loss ends any run of the task; a lost attempt, only that
     /// run (dropped if it was counted while queued).
-    fn apply_early_loss(&mut self, record: &Record) {
-        let Some(id) = task_field(record, "task_id") else {
+    fn apply_early_loss(&mut self, record: &impl Facts) {
+        let Some(id) = record.task_key() else {
             return;
         };
         let Some(lost) = self.lost_early.get(&id).copied() else {
             return;
         };
-        let starting = record.kind == RecordKind::SpanNew;
-        let attempt = u64_field(record, "attempt").unwrap_or(0);
+        let starting = record.kind() == RecordKind::SpanNew;
+        let attempt = record.attempt().unwrap_or(0);
         match lost.attempt {
             Some(a) if starting && a == attempt && lost.counted => {
                 // Counted when it was failed while queued.
@@ -1477,11 +1492,11 @@ impl Views {
             }
             None => {
                 self.lost_early.remove(&id);
-                self.fail_task(&id, record.at_nanos);
+                self.fail_task(&id, record.at());
             }
             Some(a) if starting && a == attempt => {
                 self.lost_early.remove(&id);
-                self.fail_task(&id, record.at_nanos);
+                self.fail_task(&id, record.at());
             }
             // A later run started: the lost one will not come any more.
             Some(a) if starting && attempt > a => {
@@ -1530,5 +1545,9 @@ impl Sink for Views {
         for record in batch {
             self.apply(record);
         }
+    }
+
+    fn accept_drained(&mut self, batch: &mut crate::sink::Drained<'_>) {
+        batch.apply_to(self);
     }
 }

@@ -116,6 +116,7 @@
 //! use; strings over 64 bytes are not cached, so they hold under 2 MB a
 //! thread, whatever the job's size.
 
+mod facts;
 mod flame;
 mod gantt;
 mod ingest;
@@ -127,6 +128,8 @@ mod stack;
 mod task;
 mod top;
 
+#[cfg(test)]
+mod packed_tests;
 #[cfg(test)]
 mod tests;
 

@@ -32,16 +32,27 @@ pub(crate) fn id_of(key: &str, value: &FieldValue) -> Id {
                 None => cache.string(s),
             }
         }),
-        FieldValue::U128 { hi, lo } if !prefix.is_empty() => ID_CACHE.with(|c| {
-            c.borrow_mut()
-                .number((code, true, *hi, *lo), || hex_id(prefix, Some(*hi), *lo))
-        }),
-        FieldValue::U64(v) if !prefix.is_empty() => ID_CACHE.with(|c| {
-            c.borrow_mut()
-                .number((code, false, 0, *v), || hex_id(prefix, None, *v))
-        }),
+        FieldValue::U128 { hi, lo } if !prefix.is_empty() => {
+            numbered_id((code, prefix), Some(*hi), *lo)
+        }
+        FieldValue::U64(v) if !prefix.is_empty() => numbered_id((code, prefix), None, *v),
         other => Arc::from(other.to_string()),
     }
+}
+
+/// An actor id's prefix and code (see [`id_prefix`]).
+pub(crate) const ACTOR_ID: (u8, &str) = (3, "actor-");
+/// A node id's prefix and code.
+pub(crate) const NODE_ID: (u8, &str) = (4, "node-");
+/// A worker id's prefix and code.
+pub(crate) const WORKER_ID: (u8, &str) = (5, "worker-");
+
+/// A runtime id from its numbers (`hi` for a two-part id), rendered after
+/// `prefix` as [`id_of`] renders that field's numbers: the same string,
+/// from the same cache, without a field to read.
+pub(crate) fn numbered_id((code, prefix): (u8, &'static str), hi: Option<u64>, lo: u64) -> Id {
+    let key = (code, hi.is_some(), hi.unwrap_or(0), lo);
+    ID_CACHE.with(|c| c.borrow_mut().number(key, || hex_id(prefix, hi, lo)))
 }
 
 /// An id as a map key, built with no string: a runtime id's numbers, or
@@ -146,10 +157,10 @@ fn id_prefix(key: &str) -> (u8, &'static str) {
         (9, Some(b'p')) if key == "producers" => (1, "task-"),
         (9, Some(b'o')) if key == "object_id" => (2, "obj-"),
         (7, Some(b'o')) if key == "objects" => (2, "obj-"),
-        (8, Some(b'a')) if key == "actor_id" => (3, "actor-"),
-        (7, Some(b'n')) if key == "node_id" => (4, "node-"),
-        (13, Some(b'p')) if key == "producer_node" => (4, "node-"),
-        (9, Some(b'w')) if key == "worker_id" => (5, "worker-"),
+        (8, Some(b'a')) if key == "actor_id" => ACTOR_ID,
+        (7, Some(b'n')) if key == "node_id" => NODE_ID,
+        (13, Some(b'p')) if key == "producer_node" => NODE_ID,
+        (9, Some(b'w')) if key == "worker_id" => WORKER_ID,
         (8, Some(b'g')) if key == "group_id" => (6, "pg-"),
         _ => (0, ""),
     }

@@ -1,0 +1,260 @@
+//! The views read the runtime's compact shapes as they are
+//! ([`Views::apply_packed`]) with the same effect as applying their
+//! expansions ([`Views::apply`] of `Batch::unpack_into`'s records): seeded
+//! batches of every shape, in any order, give the same views both ways.
+
+use super::*;
+use crate::export::{export, ViewKind};
+use crate::packed::{Batch, RunInfo, RunKind, SubmitInfo};
+use crate::record::{FieldStr, FieldValue, Fields, Record, RecordKind};
+
+/// A small seeded generator (xorshift), so a failing seed replays.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+const FUNCTIONS: [&str; 3] = ["m::f", "m::g", "m::h"];
+const CLASSES: [&str; 2] = ["m::Worker", "m::Db"];
+const METHODS: [&str; 3] = ["process", "report", "get"];
+
+/// A task id of a small pool (owner in the high word), so records of one
+/// task meet: submits, runs, retries, objects it returns.
+fn task_id(rng: &mut Rng) -> u128 {
+    (7u128 << 64) | u128::from(1 + rng.below(24))
+}
+
+fn full(kind: RecordKind, span: u64, parent: u64, name: &'static str, at: u64) -> Record {
+    Record {
+        kind,
+        span,
+        parent,
+        name,
+        target: "app",
+        at_nanos: at,
+        thread: 0,
+        fields: Fields::new(),
+    }
+}
+
+/// A batch of `steps` records of every shape, from `seed`.
+fn batch(seed: u64, steps: usize) -> Batch {
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut b = Batch::with_capacity(steps);
+    let mut at = 1_000u64;
+    let mut next_span = 0u64;
+    // Runs open and not yet closed, and the application spans open.
+    let mut open_runs: Vec<u64> = Vec::new();
+    let mut user_spans: Vec<u64> = Vec::new();
+    for _ in 0..steps {
+        // Mostly forward in time; now and then a record from the past
+        // (another thread's, joined later).
+        at = if rng.chance(10) {
+            at.saturating_sub(rng.below(5_000))
+        } else {
+            at + rng.below(3_000)
+        };
+        let thread = 1 + rng.below(4) as u32;
+        let in_span = |rng: &mut Rng, spans: &[u64]| match spans.len() {
+            0 => 0,
+            n if rng.chance(60) => spans[rng.below(n as u64) as usize],
+            _ => 0,
+        };
+        match rng.below(100) {
+            0..=24 => {
+                let actor = rng.chance(50).then(|| u128::from(1 + rng.below(3)));
+                let info = SubmitInfo {
+                    task: task_id(&mut rng),
+                    function: if actor.is_some() {
+                        METHODS[rng.below(3) as usize]
+                    } else {
+                        FUNCTIONS[rng.below(3) as usize]
+                    },
+                    actor,
+                    parent_task: rng.chance(50).then(|| task_id(&mut rng)),
+                    parent_span: if rng.chance(20) {
+                        in_span(&mut rng, &user_spans).max(rng.below(3))
+                    } else {
+                        0
+                    },
+                };
+                let parent = in_span(&mut rng, &open_runs);
+                b.push_submit(thread, at, parent, &info);
+            }
+            25..=54 => {
+                let actor = u128::from(1 + rng.below(3));
+                let class = CLASSES[(actor % 2) as usize];
+                let kind = match rng.below(10) {
+                    0..=3 => RunKind::Task {
+                        function: FUNCTIONS[rng.below(3) as usize],
+                    },
+                    4..=8 => RunKind::ActorCall {
+                        actor,
+                        class,
+                        method: METHODS[rng.below(3) as usize],
+                    },
+                    _ => RunKind::ActorCreate { actor, class },
+                };
+                let info = RunInfo {
+                    kind,
+                    task: task_id(&mut rng),
+                    attempt: if rng.chance(15) {
+                        1 + rng.below(2) as u32
+                    } else {
+                        0
+                    },
+                    parent_task: rng.chance(50).then(|| task_id(&mut rng)),
+                    parent_span: if rng.chance(15) {
+                        in_span(&mut rng, &user_spans)
+                    } else {
+                        0
+                    },
+                    node: 1 + rng.below(3),
+                    worker: 1 + rng.below(3),
+                };
+                next_span += 1;
+                let parent = in_span(&mut rng, &open_runs);
+                b.push_run(thread, at, next_span, parent, info);
+                if rng.chance(65) {
+                    let cpu = rng.chance(50).then(|| rng.below(2_000));
+                    assert!(b.fold_close(next_span, at + rng.below(4_000), cpu));
+                } else {
+                    open_runs.push(next_span);
+                }
+            }
+            55..=64 if !open_runs.is_empty() => {
+                let span = open_runs.swap_remove(rng.below(open_runs.len() as u64) as usize);
+                let cpu = rng.chance(50).then(|| rng.below(2_000));
+                b.push_close(thread, at, span, 0, ("actor.call", "ray::actor"), cpu);
+            }
+            65..=84 => {
+                let get = rng.chance(60);
+                let info = crate::packed::ObjectInfo {
+                    // Some are tasks' return objects (same numbers).
+                    object: task_id(&mut rng),
+                    bytes: rng.below(1 << 20),
+                    task: rng.chance(70).then(|| task_id(&mut rng)),
+                    node: 1 + rng.below(3),
+                    get: get.then(|| rng.chance(50)),
+                };
+                let parent = in_span(&mut rng, &open_runs);
+                b.push_object(thread, at, parent, &info);
+            }
+            85..=89 if !open_runs.is_empty() => {
+                // An application span inside a run.
+                next_span += 1;
+                let parent = in_span(&mut rng, &open_runs).max(open_runs[0]);
+                let mut record = full(RecordKind::SpanNew, next_span, parent, "reward_fn", at);
+                record.thread = thread;
+                b.push_full(record);
+                user_spans.push(next_span);
+            }
+            90..=93 if !user_spans.is_empty() => {
+                let span = user_spans.swap_remove(rng.below(user_spans.len() as u64) as usize);
+                let mut record = full(RecordKind::SpanClose, span, 0, "reward_fn", at);
+                record.thread = thread;
+                b.push_full(record);
+            }
+            94..=96 => {
+                // A loss, final or of one attempt.
+                let mut record = full(RecordKind::Event, 0, 0, "task.lost", at);
+                let (hi, lo) = ((task_id(&mut rng) >> 64) as u64, 1 + rng.below(24));
+                record.fields.push("task_id", FieldValue::U128 { hi, lo });
+                if rng.chance(60) {
+                    record.fields.push("attempt", FieldValue::U64(rng.below(3)));
+                }
+                b.push_full(record);
+            }
+            _ => {
+                // Labels set inside a run.
+                let mut record = full(RecordKind::Event, 0, 0, "context", at);
+                record.parent = in_span(&mut rng, &open_runs);
+                let rank = ["0", "1", "2"][rng.below(3) as usize];
+                record
+                    .fields
+                    .push("rank", FieldValue::Str(FieldStr::from(rank)));
+                b.push_full(record);
+            }
+        }
+    }
+    b
+}
+
+/// Every view's default export and the counters, as one comparable text.
+fn everything(views: &Views) -> String {
+    let snapshot = views.snapshot();
+    let mut out = format!("{:?}\n", views.stats());
+    for view in [
+        ViewKind::Logical,
+        ViewKind::Physical,
+        ViewKind::Stack,
+        ViewKind::Flame,
+        ViewKind::Gantt,
+    ] {
+        match export(&snapshot, view, view.default_format()) {
+            Ok(text) => out.push_str(&text),
+            Err(e) => out.push_str(&format!("{view:?}: {e}")),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[test]
+fn compact_shapes_read_as_they_are_give_the_views_of_their_expansions() {
+    for seed in 1..=300u64 {
+        let steps = 40 + (seed as usize % 7) * 60;
+        let mut typed = Views::default();
+        batch(seed, steps).visit(|packed| typed.apply_packed(packed));
+        let mut expanded = Views::default();
+        let mut records = Vec::new();
+        batch(seed, steps).unpack_into(&mut records);
+        assert_eq!(records.len(), steps);
+        for record in &records {
+            expanded.apply(record);
+        }
+        let (a, b) = (everything(&typed), everything(&expanded));
+        assert!(
+            a == b,
+            "seed {seed}: the views differ\ntyped:\n{a}\nexpanded:\n{b}"
+        );
+        assert!(typed.stats().applied > 0, "seed {seed} applied nothing");
+    }
+}
+
+#[test]
+fn a_drained_batch_reaches_views_typed_and_other_sinks_expanded() {
+    use crate::sink::{Drained, MemorySink, Sink};
+    let mut records = Vec::new();
+    let mut b = batch(7, 200);
+    let len = b.len();
+    let mut typed = Views::default();
+    {
+        let mut drained = Drained::new(&mut b, &mut records);
+        assert_eq!(drained.len(), len);
+        typed.accept_drained(&mut drained);
+        // Still whole for the next sink, expanded now.
+        let mut memory = MemorySink::new(usize::MAX);
+        memory.accept_drained(&mut drained);
+        assert_eq!(memory.len(), len);
+    }
+    let mut expanded = Views::default();
+    let mut again = Vec::new();
+    batch(7, 200).unpack_into(&mut again);
+    expanded.accept(&again);
+    assert_eq!(everything(&typed), everything(&expanded));
+}
