@@ -8,13 +8,13 @@
 //! [`replay`] (or the [`Replay`] sink) rebuilds the views from them, whole or
 //! up to a time.
 //!
-//! # File format (version 1)
+//! # File format (version 2)
 //!
 //! All integers are little-endian.
 //!
 //! ```text
 //! header  = "RAYRSLG1"                 8 bytes, the magic
-//!           u32 format version         1
+//!           u32 format version         2 (1: payloads of whole records only)
 //!           u64 epoch_unix_nanos       wall-clock time (ns since the Unix epoch)
 //!                                      of the records' `at_nanos == 0`
 //! frame*  = u32 payload length         at most MAX_FRAME_BYTES
@@ -77,6 +77,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod chunk;
 mod codec;
 mod intern;
 
@@ -84,6 +85,9 @@ use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::Path;
 
+pub use chunk::Chunk;
+#[cfg(test)]
+pub(crate) use codec::encode_batch as codec_encode_batch_for_test;
 pub use codec::{decode_records, encode_records};
 pub use intern::{
     intern, intern_stats, InternStats, MAX_INTERNED_BYTES, MAX_INTERNED_LEN, MAX_INTERNED_STRINGS,
@@ -97,8 +101,14 @@ use crate::views::{Limits, Views};
 /// The first 8 bytes of every log file.
 pub const MAGIC: [u8; 8] = *b"RAYRSLG1";
 
-/// The format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version this build writes. It reads this one and every
+/// version from [`OLDEST_FORMAT_VERSION`] on: version 2 added the runtime's
+/// compact record shapes to payloads (version 1 payloads hold whole
+/// records only, which version 2 reads as they are).
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The oldest format version this build reads.
+pub const OLDEST_FORMAT_VERSION: u32 = 1;
 
 /// The length of the file header (magic, version, epoch), in bytes.
 pub const HEADER_BYTES: u64 = 20;
@@ -121,7 +131,8 @@ pub enum LogError {
     NotALog,
     /// The file is a log of a format version this build does not read.
     #[error(
-        "log format version {version} is not supported (this build reads version {FORMAT_VERSION})"
+        "log format version {version} is not supported (this build reads versions \
+         {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION})"
     )]
     UnsupportedVersion {
         /// The version the file announces.
@@ -237,6 +248,37 @@ impl<W: Write> LogWriter<W> {
             let second = self.append(second);
             return first.and(second);
         }
+        self.write_frame()?;
+        self.records_written += records.len() as u64;
+        Ok(())
+    }
+
+    /// Appends `chunk` as one frame, its compact shapes as they are (an
+    /// empty chunk writes nothing). A chunk whose encoding exceeds
+    /// [`MAX_FRAME_BYTES`] is expanded and written as
+    /// [`LogWriter::append`] writes records (split over frames).
+    pub fn append_chunk(&mut self, chunk: &mut Chunk) -> io::Result<()> {
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        self.frame.clear();
+        self.frame
+            .extend_from_slice(&[0; FRAME_HEADER_BYTES as usize]);
+        chunk.encode(&mut self.frame);
+        if self.frame.len() - FRAME_HEADER_BYTES as usize > MAX_FRAME_BYTES {
+            let records = chunk.take_records();
+            return self.append(&records);
+        }
+        let records = chunk.len() as u64;
+        self.write_frame()?;
+        self.records_written += records;
+        Ok(())
+    }
+
+    /// Fills in the frame's header (its payload is in `frame` after
+    /// [`FRAME_HEADER_BYTES`], at most [`MAX_FRAME_BYTES`]) and writes it.
+    fn write_frame(&mut self) -> io::Result<()> {
+        let payload_len = self.frame.len() - FRAME_HEADER_BYTES as usize;
         let crc = crc32(&self.frame[FRAME_HEADER_BYTES as usize..]);
         // `payload_len <= MAX_FRAME_BYTES`, which fits a u32.
         self.frame[..4].copy_from_slice(&(payload_len as u32).to_le_bytes());
@@ -245,9 +287,7 @@ impl<W: Write> LogWriter<W> {
         if self.frame.capacity() > MAX_KEPT_SCRATCH {
             self.frame = Vec::new();
         }
-        written?;
-        self.records_written += records.len() as u64;
-        Ok(())
+        written
     }
 
     /// Flushes the underlying writer.
@@ -320,7 +360,7 @@ impl<R: Read> LogReader<R> {
         }
         if got >= 12 {
             let version = u32::from_le_bytes([header[8], header[9], header[10], header[11]]);
-            if version != FORMAT_VERSION {
+            if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
                 return Err(LogError::UnsupportedVersion { version });
             }
         }
@@ -598,11 +638,11 @@ mod tests {
             LogReader::new(&b"PK\x03\x04 a zip file, say"[..]),
             Err(LogError::NotALog)
         ));
-        let mut v2 = MAGIC.to_vec();
-        v2.extend_from_slice(&2u32.to_le_bytes());
+        let mut v3 = MAGIC.to_vec();
+        v3.extend_from_slice(&3u32.to_le_bytes());
         assert!(matches!(
-            LogReader::new(&v2[..]),
-            Err(LogError::UnsupportedVersion { version: 2 })
+            LogReader::new(&v3[..]),
+            Err(LogError::UnsupportedVersion { version: 3 })
         ));
         let mut cut = MAGIC.to_vec();
         cut.extend_from_slice(&1u32.to_le_bytes());
@@ -610,6 +650,22 @@ mod tests {
             LogReader::new(&cut[..]),
             Err(LogError::Truncated { offset: 0, .. })
         ));
+    }
+
+    #[test]
+    fn a_version_1_log_reads_as_it_did() {
+        // Version 1 payloads hold whole records only, as `append` writes.
+        let mut log = Vec::new();
+        let mut writer = LogWriter::new(&mut log, 5).expect("header");
+        let record = Record::event("user.event", "app", 9, crate::Fields::new());
+        writer
+            .append(std::slice::from_ref(&record))
+            .expect("append");
+        log[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let mut reader = LogReader::new(&log[..]).expect("a version 1 log");
+        assert_eq!(reader.epoch_unix_nanos(), 5);
+        assert_eq!(reader.next_batch().expect("a frame"), Some(vec![record]));
+        assert_eq!(reader.next_batch().expect("the end"), None);
     }
 
     #[test]

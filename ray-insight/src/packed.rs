@@ -62,6 +62,11 @@ impl Id128 {
     pub(crate) fn parts(self) -> (u64, u64) {
         (self.hi, self.lo)
     }
+
+    /// The id of high word `hi` and low word `lo`.
+    pub(crate) fn from_parts(hi: u64, lo: u64) -> Self {
+        Id128 { hi, lo }
+    }
 }
 
 /// `task.submit`: a task of `function`, or (with an actor) a call of that
@@ -69,24 +74,24 @@ impl Id128 {
 /// those would take 24 bytes.)
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Submit {
-    at: u64,
-    parent: u64,
-    task: Id128,
-    actor: Id128,
-    parent_task: Id128,
-    parent_span: u64,
-    function: &'static str,
-    has: u8,
+    pub(crate) at: u64,
+    pub(crate) parent: u64,
+    pub(crate) task: Id128,
+    pub(crate) actor: Id128,
+    pub(crate) parent_task: Id128,
+    pub(crate) parent_span: u64,
+    pub(crate) function: &'static str,
+    pub(crate) has: u8,
 }
 
 /// Bits of the `has` bytes.
-const HAS_ACTOR: u8 = 1;
-const HAS_PARENT_TASK: u8 = 2;
-const HAS_TASK: u8 = 4;
-const CLOSED: u8 = 8;
-const HAS_CPU: u8 = 16;
-const IS_GET: u8 = 32;
-const IS_ARG: u8 = 64;
+pub(crate) const HAS_ACTOR: u8 = 1;
+pub(crate) const HAS_PARENT_TASK: u8 = 2;
+pub(crate) const HAS_TASK: u8 = 4;
+pub(crate) const CLOSED: u8 = 8;
+pub(crate) const HAS_CPU: u8 = 16;
+pub(crate) const IS_GET: u8 = 32;
+pub(crate) const IS_ARG: u8 = 64;
 
 fn flag(on: bool, bit: u8) -> u8 {
     if on {
@@ -151,26 +156,26 @@ pub struct RunInfo {
 /// close when nothing was recorded on its thread in between.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Run {
-    at: u64,
-    span: u64,
-    parent: u64,
-    task: Id128,
-    actor: Id128,
-    parent_task: Id128,
-    parent_span: u64,
-    node: u64,
-    worker: u64,
+    pub(crate) at: u64,
+    pub(crate) span: u64,
+    pub(crate) parent: u64,
+    pub(crate) task: Id128,
+    pub(crate) actor: Id128,
+    pub(crate) parent_task: Id128,
+    pub(crate) parent_span: u64,
+    pub(crate) node: u64,
+    pub(crate) worker: u64,
     /// The function, or the actor's class.
-    what: &'static str,
+    pub(crate) what: &'static str,
     /// The method called ("" for a task or a constructor).
-    method: &'static str,
+    pub(crate) method: &'static str,
     /// When it closed, if that is folded in here (`CLOSED`).
-    closed_at: u64,
+    pub(crate) closed_at: u64,
     /// The CPU time its close reported (`HAS_CPU`).
-    cpu_nanos: u64,
-    attempt: u32,
-    kind: RunShape,
-    has: u8,
+    pub(crate) cpu_nanos: u64,
+    pub(crate) attempt: u32,
+    pub(crate) kind: RunShape,
+    pub(crate) has: u8,
 }
 
 /// Which run a [`Run`] opens.
@@ -188,24 +193,24 @@ pub(crate) enum RunShape {
 /// the run), with the CPU time it reports.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Close {
-    at: u64,
-    span: u64,
-    parent: u64,
-    name: &'static str,
-    target: &'static str,
-    cpu_nanos: Option<u64>,
+    pub(crate) at: u64,
+    pub(crate) span: u64,
+    pub(crate) parent: u64,
+    pub(crate) name: &'static str,
+    pub(crate) target: &'static str,
+    pub(crate) cpu_nanos: Option<u64>,
 }
 
 /// `object.put` or `object.get` (read as a task's argument or not).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ObjectIo {
-    at: u64,
-    parent: u64,
-    object: Id128,
-    task: Id128,
-    bytes: u64,
-    node: u64,
-    has: u8,
+    pub(crate) at: u64,
+    pub(crate) parent: u64,
+    pub(crate) object: Id128,
+    pub(crate) task: Id128,
+    pub(crate) bytes: u64,
+    pub(crate) node: u64,
+    pub(crate) has: u8,
 }
 
 /// What the runtime records of an object's put or get.
@@ -326,23 +331,48 @@ impl Batch {
         }
     }
 
+    /// Appends a submit as it is.
+    pub(crate) fn push_submit_shape(&mut self, thread: u32, submit: Submit) {
+        self.note(Shape::Submit, thread, submit.at);
+        Self::roomy(&mut self.submits, self.room).push(submit);
+    }
+
+    /// Appends a run's opening as it is.
+    pub(crate) fn push_run_shape(&mut self, thread: u32, run: Run) {
+        self.note(Shape::Run, thread, run.at);
+        Self::roomy(&mut self.runs, self.room).push(run);
+    }
+
+    /// Appends a run's close as it is.
+    pub(crate) fn push_close_shape(&mut self, thread: u32, close: Close) {
+        self.note(Shape::Close, thread, close.at);
+        Self::roomy(&mut self.closes, self.room).push(close);
+    }
+
+    /// Appends an object's put or get as it is.
+    pub(crate) fn push_object_shape(&mut self, thread: u32, object: ObjectIo) {
+        self.note(Shape::Object, thread, object.at);
+        Self::roomy(&mut self.objects, self.room).push(object);
+    }
+
     pub(crate) fn push_submit(&mut self, thread: u32, at: u64, parent: u64, info: &SubmitInfo) {
-        self.note(Shape::Submit, thread, at);
-        Self::roomy(&mut self.submits, self.room).push(Submit {
-            at,
-            parent,
-            task: Id128::new(info.task),
-            actor: Id128::new(info.actor.unwrap_or(0)),
-            parent_task: Id128::new(info.parent_task.unwrap_or(0)),
-            parent_span: info.parent_span,
-            function: info.function,
-            has: flag(info.actor.is_some(), HAS_ACTOR)
-                | flag(info.parent_task.is_some(), HAS_PARENT_TASK),
-        });
+        self.push_submit_shape(
+            thread,
+            Submit {
+                at,
+                parent,
+                task: Id128::new(info.task),
+                actor: Id128::new(info.actor.unwrap_or(0)),
+                parent_task: Id128::new(info.parent_task.unwrap_or(0)),
+                parent_span: info.parent_span,
+                function: info.function,
+                has: flag(info.actor.is_some(), HAS_ACTOR)
+                    | flag(info.parent_task.is_some(), HAS_PARENT_TASK),
+            },
+        );
     }
 
     pub(crate) fn push_run(&mut self, thread: u32, at: u64, span: u64, parent: u64, info: RunInfo) {
-        self.note(Shape::Run, thread, at);
         let (actor, what, method) = match info.kind {
             RunKind::Task { function } => (0, function, ""),
             RunKind::ActorCall {
@@ -352,24 +382,27 @@ impl Batch {
             } => (actor, class, method),
             RunKind::ActorCreate { actor, class } => (actor, class, ""),
         };
-        Self::roomy(&mut self.runs, self.room).push(Run {
-            at,
-            span,
-            parent,
-            task: Id128::new(info.task),
-            actor: Id128::new(actor),
-            parent_task: Id128::new(info.parent_task.unwrap_or(0)),
-            parent_span: info.parent_span,
-            node: info.node,
-            worker: info.worker,
-            what,
-            method,
-            closed_at: 0,
-            cpu_nanos: 0,
-            attempt: info.attempt,
-            kind: info.kind.shape(),
-            has: flag(info.parent_task.is_some(), HAS_PARENT_TASK),
-        });
+        self.push_run_shape(
+            thread,
+            Run {
+                at,
+                span,
+                parent,
+                task: Id128::new(info.task),
+                actor: Id128::new(actor),
+                parent_task: Id128::new(info.parent_task.unwrap_or(0)),
+                parent_span: info.parent_span,
+                node: info.node,
+                worker: info.worker,
+                what,
+                method,
+                closed_at: 0,
+                cpu_nanos: 0,
+                attempt: info.attempt,
+                kind: info.kind.shape(),
+                has: flag(info.parent_task.is_some(), HAS_PARENT_TASK),
+            },
+        );
     }
 
     /// Folds the close of run `span` at `at` into its opening, when that is
@@ -404,30 +437,34 @@ impl Batch {
         (name, target): (&'static str, &'static str),
         cpu_nanos: Option<u64>,
     ) {
-        self.note(Shape::Close, thread, at);
-        Self::roomy(&mut self.closes, self.room).push(Close {
-            at,
-            span,
-            parent,
-            name,
-            target,
-            cpu_nanos,
-        });
+        self.push_close_shape(
+            thread,
+            Close {
+                at,
+                span,
+                parent,
+                name,
+                target,
+                cpu_nanos,
+            },
+        );
     }
 
     pub(crate) fn push_object(&mut self, thread: u32, at: u64, parent: u64, info: &ObjectInfo) {
-        self.note(Shape::Object, thread, at);
-        Self::roomy(&mut self.objects, self.room).push(ObjectIo {
-            at,
-            parent,
-            object: Id128::new(info.object),
-            task: Id128::new(info.task.unwrap_or(0)),
-            bytes: info.bytes,
-            node: info.node,
-            has: flag(info.task.is_some(), HAS_TASK)
-                | flag(info.get.is_some(), IS_GET)
-                | flag(info.get == Some(true), IS_ARG),
-        });
+        self.push_object_shape(
+            thread,
+            ObjectIo {
+                at,
+                parent,
+                object: Id128::new(info.object),
+                task: Id128::new(info.task.unwrap_or(0)),
+                bytes: info.bytes,
+                node: info.node,
+                has: flag(info.task.is_some(), HAS_TASK)
+                    | flag(info.get.is_some(), IS_GET)
+                    | flag(info.get == Some(true), IS_ARG),
+            },
+        );
     }
 
     /// Moves every record of `other` after this batch's, leaving it empty.
@@ -443,6 +480,83 @@ impl Batch {
         self.objects.append(&mut other.objects);
     }
 
+    /// Drops the whole records `keep` says no to; returns how many went.
+    pub(crate) fn retain_full(&mut self, mut keep: impl FnMut(&Record) -> bool) -> usize {
+        let kept: Vec<bool> = self.full.iter().map(&mut keep).collect();
+        let dropped = kept.iter().filter(|k| !**k).count();
+        if dropped == 0 {
+            return 0;
+        }
+        let mut kept_iter = kept.iter();
+        self.order.retain(|entry| match entry.shape {
+            Shape::Full => kept_iter.next().copied().unwrap_or(true),
+            _ => true,
+        });
+        let mut kept_iter = kept.iter();
+        self.full
+            .retain(|_| kept_iter.next().copied().unwrap_or(true));
+        dropped
+    }
+
+    /// Puts every record on another clock and ids (see
+    /// [`crate::log::Chunk::rebase`]).
+    pub(crate) fn rebase(
+        &mut self,
+        shift: i128,
+        span: &dyn Fn(u64) -> u64,
+        thread: &dyn Fn(u32) -> u32,
+        parent_span: &dyn Fn(u64, u64) -> u64,
+    ) {
+        let shifted = |t: u64| u64::try_from((i128::from(t) + shift).max(0)).unwrap_or(u64::MAX);
+        self.first_at = shifted(self.first_at);
+        for entry in &mut self.order {
+            entry.thread = thread(entry.thread);
+        }
+        for r in &mut self.full {
+            r.shift_times(shift);
+            r.span = span(r.span);
+            r.parent = span(r.parent);
+            r.thread = thread(r.thread);
+            // Only these carry a caller's span: other records are spared
+            // the field scans.
+            if matches!(r.name, "task.submit" | "task.run" | "actor.call") {
+                if let Some(FieldValue::U128 { hi: owner, .. }) = r.field("task_id") {
+                    let owner = *owner;
+                    if let Some(FieldValue::U64(s)) = r.fields.get_mut("parent_span") {
+                        *s = parent_span(owner, *s);
+                    }
+                }
+            }
+        }
+        for s in &mut self.submits {
+            s.at = shifted(s.at);
+            s.parent = span(s.parent);
+            if s.parent_span != 0 {
+                s.parent_span = parent_span(s.task.hi, s.parent_span);
+            }
+        }
+        for r in &mut self.runs {
+            r.at = shifted(r.at);
+            if r.has & CLOSED != 0 {
+                r.closed_at = shifted(r.closed_at);
+            }
+            r.span = span(r.span);
+            r.parent = span(r.parent);
+            if r.parent_span != 0 && r.kind != RunShape::ActorCreate {
+                r.parent_span = parent_span(r.task.hi, r.parent_span);
+            }
+        }
+        for c in &mut self.closes {
+            c.at = shifted(c.at);
+            c.span = span(c.span);
+            c.parent = span(c.parent);
+        }
+        for o in &mut self.objects {
+            o.at = shifted(o.at);
+            o.parent = span(o.parent);
+        }
+    }
+
     /// Empties it, keeping its buffers.
     pub(crate) fn clear(&mut self) {
         self.order.clear();
@@ -456,7 +570,7 @@ impl Batch {
     /// Hands every record to `visit` in recording order, as written: a
     /// whole record, or a compact shape with its thread (what a sink that
     /// reads the shapes themselves takes instead of [`Self::unpack_into`]).
-    pub(crate) fn visit(&self, mut visit: impl FnMut(Packed<'_>)) {
+    pub(crate) fn visit<'a>(&'a self, mut visit: impl FnMut(Packed<'a>)) {
         let (mut full, mut submits, mut runs, mut closes, mut objects) = (
             self.full.iter(),
             self.submits.iter(),

@@ -91,6 +91,14 @@ impl<'a> Drained<'a> {
         self.records
     }
 
+    /// Moves every record, compact or expanded, after `into`'s.
+    pub(crate) fn move_into(&mut self, into: &mut Batch) {
+        into.append(self.batch);
+        for record in self.records.drain(..) {
+            into.push_full(record);
+        }
+    }
+
     /// Applies every record to `views`: the compact shapes as they are,
     /// unless a sink already expanded them.
     pub fn apply_to(&self, views: &mut Views) {

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use ray_insight::export::{self, ExportFormat, ViewKind};
-use ray_insight::log::{encode_records, LogWriter};
+use ray_insight::log::{encode_records, Chunk, LogWriter};
 use ray_insight::{
     Collector, Drained, FieldValue, InsightConfig, InsightLayer, Record, RecordKind, Sink, Views,
 };
@@ -144,12 +144,10 @@ struct Deliver<'a> {
 enum To<'a> {
     /// Embedded: straight into the views and the log.
     Local(&'a mut Local),
-    /// Cluster: gathered into chunks of at most [`SHIP_CHUNK_RECORDS`],
-    /// each encoded and queued for shipping.
-    Ship {
-        shipper: &'a Shipper,
-        chunk: Vec<Record>,
-    },
+    /// Cluster: gathered into chunks of about [`SHIP_CHUNK_RECORDS`] (a
+    /// drained batch is not split), the runtime's records in their compact
+    /// shapes, each encoded and queued for shipping.
+    Ship { shipper: &'a Shipper, chunk: Chunk },
 }
 
 /// Encoded bytes per shipped batch, at most (unless one record alone is
@@ -157,6 +155,37 @@ enum To<'a> {
 /// fields (an application's spans) split into more batches instead of being
 /// refused whole.
 const MAX_SHIP_BYTES: usize = 1 << 19;
+
+/// Encodes `chunk` (compact shapes as they are) and queues it for
+/// shipping, leaving it empty; one that encodes to more than
+/// [`MAX_SHIP_BYTES`] is expanded and shipped as [`ship_chunk`] ships
+/// records.
+fn ship_packed(shipper: &Shipper, chunk: &mut Chunk) {
+    if chunk.is_empty() {
+        return;
+    }
+    let mut bytes = Vec::new();
+    chunk.encode(&mut bytes);
+    if bytes.len() > MAX_SHIP_BYTES && chunk.len() > 1 {
+        ship_chunk(shipper, &mut chunk.take_records());
+        return;
+    }
+    let records = chunk.len() as u64;
+    chunk.clear();
+    queue_shipped(shipper, records, bytes);
+}
+
+/// Queues `bytes`, an encoded batch of `records`, for shipping; the oldest
+/// queued batch is dropped (and counted lost) when the queue is full.
+fn queue_shipped(shipper: &Shipper, records: u64, bytes: Vec<u8>) {
+    let mut queue = shipper.queue.lock();
+    if queue.len() >= MAX_UNSHIPPED_BATCHES {
+        if let Some((lost, _)) = queue.pop_front() {
+            shipper.lost_records.fetch_add(lost, Ordering::Relaxed);
+        }
+    }
+    queue.push_back((records, bytes));
+}
 
 /// Encodes `chunk` and queues it for shipping, leaving it empty; a chunk
 /// that encodes to more than [`MAX_SHIP_BYTES`] is shipped in halves.
@@ -174,13 +203,7 @@ fn ship_chunk(shipper: &Shipper, chunk: &mut Vec<Record>) {
     }
     let records = chunk.len() as u64;
     chunk.clear();
-    let mut queue = shipper.queue.lock();
-    if queue.len() >= MAX_UNSHIPPED_BATCHES {
-        if let Some((lost, _)) = queue.pop_front() {
-            shipper.lost_records.fetch_add(lost, Ordering::Relaxed);
-        }
-    }
-    queue.push_back((records, bytes));
+    queue_shipped(shipper, records, bytes);
 }
 
 impl Sink for Deliver<'_> {
@@ -202,7 +225,15 @@ impl Sink for Deliver<'_> {
                     log.accept(batch.records());
                 }
             }
-            To::Ship { .. } => self.accept_owned(batch.records()),
+            To::Ship { shipper, chunk } => {
+                if let Some(last) = batch.last_at() {
+                    self.last_at = self.last_at.max(last);
+                }
+                chunk.take_drained(batch);
+                if chunk.len() >= SHIP_CHUNK_RECORDS {
+                    ship_packed(shipper, chunk);
+                }
+            }
         }
     }
 
@@ -221,14 +252,11 @@ impl Sink for Deliver<'_> {
                 }
             }
             To::Ship { shipper, chunk } => {
-                let mut rest = batch.drain(..);
-                loop {
-                    let room = SHIP_CHUNK_RECORDS.saturating_sub(chunk.len());
-                    chunk.extend(rest.by_ref().take(room));
-                    if chunk.len() < SHIP_CHUNK_RECORDS {
-                        break;
+                for record in batch.drain(..) {
+                    chunk.push(record);
+                    if chunk.len() >= SHIP_CHUNK_RECORDS {
+                        ship_packed(shipper, chunk);
                     }
-                    ship_chunk(shipper, chunk);
                 }
             }
         }
@@ -360,7 +388,7 @@ impl Inner {
             to: match &shipper {
                 Some(shipper) => To::Ship {
                     shipper,
-                    chunk: Vec::new(),
+                    chunk: Chunk::new(),
                 },
                 None => To::Local(local.insert(self.local.lock())),
             },
@@ -390,7 +418,7 @@ impl Inner {
         }
         match deliver.to {
             To::Ship { shipper, mut chunk } => {
-                ship_chunk(shipper, &mut chunk);
+                ship_packed(shipper, &mut chunk);
                 shipper.queued.notify_one();
             }
             To::Local(local) => {

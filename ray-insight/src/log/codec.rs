@@ -11,12 +11,38 @@
 //!             varint(field count) (key: strref, value)*
 //! strref    = varint 0, varint len, UTF-8 bytes    a string new to this batch
 //!           | varint n (n ≥ 1)                      the batch's n-th new string
+//!           | u8 3, submit | u8 4, run | u8 5, close | u8 6, object
+//!                                           the runtime's compact shapes
 //! value     = u8 0, varint                          U64
 //!           | u8 1, zigzag varint                   I64
 //!           | u8 2, 8 bytes (IEEE 754 bits, LE)     F64
 //!           | u8 3 | u8 4                           Bool false | true
 //!           | u8 5, varint hi, varint lo            U128
 //!           | u8 6, varint len, UTF-8 bytes         Str
+//! ```
+//!
+//! The compact shapes are the runtime's own records as its threads write
+//! them (`crate::packed`), each the same record as the whole one it
+//! expands to, in fewer bytes and with no field names:
+//!
+//! ```text
+//! id        = varint hi, varint lo
+//! time      = zigzag varint(at_nanos − previous record's at_nanos, wrapping)
+//! submit    = varint parent, time, varint thread, u8 has (1 actor, 2 parent task)
+//!             id task, [id actor], [id parent_task], varint parent_span,
+//!             function: strref
+//! run       = varint span, varint parent, time, varint thread,
+//!             u8 shape (0 task.run, 1 actor.call, 2 actor.create),
+//!             u8 has (2 parent task, 8 closed, 16 cpu),
+//!             id task, [id actor: not for task.run], [id parent_task],
+//!             varint parent_span, varint node, varint worker, varint attempt,
+//!             what: strref, [method: strref, for actor.call],
+//!             [zigzag varint(closed_at − at_nanos)], [varint cpu_nanos]
+//! close     = varint span, varint parent, time, varint thread,
+//!             name: strref, target: strref, u8 0 | u8 1 varint cpu_nanos
+//! object    = varint parent, time, varint thread,
+//!             u8 has (4 task, 32 get, 64 read as an argument),
+//!             id object, [id task], varint bytes, varint node
 //! ```
 //!
 //! Varints are LEB128 (7 bits a byte, least significant first, at most 10
@@ -29,6 +55,10 @@ use hashbrown::HashMap;
 
 use super::intern::intern;
 use super::LogError;
+use crate::packed::{
+    Batch, Close, Id128, ObjectIo, Packed, Run, RunShape, Submit, CLOSED, HAS_ACTOR, HAS_CPU,
+    HAS_PARENT_TASK, HAS_TASK, IS_ARG, IS_GET,
+};
 use crate::record::{FieldStr, FieldValue, Fields, Record, RecordKind};
 
 /// The fewest bytes a record takes (kind, span, parent, name, target, time,
@@ -51,32 +81,169 @@ const TAG_STR: u8 = 6;
 ///
 /// [`decode_records`] gives the records back, equal field for field.
 pub fn encode_records(records: &[Record], out: &mut Vec<u8>) {
-    let mut table: HashMap<&str, u64> = HashMap::new();
     put_varint(out, records.len() as u64);
-    let mut previous_at = 0u64;
+    let mut writer = Writer::new(out);
     for record in records {
-        out.push(match record.kind {
+        writer.record(record);
+    }
+}
+
+/// Appends the encoding of `batch` (one batch, see the module docs), its
+/// compact shapes as they are, to `out`.
+pub(crate) fn encode_batch(batch: &Batch, out: &mut Vec<u8>) {
+    put_varint(out, batch.len() as u64);
+    let mut writer = Writer::new(out);
+    batch.visit(|packed| match packed {
+        Packed::Full(record) => writer.record(record),
+        Packed::Submit(submit, thread) => writer.submit(submit, thread),
+        Packed::Run(run, thread) => writer.run(run, thread),
+        Packed::Close(close, thread) => writer.close(close, thread),
+        Packed::Object(object, thread) => writer.object(object, thread),
+    });
+}
+
+/// Writes one batch's records after its count: the string table and the
+/// previous record's time are the batch's.
+struct Writer<'a, 'o> {
+    out: &'o mut Vec<u8>,
+    table: HashMap<&'a str, u64>,
+    previous_at: u64,
+}
+
+impl<'a, 'o> Writer<'a, 'o> {
+    fn new(out: &'o mut Vec<u8>) -> Self {
+        Writer {
+            out,
+            table: HashMap::new(),
+            previous_at: 0,
+        }
+    }
+
+    fn time(&mut self, at: u64) {
+        put_varint(self.out, zigzag(at.wrapping_sub(self.previous_at) as i64));
+        self.previous_at = at;
+    }
+
+    fn strref(&mut self, s: &'a str) {
+        put_strref(self.out, &mut self.table, s);
+    }
+
+    fn id(&mut self, id: Id128) {
+        let (hi, lo) = id.parts();
+        put_varint(self.out, hi);
+        put_varint(self.out, lo);
+    }
+
+    fn record(&mut self, record: &'a Record) {
+        self.out.push(match record.kind {
             RecordKind::SpanNew => 0,
             RecordKind::SpanClose => 1,
             RecordKind::Event => 2,
         });
-        put_varint(out, record.span);
-        put_varint(out, record.parent);
-        put_strref(out, &mut table, record.name);
-        put_strref(out, &mut table, record.target);
-        put_varint(
-            out,
-            zigzag(record.at_nanos.wrapping_sub(previous_at) as i64),
-        );
-        previous_at = record.at_nanos;
-        put_varint(out, u64::from(record.thread));
-        put_varint(out, record.fields.len() as u64);
+        put_varint(self.out, record.span);
+        put_varint(self.out, record.parent);
+        self.strref(record.name);
+        self.strref(record.target);
+        self.time(record.at_nanos);
+        put_varint(self.out, u64::from(record.thread));
+        put_varint(self.out, record.fields.len() as u64);
         for (key, value) in record.fields.iter() {
-            put_strref(out, &mut table, key);
-            put_value(out, value);
+            self.strref(key);
+            put_value(self.out, value);
         }
     }
+
+    fn submit(&mut self, s: &Submit, thread: u32) {
+        self.out.push(KIND_SUBMIT);
+        put_varint(self.out, s.parent);
+        self.time(s.at);
+        put_varint(self.out, u64::from(thread));
+        let has = s.has & (HAS_ACTOR | HAS_PARENT_TASK);
+        self.out.push(has);
+        self.id(s.task);
+        if has & HAS_ACTOR != 0 {
+            self.id(s.actor);
+        }
+        if has & HAS_PARENT_TASK != 0 {
+            self.id(s.parent_task);
+        }
+        put_varint(self.out, s.parent_span);
+        self.strref(s.function);
+    }
+
+    fn run(&mut self, r: &Run, thread: u32) {
+        self.out.push(KIND_RUN);
+        put_varint(self.out, r.span);
+        put_varint(self.out, r.parent);
+        self.time(r.at);
+        put_varint(self.out, u64::from(thread));
+        self.out.push(match r.kind {
+            RunShape::Task => 0,
+            RunShape::ActorCall => 1,
+            RunShape::ActorCreate => 2,
+        });
+        let has = r.has & (HAS_PARENT_TASK | CLOSED | HAS_CPU);
+        self.out.push(has);
+        self.id(r.task);
+        if r.kind != RunShape::Task {
+            self.id(r.actor);
+        }
+        if has & HAS_PARENT_TASK != 0 {
+            self.id(r.parent_task);
+        }
+        put_varint(self.out, r.parent_span);
+        put_varint(self.out, r.node);
+        put_varint(self.out, r.worker);
+        put_varint(self.out, u64::from(r.attempt));
+        self.strref(r.what);
+        if r.kind == RunShape::ActorCall {
+            self.strref(r.method);
+        }
+        if has & CLOSED != 0 {
+            put_varint(self.out, zigzag(r.closed_at.wrapping_sub(r.at) as i64));
+        }
+        if has & HAS_CPU != 0 {
+            put_varint(self.out, r.cpu_nanos);
+        }
+    }
+
+    fn close(&mut self, c: &Close, thread: u32) {
+        self.out.push(KIND_CLOSE);
+        put_varint(self.out, c.span);
+        put_varint(self.out, c.parent);
+        self.time(c.at);
+        put_varint(self.out, u64::from(thread));
+        self.strref(c.name);
+        self.strref(c.target);
+        match c.cpu_nanos {
+            Some(cpu) => {
+                self.out.push(1);
+                put_varint(self.out, cpu);
+            }
+            None => self.out.push(0),
+        }
+    }
+
+    fn object(&mut self, o: &ObjectIo, thread: u32) {
+        self.out.push(KIND_OBJECT);
+        put_varint(self.out, o.parent);
+        self.time(o.at);
+        put_varint(self.out, u64::from(thread));
+        let has = o.has & (HAS_TASK | IS_GET | IS_ARG);
+        self.out.push(has);
+        self.id(o.object);
+        if has & HAS_TASK != 0 {
+            self.id(o.task);
+        }
+        put_varint(self.out, o.bytes);
+        put_varint(self.out, o.node);
+    }
 }
+
+const KIND_SUBMIT: u8 = 3;
+const KIND_RUN: u8 = 4;
+const KIND_CLOSE: u8 = 5;
+const KIND_OBJECT: u8 = 6;
 
 /// Decodes one batch that [`encode_records`] wrote.
 ///
@@ -87,6 +254,16 @@ pub fn encode_records(records: &[Record], out: &mut Vec<u8>) {
 /// `records_read` 0: a batch decodes whole or not at all). Names, targets and
 /// field keys go through [`intern`](super::intern).
 pub fn decode_records(bytes: &[u8]) -> Result<Vec<Record>, LogError> {
+    let mut batch = decode_batch(bytes)?;
+    let mut records = Vec::with_capacity(batch.len());
+    batch.unpack_into(&mut records);
+    Ok(records)
+}
+
+/// Decodes one batch that [`encode_records`] or [`encode_batch`] wrote,
+/// keeping the compact shapes as they are; as [`decode_records`]
+/// otherwise.
+pub(crate) fn decode_batch(bytes: &[u8]) -> Result<Batch, LogError> {
     let mut reader = Reader {
         bytes,
         at: 0,
@@ -182,6 +359,15 @@ enum Fault {
     /// A record kind this build does not know.
     #[error("unknown record kind {0}")]
     Kind(u8),
+    /// A compact run's shape this build does not know.
+    #[error("unknown run shape {0}")]
+    Shape(u8),
+    /// A compact record's flags with bits its shape does not have.
+    #[error("unknown flags {0:#x}")]
+    Flags(u8),
+    /// An attempt number over 32 bits.
+    #[error("attempt beyond 32 bits")]
+    Attempt,
     /// A field value tag this build does not know.
     #[error("unknown field value tag {0}")]
     Tag(u8),
@@ -218,7 +404,7 @@ impl Reader<'_> {
         self.bytes.len() - self.at
     }
 
-    fn batch(&mut self) -> Decoded<Vec<Record>> {
+    fn batch(&mut self) -> Decoded<Batch> {
         let count = self.varint()?;
         // Every record takes at least MIN_RECORD_BYTES: a larger count is a
         // lie, refused before it sizes an allocation.
@@ -230,21 +416,191 @@ impl Reader<'_> {
         }
         // A record takes a few hundred bytes in memory against at least 8
         // in a batch: reserve for what is decoded, not what is announced.
-        let mut records = Vec::with_capacity((count as usize).min(MAX_RESERVED));
+        let mut batch = Batch::with_capacity((count as usize).min(MAX_RESERVED));
         let mut previous_at = 0u64;
         for _ in 0..count {
-            let record = self.record(previous_at)?;
-            previous_at = record.at_nanos;
-            records.push(record);
+            previous_at = match self.byte()? {
+                KIND_SUBMIT => self.submit(&mut batch, previous_at)?,
+                KIND_RUN => self.run(&mut batch, previous_at)?,
+                KIND_CLOSE => self.close(&mut batch, previous_at)?,
+                KIND_OBJECT => self.object(&mut batch, previous_at)?,
+                kind => {
+                    let record = self.record(kind, previous_at)?;
+                    let at = record.at_nanos;
+                    batch.push_full(record);
+                    at
+                }
+            };
         }
         if self.remaining() != 0 {
             return Err(Fault::Trailing(self.remaining()));
         }
-        Ok(records)
+        Ok(batch)
     }
 
-    fn record(&mut self, previous_at: u64) -> Decoded<Record> {
+    fn time(&mut self, previous_at: u64) -> Decoded<u64> {
+        Ok(previous_at.wrapping_add(unzigzag(self.varint()?) as u64))
+    }
+
+    fn thread(&mut self) -> Decoded<u32> {
+        u32::try_from(self.varint()?).map_err(|_| Fault::Thread)
+    }
+
+    fn id(&mut self) -> Decoded<Id128> {
+        Ok(Id128::from_parts(self.varint()?, self.varint()?))
+    }
+
+    /// The id if `has` says it is there, else the zero id.
+    fn id_if(&mut self, present: bool) -> Decoded<Id128> {
+        if present {
+            self.id()
+        } else {
+            Ok(Id128::default())
+        }
+    }
+
+    /// A flags byte with no bits but `allowed`.
+    fn flags(&mut self, allowed: u8) -> Decoded<u8> {
+        match self.byte()? {
+            has if has & !allowed == 0 => Ok(has),
+            other => Err(Fault::Flags(other)),
+        }
+    }
+
+    fn submit(&mut self, batch: &mut Batch, previous_at: u64) -> Decoded<u64> {
+        let parent = self.varint()?;
+        let at = self.time(previous_at)?;
+        let thread = self.thread()?;
+        let has = self.flags(HAS_ACTOR | HAS_PARENT_TASK)?;
+        let task = self.id()?;
+        let actor = self.id_if(has & HAS_ACTOR != 0)?;
+        let parent_task = self.id_if(has & HAS_PARENT_TASK != 0)?;
+        let parent_span = self.varint()?;
+        let function = self.strref()?;
+        batch.push_submit_shape(
+            thread,
+            Submit {
+                at,
+                parent,
+                task,
+                actor,
+                parent_task,
+                parent_span,
+                function,
+                has,
+            },
+        );
+        Ok(at)
+    }
+
+    fn run(&mut self, batch: &mut Batch, previous_at: u64) -> Decoded<u64> {
+        let span = self.varint()?;
+        let parent = self.varint()?;
+        let at = self.time(previous_at)?;
+        let thread = self.thread()?;
         let kind = match self.byte()? {
+            0 => RunShape::Task,
+            1 => RunShape::ActorCall,
+            2 => RunShape::ActorCreate,
+            other => return Err(Fault::Shape(other)),
+        };
+        let has = self.flags(HAS_PARENT_TASK | CLOSED | HAS_CPU)?;
+        let task = self.id()?;
+        let actor = self.id_if(kind != RunShape::Task)?;
+        let parent_task = self.id_if(has & HAS_PARENT_TASK != 0)?;
+        let parent_span = self.varint()?;
+        let node = self.varint()?;
+        let worker = self.varint()?;
+        let attempt = u32::try_from(self.varint()?).map_err(|_| Fault::Attempt)?;
+        let what = self.strref()?;
+        let method = match kind {
+            RunShape::ActorCall => self.strref()?,
+            RunShape::Task | RunShape::ActorCreate => "",
+        };
+        let closed_at = match has & CLOSED {
+            0 => 0,
+            _ => at.wrapping_add(unzigzag(self.varint()?) as u64),
+        };
+        let cpu_nanos = match has & HAS_CPU {
+            0 => 0,
+            _ => self.varint()?,
+        };
+        batch.push_run_shape(
+            thread,
+            Run {
+                at,
+                span,
+                parent,
+                task,
+                actor,
+                parent_task,
+                parent_span,
+                node,
+                worker,
+                what,
+                method,
+                closed_at,
+                cpu_nanos,
+                attempt,
+                kind,
+                has,
+            },
+        );
+        Ok(at)
+    }
+
+    fn close(&mut self, batch: &mut Batch, previous_at: u64) -> Decoded<u64> {
+        let span = self.varint()?;
+        let parent = self.varint()?;
+        let at = self.time(previous_at)?;
+        let thread = self.thread()?;
+        let name = self.strref()?;
+        let target = self.strref()?;
+        let cpu_nanos = match self.byte()? {
+            0 => None,
+            1 => Some(self.varint()?),
+            other => return Err(Fault::Flags(other)),
+        };
+        batch.push_close_shape(
+            thread,
+            Close {
+                at,
+                span,
+                parent,
+                name,
+                target,
+                cpu_nanos,
+            },
+        );
+        Ok(at)
+    }
+
+    fn object(&mut self, batch: &mut Batch, previous_at: u64) -> Decoded<u64> {
+        let parent = self.varint()?;
+        let at = self.time(previous_at)?;
+        let thread = self.thread()?;
+        let has = self.flags(HAS_TASK | IS_GET | IS_ARG)?;
+        let object = self.id()?;
+        let task = self.id_if(has & HAS_TASK != 0)?;
+        let bytes = self.varint()?;
+        let node = self.varint()?;
+        batch.push_object_shape(
+            thread,
+            ObjectIo {
+                at,
+                parent,
+                object,
+                task,
+                bytes,
+                node,
+                has,
+            },
+        );
+        Ok(at)
+    }
+
+    fn record(&mut self, kind: u8, previous_at: u64) -> Decoded<Record> {
+        let kind = match kind {
             0 => RecordKind::SpanNew,
             1 => RecordKind::SpanClose,
             2 => RecordKind::Event,
@@ -254,8 +610,8 @@ impl Reader<'_> {
         let parent = self.varint()?;
         let name = self.strref()?;
         let target = self.strref()?;
-        let at_nanos = previous_at.wrapping_add(unzigzag(self.varint()?) as u64);
-        let thread = u32::try_from(self.varint()?).map_err(|_| Fault::Thread)?;
+        let at_nanos = self.time(previous_at)?;
+        let thread = self.thread()?;
         let count = self.varint()?;
         if count > (self.remaining() / MIN_FIELD_BYTES) as u64 {
             return Err(Fault::Fields {

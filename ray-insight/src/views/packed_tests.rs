@@ -258,3 +258,90 @@ fn a_drained_batch_reaches_views_typed_and_other_sinks_expanded() {
     expanded.accept(&again);
     assert_eq!(everything(&typed), everything(&expanded));
 }
+
+/// A shipped batch keeps its compact shapes: encoded and decoded, it
+/// expands to the records the original expands to, and it is smaller than
+/// those records encoded whole.
+#[test]
+fn compact_shapes_survive_the_codec_and_take_fewer_bytes() {
+    use crate::log::{decode_records, encode_records, Chunk};
+    for seed in 1..=200u64 {
+        let steps = 20 + (seed as usize % 9) * 40;
+        let mut want = Vec::new();
+        batch(seed, steps).unpack_into(&mut want);
+        let (mut compact, mut whole) = (Vec::new(), Vec::new());
+        crate::log::codec_encode_batch_for_test(&batch(seed, steps), &mut compact);
+        encode_records(&want, &mut whole);
+        assert!(compact.len() < whole.len(), "seed {seed}");
+        assert_eq!(
+            decode_records(&compact).expect("decodes"),
+            want,
+            "seed {seed}"
+        );
+        let mut chunk = Chunk::decode(&compact).expect("decodes");
+        assert_eq!(chunk.len(), steps);
+        assert_eq!(chunk.take_records(), want, "seed {seed}");
+    }
+}
+
+/// Whatever the bytes, decoding a batch of compact shapes cut short or with
+/// a byte changed is an error or a batch, never a panic.
+#[test]
+fn damaged_compact_batches_decode_to_an_error_or_a_batch() {
+    use crate::log::Chunk;
+    let mut bytes = Vec::new();
+    crate::log::codec_encode_batch_for_test(&batch(11, 120), &mut bytes);
+    for cut in 0..bytes.len() {
+        assert!(Chunk::decode(&bytes[..cut]).is_err(), "cut at {cut}");
+    }
+    let mut rng = Rng(99);
+    for _ in 0..2_000 {
+        let mut damaged = bytes.clone();
+        let at = rng.below(damaged.len() as u64) as usize;
+        damaged[at] = rng.next() as u8;
+        if let Ok(mut chunk) = Chunk::decode(&damaged) {
+            let _ = chunk.take_records();
+        }
+    }
+}
+
+/// The head's rebasing of a shipped chunk does to every compact shape what
+/// it does to that shape's expansion: times shifted, span ids, parents and
+/// threads mapped, and a submit's or call's `parent_span` mapped by its
+/// task's owner.
+#[test]
+fn a_rebased_chunk_expands_to_the_rebased_records() {
+    use crate::log::Chunk;
+    let span = |s: u64| if s == 0 { 0 } else { s.wrapping_mul(31) ^ 5 };
+    let thread = |t: u32| t + 100;
+    // Never 0 for a span (0 is "none"), as the head's ids.
+    let parent_span = |owner: u64, s: u64| (s ^ (owner << 1)).max(1);
+    for (seed, shift) in [(1u64, 5_000i128), (2, -1_500), (3, -1 << 70), (4, 0)] {
+        let mut want = Vec::new();
+        batch(seed, 300).unpack_into(&mut want);
+        for r in &mut want {
+            r.shift_times(shift);
+            r.span = span(r.span);
+            r.parent = span(r.parent);
+            r.thread = thread(r.thread);
+            if matches!(r.name, "task.submit" | "task.run" | "actor.call") {
+                let owner = match r.field("task_id") {
+                    Some(FieldValue::U128 { hi, .. }) => *hi,
+                    _ => continue,
+                };
+                if let Some(FieldValue::U64(s)) = r.fields.get_mut("parent_span") {
+                    *s = parent_span(owner, *s);
+                }
+            }
+        }
+        let mut bytes = Vec::new();
+        crate::log::codec_encode_batch_for_test(&batch(seed, 300), &mut bytes);
+        let mut chunk = Chunk::decode(&bytes).expect("decodes");
+        chunk.rebase(shift, span, thread, parent_span);
+        let got = chunk.take_records();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g, w, "seed {seed}, shift {shift}, record {i}");
+        }
+        assert_eq!(got.len(), want.len());
+    }
+}

@@ -23,8 +23,7 @@ use std::fs::File;
 use std::io::{self, BufWriter};
 use std::path::{Path, PathBuf};
 
-use ray_insight::log::LogWriter;
-use ray_insight::Record;
+use ray_insight::log::{Chunk, LogWriter};
 use ray_proto::JobId;
 use tokio::sync::{mpsc, oneshot};
 
@@ -45,7 +44,7 @@ enum LogOp {
     Write {
         job: JobId,
         opened: Option<Opened>,
-        records: Vec<Record>,
+        records: Chunk,
     },
     /// Flush every log, then answer with the path of `job`'s log (`None`:
     /// it has none): everything queued before is then on disk.
@@ -69,7 +68,7 @@ pub(super) struct LogPermit<'a>(mpsc::Permit<'a, LogOp>);
 
 impl LogPermit<'_> {
     /// Queues `records` for `job`'s log (after creating it, if `opened`).
-    pub(super) fn write(self, job: JobId, opened: Option<Opened>, records: Vec<Record>) {
+    pub(super) fn write(self, job: JobId, opened: Option<Opened>, records: Chunk) {
         self.0.send(LogOp::Write {
             job,
             opened,
@@ -143,9 +142,9 @@ impl JobLog {
         }
     }
 
-    fn append(&mut self, job: JobId, records: &[Record]) {
+    fn append(&mut self, job: JobId, records: &mut Chunk) {
         self.dirty = true;
-        let written = self.log.append(records);
+        let written = self.log.append_chunk(records);
         self.check(job, written);
     }
 
@@ -181,7 +180,7 @@ fn write_logs(dir: &Path, mut ops: mpsc::Receiver<LogOp>) {
             LogOp::Write {
                 job,
                 opened,
-                records,
+                mut records,
             } => {
                 if let Some(opened) = opened {
                     for old in opened.evicted {
@@ -195,7 +194,7 @@ fn write_logs(dir: &Path, mut ops: mpsc::Receiver<LogOp>) {
                     };
                 }
                 if let Some(log) = logs.get_mut(&job) {
-                    log.append(job, &records);
+                    log.append(job, &mut records);
                 }
                 if ops.is_empty() {
                     flush_all(&mut logs);

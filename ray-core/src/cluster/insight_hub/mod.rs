@@ -31,7 +31,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use ray_dashboard::{self as dashboard, JobEntry as DashboardJob, Source, ViewQuery};
 use ray_insight::export::{self, ExportFormat, FlameFold, ViewKind};
-use ray_insight::log::decode_records;
+use ray_insight::log::Chunk;
 use ray_insight::views::FlameMetric;
 use ray_insight::{FieldValue, Fields, Record, RecordKind, Sink, Views};
 use ray_proto::wire::{InsightExport, NodeEntry};
@@ -157,24 +157,6 @@ fn global_span(worker: WorkerId, span: u64) -> u64 {
     mix(mix(worker.0) ^ span).max(1)
 }
 
-/// A submit's or run's `parent_span` (the caller's span it was submitted
-/// in) as a cluster-wide span id. It is an id of the process that
-/// submitted the work, whatever process recorded it: the owner of the
-/// record's `task_id` (a worker runs pushed work under its owner's id).
-fn global_parent_span(record: &mut Record) {
-    // Only these carry it: every other record is spared the field scans.
-    if !matches!(record.name, "task.submit" | "task.run" | "actor.call") {
-        return;
-    }
-    let owner = match record.field("task_id") {
-        Some(FieldValue::U128 { hi, .. }) => *hi,
-        _ => return,
-    };
-    if let Some(FieldValue::U64(span)) = record.fields.get_mut("parent_span") {
-        *span = global_span(WorkerId(owner), *span);
-    }
-}
-
 /// Thread `thread` of process `worker` as a cluster-wide thread index.
 fn global_thread(worker: WorkerId, thread: u32) -> u32 {
     (mix(worker.0 ^ (u64::from(thread) << 32)) >> 32) as u32
@@ -236,7 +218,7 @@ impl InsightHub {
             records.retain(|r| r.field("node_id") != record.field("node_id"));
             records.push(record);
             match logs.try_reserve() {
-                Some(permit) => permit.write(*job, None, records),
+                Some(permit) => permit.write(*job, None, Chunk::from(records)),
                 None => state.pending_log = records,
             }
         }
@@ -316,44 +298,48 @@ impl InsightHub {
         if bytes.len() > MAX_SHIPPED_BYTES {
             return Err(HubError::TooLarge { len: bytes.len() });
         }
-        let decoded = decode_records(bytes);
+        let decoded = Chunk::decode(bytes);
         let opened = self.open_job(job, epoch_unix_nanos);
         let state = self
             .jobs
             .get_mut(&job)
             .expect("open_job keeps the job it is given");
-        let mut records: Vec<Record> = match decoded {
-            Ok(records) => records,
+        let mut chunk = match decoded {
+            Ok(chunk) => chunk,
             Err(e) => {
                 state.bad_batches += 1;
                 if let Some(log) = log {
                     // The job's log is created all the same, with what the
                     // hub wrote into the views.
-                    log.write(job, opened, std::mem::take(&mut state.pending_log));
+                    let pending = std::mem::take(&mut state.pending_log);
+                    log.write(job, opened, Chunk::from(pending));
                 }
                 return Err(HubError::Undecodable(e));
             }
         };
         // Only the head says what became of a node.
-        let before = records.len();
-        records.retain(|r| !(r.kind == RecordKind::Event && r.schema_name() == "node.state"));
-        if records.len() < before {
-            tracing::debug!(target: "ray::insight", %job, %worker, forged = before - records.len(), "insight.node_state_refused");
+        let forged = chunk
+            .retain_records(|r| !(r.kind == RecordKind::Event && r.schema_name() == "node.state"));
+        if forged > 0 {
+            tracing::debug!(target: "ray::insight", %job, %worker, forged, "insight.node_state_refused");
         }
-        // Sender time t is job time t + (sender epoch - job epoch).
+        // Sender time t is job time t + (sender epoch - job epoch). A
+        // submit's or run's `parent_span` is an id of the process that
+        // submitted the work, whatever process recorded it: the owner of
+        // the record's task id (a worker runs pushed work under its
+        // owner's id).
         let shift = i128::from(epoch_unix_nanos) - i128::from(state.epoch_unix_nanos);
-        for r in &mut records {
-            r.shift_times(shift);
-            r.span = global_span(worker, r.span);
-            r.parent = global_span(worker, r.parent);
-            r.thread = global_thread(worker, r.thread);
-            global_parent_span(r);
-        }
-        state.views.accept(&records);
+        chunk.rebase(
+            shift,
+            |span| global_span(worker, span),
+            |thread| global_thread(worker, thread),
+            |owner, span| global_span(WorkerId(owner), span),
+        );
+        chunk.apply_to(&mut state.views);
         state.batches += 1;
         if let Some(log) = log {
-            let mut logged = std::mem::take(&mut state.pending_log);
-            logged.extend(records);
+            let mut logged = Chunk::from(std::mem::take(&mut state.pending_log));
+            logged.append(&mut chunk);
             log.write(job, opened, logged);
         }
         Ok(())
