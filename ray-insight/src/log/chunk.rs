@@ -50,9 +50,15 @@ impl Chunk {
         self.batch.push_full(record);
     }
 
-    /// Moves every record of `other` after this chunk's, leaving it empty.
+    /// Moves every record of `other` after this chunk's, leaving it empty
+    /// (an empty chunk takes `other`'s buffers instead of copying them).
     pub fn append(&mut self, other: &mut Chunk) {
-        self.batch.append(&mut other.batch);
+        if self.batch.is_empty() {
+            std::mem::swap(&mut self.batch, &mut other.batch);
+            other.batch.clear();
+        } else {
+            self.batch.append(&mut other.batch);
+        }
     }
 
     /// Moves every record of `drained` after this chunk's, leaving it
