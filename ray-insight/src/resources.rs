@@ -608,15 +608,39 @@ mod tests {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// A shell script in a directory of its own, removed with it.
     #[cfg(unix)]
-    fn script(name: &str, body: &str) -> PathBuf {
+    struct Script {
+        dir: PathBuf,
+        path: PathBuf,
+    }
+
+    #[cfg(unix)]
+    impl Script {
+        fn path(&self) -> &std::path::Path {
+            &self.path
+        }
+    }
+
+    #[cfg(unix)]
+    impl Drop for Script {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    #[cfg(unix)]
+    fn script(name: &str, body: &str) -> Script {
         use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("ray-insight-gpu-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!(
+            "ray-insight-gpu-{}-{name}",
+            std::process::id()
+        ));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let path = dir.join(name);
         std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write script");
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        path
+        Script { dir, path }
     }
 
     #[cfg(unix)]
@@ -624,7 +648,7 @@ mod tests {
     fn a_gpu_program_is_run_and_its_output_parsed() {
         let _spawning = spawning();
         let program = script("ok", "echo '0, 55, 1024, 2048'");
-        let mut sampler = GpuSampler::with_program(program);
+        let mut sampler = GpuSampler::with_program(program.path());
         let sample = sampler.sample().expect("parsed");
         assert_eq!(sample.devices[0].utilization_percent, Some(55.0));
         assert_eq!(sample.memory_used_bytes(), Some(1 << 30));
@@ -636,7 +660,7 @@ mod tests {
         let _spawning = spawning();
         let program = script("hang", "exec sleep 30");
         let mut sampler =
-            GpuSampler::with_program(&program).with_timeout(Duration::from_millis(100));
+            GpuSampler::with_program(program.path()).with_timeout(Duration::from_millis(100));
         let started = Instant::now();
         assert_eq!(sampler.sample(), None);
         assert!(started.elapsed() < Duration::from_secs(10));
@@ -648,7 +672,8 @@ mod tests {
     #[test]
     fn a_run_is_polled_without_waiting_and_killed_on_drop() {
         let _spawning = spawning();
-        let mut sampler = GpuSampler::with_program(script("slow", "sleep 0.2; echo '0, 7, 1, 2'"));
+        let slow = script("slow", "sleep 0.2; echo '0, 7, 1, 2'");
+        let mut sampler = GpuSampler::with_program(slow.path());
         assert_eq!(sampler.poll(), GpuPoll::Idle);
         sampler.start();
         assert!(sampler.is_running());
@@ -669,7 +694,8 @@ mod tests {
         assert_eq!(sample.devices[0].utilization_percent, Some(7.0));
         assert_eq!(sampler.poll(), GpuPoll::Idle, "the outcome is taken once");
 
-        let mut hung = GpuSampler::with_program(script("hang2", "exec sleep 30"));
+        let hang = script("hang2", "exec sleep 30");
+        let mut hung = GpuSampler::with_program(hang.path());
         hung.start();
         assert!(hung.is_running());
         let started = Instant::now();
@@ -684,9 +710,11 @@ mod tests {
     #[test]
     fn a_failing_gpu_program_gives_none() {
         let _spawning = spawning();
-        let mut sampler = GpuSampler::with_program(script("fails", "echo '0, 1, 2, 3'; exit 9"));
+        let fails = script("fails", "echo '0, 1, 2, 3'; exit 9");
+        let mut sampler = GpuSampler::with_program(fails.path());
         assert_eq!(sampler.sample(), None);
-        let mut sampler = GpuSampler::with_program(script("garbage", "echo 'Unable to determine'"));
+        let garbage = script("garbage", "echo 'Unable to determine'");
+        let mut sampler = GpuSampler::with_program(garbage.path());
         assert_eq!(sampler.sample(), None);
     }
 
