@@ -8,9 +8,11 @@
 //! they take a fifth to two fifths of the bytes, and bytes are what a burst
 //! costs its threads: a batch waits in memory until the collector runs, so
 //! each batch is fresh memory the thread faults in as it writes
-//! (docs/perf-log/2026-11-28-recording-buffers.md). The collector expands
-//! each compact record into the [`Record`] it stands for
-//! ([`Batch::unpack_into`]), so sinks, views and the log see no difference.
+//! (docs/perf-log/2026-11-28-recording-buffers.md). A sink that wants
+//! records has each compact one expanded into the [`Record`] it stands for
+//! ([`Batch::unpack_into`]); the views read the shapes as they are
+//! (`views/facts.rs`), and a cluster ships and logs them compact
+//! (`log::Chunk`), each with the same meaning as its expansion.
 //!
 //! Each shape has a list of its own, and the batch's `order` says which
 //! list each record came from: a record costs its own size and eight bytes
@@ -840,7 +842,8 @@ fn caller(fields: &mut Fields, parent_task: Option<Id128>, parent_span: u64) {
 }
 
 impl Submit {
-    fn record(&self, thread: u32) -> Record {
+    /// The whole record it stands for.
+    pub(crate) fn record(&self, thread: u32) -> Record {
         let mut fields = Fields::new();
         fields.push("task_id", self.task.value());
         match flagged(self.has, HAS_ACTOR, self.actor) {
@@ -893,7 +896,8 @@ impl RunShape {
 }
 
 impl Run {
-    fn record(&self, thread: u32) -> Record {
+    /// The whole record it stands for.
+    pub(crate) fn record(&self, thread: u32) -> Record {
         let mut fields = Fields::new();
         fields.push("task_id", self.task.value());
         let attempt = |fields: &mut Fields| {

@@ -309,7 +309,7 @@ impl GcsClient {
     }
 
     /// Ships one batch of insight records of `job` to the head's collector
-    /// (`records` encoded by `ray_insight::log::encode_records`, times
+    /// (`records` encoded by `ray_insight::log::Chunk::encode`, times
     /// relative to `epoch_unix_nanos`).
     ///
     /// # Errors

@@ -61,8 +61,10 @@ pub(crate) const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 /// oldest are dropped (and counted).
 const MAX_UNSHIPPED_BATCHES: usize = 256;
 
-/// Records per shipped batch, at most: keeps each message far below the
-/// head's cap on a shipped batch (1 MiB; records encode to tens of bytes).
+/// Records per shipped batch, about: a chunk is shipped once it holds this
+/// many, after a whole drained batch (up to a thread's batch size) is added.
+/// Keeps each message far below the head's cap on a shipped batch (1 MiB;
+/// records encode to tens of bytes), and one that encodes larger is split.
 const SHIP_CHUNK_RECORDS: usize = 4096;
 
 /// How long [`Insight::flush`] waits for shipped batches to be acknowledged.

@@ -103,7 +103,8 @@ impl Chunk {
     /// by `shift` nanoseconds (clamped to `0..=u64::MAX`, a run's folded
     /// close too), span ids (a record's own and its parent's) through
     /// `span`, thread indexes through `thread`, and the application span a
-    /// submit or run names as its caller's (`parent_span`) through
+    /// submit, task run or actor call (not a constructor's run, as before
+    /// chunks) names as its caller's (`parent_span`) through
     /// `parent_span(owner, span)`, where `owner` is the high word of the
     /// record's task id (the process that submitted it). A compact
     /// record's `parent_span` of 0 means none: `parent_span` should map no

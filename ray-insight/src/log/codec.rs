@@ -3,7 +3,9 @@
 //!
 //! ```text
 //! payload   = varint(record count) record*
-//! record    = u8 kind                       0 span new, 1 span close, 2 event
+//! record    = whole | u8 3, submit | u8 4, run | u8 5, close | u8 6, object
+//!                                             (the compact shapes, below)
+//! whole     = u8 kind                       0 span new, 1 span close, 2 event
 //!             varint span, varint parent
 //!             name: strref, target: strref
 //!             zigzag varint(at_nanos − previous record's at_nanos, wrapping)
@@ -11,8 +13,6 @@
 //!             varint(field count) (key: strref, value)*
 //! strref    = varint 0, varint len, UTF-8 bytes    a string new to this batch
 //!           | varint n (n ≥ 1)                      the batch's n-th new string
-//!           | u8 3, submit | u8 4, run | u8 5, close | u8 6, object
-//!                                           the runtime's compact shapes
 //! value     = u8 0, varint                          U64
 //!           | u8 1, zigzag varint                   I64
 //!           | u8 2, 8 bytes (IEEE 754 bits, LE)     F64
@@ -340,7 +340,39 @@ fn put_value(out: &mut Vec<u8>, value: &FieldValue) {
 struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
-    table: Vec<&'static str>,
+    table: Vec<Entry>,
+}
+
+/// A string of the batch's table: interned, or refused by the interner
+/// (over its bounds) and kept as it is beside the placeholder it got.
+enum Entry {
+    Interned(&'static str),
+    Refused(&'static str, Box<str>),
+}
+
+/// A compact record's name (a function, class or method): interned, or
+/// the interner refused it and the record is kept whole, with the name as
+/// an owned field value.
+enum Name {
+    Interned(&'static str),
+    Owned(Box<str>),
+}
+
+impl Name {
+    /// The name a compact shape can hold, if it is one.
+    fn interned(&self) -> Option<&'static str> {
+        match self {
+            Name::Interned(s) => Some(s),
+            Name::Owned(_) => None,
+        }
+    }
+
+    /// Sets field `key` of `record` to this name, owned.
+    fn patch(self, record: &mut Record, key: &str) {
+        if let (Name::Owned(name), Some(value)) = (self, record.fields.get_mut(key)) {
+            *value = FieldValue::Str(FieldStr::from(&*name));
+        }
+    }
 }
 
 /// What is wrong with a batch where decoding stopped: the `reason` of
@@ -416,7 +448,11 @@ impl Reader<'_> {
         }
         // A record takes a few hundred bytes in memory against at least 8
         // in a batch: reserve for what is decoded, not what is announced.
+        // The room reserved is for the records decoded, not announced: the
+        // order list gets at most MAX_RESERVED, each shape's list (given
+        // its room only when a record of it comes) a quarter of that.
         let mut batch = Batch::with_capacity((count as usize).min(MAX_RESERVED));
+        batch.set_room((count as usize).min(MAX_RESERVED / 4));
         let mut previous_at = 0u64;
         for _ in 0..count {
             previous_at = match self.byte()? {
@@ -476,20 +512,30 @@ impl Reader<'_> {
         let actor = self.id_if(has & HAS_ACTOR != 0)?;
         let parent_task = self.id_if(has & HAS_PARENT_TASK != 0)?;
         let parent_span = self.varint()?;
-        let function = self.strref()?;
-        batch.push_submit_shape(
-            thread,
-            Submit {
-                at,
-                parent,
-                task,
-                actor,
-                parent_task,
-                parent_span,
-                function,
-                has,
-            },
-        );
+        let function = self.name()?;
+        let submit = Submit {
+            at,
+            parent,
+            task,
+            actor,
+            parent_task,
+            parent_span,
+            function: function.interned().unwrap_or(""),
+            has,
+        };
+        match function {
+            Name::Interned(_) => batch.push_submit_shape(thread, submit),
+            owned => {
+                let mut record = submit.record(thread);
+                let key = if has & HAS_ACTOR != 0 {
+                    "method"
+                } else {
+                    "function"
+                };
+                owned.patch(&mut record, key);
+                batch.push_full(record);
+            }
+        }
         Ok(at)
     }
 
@@ -512,10 +558,10 @@ impl Reader<'_> {
         let node = self.varint()?;
         let worker = self.varint()?;
         let attempt = u32::try_from(self.varint()?).map_err(|_| Fault::Attempt)?;
-        let what = self.strref()?;
+        let what = self.name()?;
         let method = match kind {
-            RunShape::ActorCall => self.strref()?,
-            RunShape::Task | RunShape::ActorCreate => "",
+            RunShape::ActorCall => self.name()?,
+            RunShape::Task | RunShape::ActorCreate => Name::Interned(""),
         };
         let closed_at = match has & CLOSED {
             0 => 0,
@@ -525,27 +571,37 @@ impl Reader<'_> {
             0 => 0,
             _ => self.varint()?,
         };
-        batch.push_run_shape(
-            thread,
-            Run {
-                at,
-                span,
-                parent,
-                task,
-                actor,
-                parent_task,
-                parent_span,
-                node,
-                worker,
-                what,
-                method,
-                closed_at,
-                cpu_nanos,
-                attempt,
-                kind,
-                has,
-            },
-        );
+        let run = Run {
+            at,
+            span,
+            parent,
+            task,
+            actor,
+            parent_task,
+            parent_span,
+            node,
+            worker,
+            what: what.interned().unwrap_or(""),
+            method: method.interned().unwrap_or(""),
+            closed_at,
+            cpu_nanos,
+            attempt,
+            kind,
+            has,
+        };
+        if what.interned().is_some() && method.interned().is_some() {
+            batch.push_run_shape(thread, run);
+        } else {
+            let mut record = run.record(thread);
+            let what_key = if kind == RunShape::Task {
+                "function"
+            } else {
+                "class"
+            };
+            what.patch(&mut record, what_key);
+            method.patch(&mut record, "method");
+            batch.push_full(record);
+        }
         Ok(at)
     }
 
@@ -701,19 +757,42 @@ impl Reader<'_> {
     }
 
     fn strref(&mut self) -> Decoded<&'static str> {
+        Ok(match self.entry()? {
+            Entry::Interned(s) | Entry::Refused(s, _) => s,
+        })
+    }
+
+    /// A compact record's name: [`Name::Owned`] where the interner
+    /// refused it (over its bounds: a long generic name, or a head that has
+    /// seen very many), instead of its placeholder.
+    fn name(&mut self) -> Decoded<Name> {
+        Ok(match self.entry()? {
+            Entry::Interned(s) => Name::Interned(s),
+            Entry::Refused(_, raw) => Name::Owned(raw.clone()),
+        })
+    }
+
+    fn entry(&mut self) -> Decoded<&Entry> {
         match self.varint()? {
             0 => {
-                let s = intern(self.str()?);
-                self.table.push(s);
-                Ok(s)
+                let raw = self.str()?;
+                let s = intern(raw);
+                let refused = s != raw;
+                let entry = if refused {
+                    Entry::Refused(s, raw.into())
+                } else {
+                    Entry::Interned(s)
+                };
+                self.table.push(entry);
+                Ok(&self.table[self.table.len() - 1])
             }
-            n => usize::try_from(n - 1)
-                .ok()
-                .and_then(|i| self.table.get(i).copied())
-                .ok_or(Fault::Name {
-                    name: n,
-                    known: self.table.len(),
-                }),
+            n => {
+                let known = self.table.len();
+                usize::try_from(n - 1)
+                    .ok()
+                    .and_then(|i| self.table.get(i))
+                    .ok_or(Fault::Name { name: n, known })
+            }
         }
     }
 }

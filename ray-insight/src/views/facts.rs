@@ -8,8 +8,8 @@
 //! recorded W3, docs/perf-log/2026-11-28-typed-ingest.md), so the handlers
 //! read records through [`Facts`] and are built for both kinds. A compact
 //! shape answers exactly what its expansion's fields would (see
-//! `Batch::unpack_into`); `views::tests` checks that both give the same
-//! views.
+//! `Batch::unpack_into`); `views::packed_tests` checks that both give the
+//! same views.
 
 use super::model::{
     id_key, id_of, numbered_id, static_id, Id, IdKey, ACTOR_ID, NODE_ID, WORKER_ID,

@@ -748,10 +748,19 @@ impl<K: Clone + Eq + Hash, V> FifoMap<K, V> {
         self.ring.push_back(Some((key.clone(), value)));
         self.live += 1;
         self.index.insert(key, seq);
-        if self.index.len() > 2 * self.cap.max(8) {
+        if self.index.len() > self.bound() {
             self.sweep();
         }
+        if self.ring.len() > self.bound() {
+            self.compact();
+        }
         evicted
+    }
+
+    /// The most index entries or ring places it keeps before sweeping or
+    /// compacting: twice the cap.
+    fn bound(&self) -> usize {
+        self.cap.max(8).saturating_mul(2)
     }
 
     /// Drops the index entries of evicted or removed keys.
@@ -776,15 +785,15 @@ impl<K: Clone + Eq + Hash, V> FifoMap<K, V> {
     }
 
     /// Removes `key`. Its place in the ring is left empty and popped once
-    /// it is the oldest; when empty places make the ring twice the cap, the
-    /// ring is rebuilt without them.
+    /// it is the oldest; when empty places make the ring longer than twice
+    /// the cap (checked here and on insert), it is rebuilt without them.
     pub(crate) fn remove(&mut self, key: &K) -> Option<V> {
         let at = self.position(key)?;
         self.index.remove(key);
         let (_, value) = self.ring[at].take()?;
         self.live -= 1;
         self.pop_removed();
-        if self.ring.len() > 2 * self.cap.max(8) {
+        if self.ring.len() > self.bound() {
             self.compact();
         }
         Some(value)
@@ -947,8 +956,8 @@ mod tests {
                 proptest::prop_assert_eq!(map.len(), model.len());
                 let entries: Vec<(u32, u32)> = map.iter().map(|(k, v)| (*k, *v)).collect();
                 proptest::prop_assert_eq!(&entries, &model);
-                proptest::prop_assert!(map.index.len() <= 2 * cap.max(8) + 1);
-                proptest::prop_assert!(map.ring.len() <= 2 * cap.max(8) + 1);
+                proptest::prop_assert!(map.index.len() <= 2 * cap.max(8));
+                proptest::prop_assert!(map.ring.len() <= 2 * cap.max(8));
             }
         }
     }

@@ -345,3 +345,63 @@ fn a_rebased_chunk_expands_to_the_rebased_records() {
         assert_eq!(got.len(), want.len());
     }
 }
+
+/// A compact record whose name the interner refuses (longer than it keeps)
+/// decodes to its whole record with the name as it was, not a placeholder.
+#[test]
+fn a_name_the_interner_refuses_keeps_its_text() {
+    use crate::log::{decode_records, Chunk, MAX_INTERNED_LEN};
+    let long: &'static str = Box::leak("m::Worker<".repeat(MAX_INTERNED_LEN / 8).into_boxed_str());
+    let mut b = Batch::with_capacity(4);
+    b.push_submit(
+        1,
+        10,
+        0,
+        &SubmitInfo {
+            task: (7 << 64) | 1,
+            function: long,
+            actor: Some(3),
+            parent_task: None,
+            parent_span: 0,
+        },
+    );
+    b.push_run(
+        1,
+        11,
+        1,
+        0,
+        RunInfo {
+            kind: RunKind::ActorCall {
+                actor: 3,
+                class: long,
+                method: "process",
+            },
+            task: (7 << 64) | 1,
+            attempt: 0,
+            parent_task: None,
+            parent_span: 0,
+            node: 1,
+            worker: 2,
+        },
+    );
+    assert!(b.fold_close(1, 20, Some(5)));
+    let mut want = Vec::new();
+    let mut bytes = Vec::new();
+    crate::log::codec_encode_batch_for_test(&b, &mut bytes);
+    b.unpack_into(&mut want);
+    let got = decode_records(&bytes).expect("decodes");
+    assert_eq!(got, want);
+    assert_eq!(
+        got[0].field("method").and_then(FieldValue::as_str),
+        Some(long)
+    );
+    assert_eq!(
+        got[1].field("class").and_then(FieldValue::as_str),
+        Some(long)
+    );
+    let mut chunk = Chunk::decode(&bytes).expect("decodes");
+    let mut views = Views::default();
+    chunk.apply_to(&mut views);
+    assert_eq!(chunk.take_records(), want);
+    assert_eq!(views.stats().applied, 2);
+}

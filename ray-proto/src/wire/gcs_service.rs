@@ -297,7 +297,8 @@ pub struct InsightBatch {
     pub worker: WorkerId,
     /// The sender's recording epoch: record times are relative to it.
     pub epoch_unix_nanos: u64,
-    /// The records, as `ray_insight::log::encode_records` wrote them.
+    /// The records, as `ray_insight::log::Chunk::encode` (or
+    /// `encode_records`) wrote them.
     pub records: Vec<u8>,
 }
 
