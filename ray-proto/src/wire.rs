@@ -77,9 +77,11 @@ pub fn labels_to_wire<'a>(
 
 /// The version of the control protocol this build speaks.
 ///
-/// Bump it whenever [`Message`] (or anything it contains) changes shape:
-/// peers with different versions refuse each other at the handshake.
-pub const PROTOCOL_VERSION: u16 = 10;
+/// Bump it whenever [`Message`] (or anything it contains) changes shape,
+/// or what a payload in it means (11: shipped insight batches may hold the
+/// runtime's compact record shapes): peers with different versions refuse
+/// each other at the handshake.
+pub const PROTOCOL_VERSION: u16 = 11;
 
 /// One control message as it travels on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
