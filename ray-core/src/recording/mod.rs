@@ -166,7 +166,9 @@ fn ship_packed(shipper: &Shipper, chunk: &mut Chunk) {
     if chunk.is_empty() {
         return;
     }
-    let mut bytes = Vec::new();
+    // A compact record encodes to a few dozen bytes: room for most
+    // chunks without growing (each growth copies what is written).
+    let mut bytes = Vec::with_capacity(chunk.len().saturating_mul(48).min(MAX_SHIP_BYTES));
     chunk.encode(&mut bytes);
     if bytes.len() > MAX_SHIP_BYTES && chunk.len() > 1 {
         ship_chunk(shipper, &mut chunk.take_records());
