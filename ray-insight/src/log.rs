@@ -86,8 +86,7 @@ use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::Path;
 
 pub use chunk::Chunk;
-#[cfg(test)]
-pub(crate) use codec::encode_batch as codec_encode_batch_for_test;
+pub(crate) use codec::encode_batch as encode_batch_into;
 pub use codec::{decode_records, encode_records};
 pub use intern::{
     intern, intern_stats, InternStats, MAX_INTERNED_BYTES, MAX_INTERNED_LEN, MAX_INTERNED_STRINGS,
@@ -95,7 +94,7 @@ pub use intern::{
 };
 
 use crate::record::Record;
-use crate::sink::Sink;
+use crate::sink::{Drained, Sink};
 use crate::views::{Limits, Views};
 
 /// The first 8 bytes of every log file.
@@ -261,18 +260,31 @@ impl<W: Write> LogWriter<W> {
         if chunk.is_empty() {
             return Ok(());
         }
+        if self.write_compact(chunk.len(), |out| chunk.encode(out))? {
+            return Ok(());
+        }
+        let records = chunk.take_records();
+        self.append(&records)
+    }
+
+    /// Writes the `records` records `encode` writes as one frame, compact
+    /// shapes as they are; `Ok(false)` (nothing written) when they take
+    /// more than [`MAX_FRAME_BYTES`], for the caller to write expanded.
+    fn write_compact(
+        &mut self,
+        records: usize,
+        encode: impl FnOnce(&mut Vec<u8>),
+    ) -> io::Result<bool> {
         self.frame.clear();
         self.frame
             .extend_from_slice(&[0; FRAME_HEADER_BYTES as usize]);
-        chunk.encode(&mut self.frame);
+        encode(&mut self.frame);
         if self.frame.len() - FRAME_HEADER_BYTES as usize > MAX_FRAME_BYTES {
-            let records = chunk.take_records();
-            return self.append(&records);
+            return Ok(false);
         }
-        let records = chunk.len() as u64;
         self.write_frame()?;
-        self.records_written += records;
-        Ok(())
+        self.records_written += records as u64;
+        Ok(true)
     }
 
     /// Fills in the frame's header (its payload is in `frame` after
@@ -328,7 +340,29 @@ impl<W: Write> LogWriter<W> {
 
 impl<W: Write + Send> Sink for LogWriter<W> {
     fn accept(&mut self, batch: &[Record]) {
-        if let Err(e) = self.append(batch) {
+        let written = self.append(batch);
+        self.note(written);
+    }
+
+    /// Writes the batch compact (the runtime's shapes as they are), or
+    /// expanded when it is over a frame.
+    fn accept_drained(&mut self, batch: &mut Drained<'_>) {
+        if batch.is_empty() {
+            return;
+        }
+        let written = match self.write_compact(batch.len(), |out| batch.encode(out)) {
+            Ok(true) => Ok(()),
+            Ok(false) => self.append(batch.records()),
+            Err(e) => Err(e),
+        };
+        self.note(written);
+    }
+}
+
+impl<W: Write> LogWriter<W> {
+    /// Counts a batch that failed to be written.
+    fn note(&mut self, written: io::Result<()>) {
+        if let Err(e) = written {
             self.failed_batches += 1;
             self.last_error = Some(e);
         }

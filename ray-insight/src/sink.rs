@@ -99,6 +99,16 @@ impl<'a> Drained<'a> {
         }
     }
 
+    /// Appends its encoding (one batch, compact shapes as they are, see
+    /// [`crate::log::encode_records`]) to `out`.
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        if self.batch.is_empty() {
+            crate::log::encode_records(self.records, out);
+        } else {
+            crate::log::encode_batch_into(self.batch, out);
+        }
+    }
+
     /// Applies every record to `views`: the compact shapes as they are,
     /// unless a sink already expanded them.
     pub fn apply_to(&self, views: &mut Views) {

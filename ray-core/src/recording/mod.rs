@@ -217,8 +217,8 @@ impl Sink for Deliver<'_> {
 
     fn accept_drained(&mut self, batch: &mut Drained<'_>) {
         match &mut self.to {
-            // The views read the compact shapes as they are; only a log
-            // needs them expanded.
+            // The views read the compact shapes as they are, and the log
+            // writes them so.
             To::Local(local) => {
                 if let Some(last) = batch.last_at() {
                     self.last_at = self.last_at.max(last);
@@ -226,7 +226,7 @@ impl Sink for Deliver<'_> {
                 let Local { views, log, .. } = &mut **local;
                 batch.apply_to(views);
                 if let Some(log) = log {
-                    log.accept(batch.records());
+                    log.accept_drained(batch);
                 }
             }
             To::Ship { shipper, chunk } => {

@@ -270,7 +270,7 @@ fn compact_shapes_survive_the_codec_and_take_fewer_bytes() {
         let mut want = Vec::new();
         batch(seed, steps).unpack_into(&mut want);
         let (mut compact, mut whole) = (Vec::new(), Vec::new());
-        crate::log::codec_encode_batch_for_test(&batch(seed, steps), &mut compact);
+        crate::log::encode_batch_into(&batch(seed, steps), &mut compact);
         encode_records(&want, &mut whole);
         assert!(compact.len() < whole.len(), "seed {seed}");
         assert_eq!(
@@ -290,7 +290,7 @@ fn compact_shapes_survive_the_codec_and_take_fewer_bytes() {
 fn damaged_compact_batches_decode_to_an_error_or_a_batch() {
     use crate::log::Chunk;
     let mut bytes = Vec::new();
-    crate::log::codec_encode_batch_for_test(&batch(11, 120), &mut bytes);
+    crate::log::encode_batch_into(&batch(11, 120), &mut bytes);
     for cut in 0..bytes.len() {
         assert!(Chunk::decode(&bytes[..cut]).is_err(), "cut at {cut}");
     }
@@ -335,7 +335,7 @@ fn a_rebased_chunk_expands_to_the_rebased_records() {
             }
         }
         let mut bytes = Vec::new();
-        crate::log::codec_encode_batch_for_test(&batch(seed, 300), &mut bytes);
+        crate::log::encode_batch_into(&batch(seed, 300), &mut bytes);
         let mut chunk = Chunk::decode(&bytes).expect("decodes");
         chunk.rebase(shift, span, thread, parent_span);
         let got = chunk.take_records();
@@ -387,7 +387,7 @@ fn a_name_the_interner_refuses_keeps_its_text() {
     assert!(b.fold_close(1, 20, Some(5)));
     let mut want = Vec::new();
     let mut bytes = Vec::new();
-    crate::log::codec_encode_batch_for_test(&b, &mut bytes);
+    crate::log::encode_batch_into(&b, &mut bytes);
     b.unpack_into(&mut want);
     let got = decode_records(&bytes).expect("decodes");
     assert_eq!(got, want);
@@ -404,4 +404,41 @@ fn a_name_the_interner_refuses_keeps_its_text() {
     chunk.apply_to(&mut views);
     assert_eq!(chunk.take_records(), want);
     assert_eq!(views.stats().applied, 2);
+}
+
+/// An event log written from drained batches keeps the compact shapes
+/// (fewer bytes) and reads back as their expansions.
+#[test]
+fn a_log_written_from_drained_batches_reads_back_as_the_records() {
+    use crate::log::{LogReader, LogWriter};
+    use crate::sink::{Drained, Sink};
+    let mut want = Vec::new();
+    let (mut compact, mut whole) = (
+        LogWriter::new(Vec::new(), 3).expect("header"),
+        LogWriter::new(Vec::new(), 3).expect("header"),
+    );
+    for seed in 1..=5u64 {
+        let mut records = Vec::new();
+        let mut b = batch(seed, 200);
+        compact.accept_drained(&mut Drained::new(&mut b, &mut records));
+        let mut expanded = Vec::new();
+        batch(seed, 200).unpack_into(&mut expanded);
+        whole.accept(&expanded);
+        want.extend(expanded);
+    }
+    assert_eq!(compact.failed_batches(), 0);
+    assert_eq!(compact.records_written(), 1_000);
+    let (compact, whole) = (compact.into_inner(), whole.into_inner());
+    assert!(
+        compact.len() < whole.len(),
+        "{} vs {}",
+        compact.len(),
+        whole.len()
+    );
+    let mut reader = LogReader::new(&compact[..]).expect("a log");
+    let mut read = Vec::new();
+    while let Some(batch) = reader.next_batch().expect("whole") {
+        read.extend(batch);
+    }
+    assert_eq!(read, want);
 }
