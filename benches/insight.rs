@@ -47,6 +47,11 @@ impl Sink for CountingSink {
     fn accept(&mut self, batch: &[Record]) {
         self.records += batch.len() as u64;
     }
+
+    /// Counts a drained batch without expanding it.
+    fn accept_drained(&mut self, batch: &mut ray_insight::Drained<'_>) {
+        self.records += batch.len() as u64;
+    }
 }
 
 /// A thread that drains the collector every millisecond until stopped.
