@@ -579,14 +579,20 @@ impl Views {
         // another process, may come after this start): it ends as failed
         // now, and the loss, when it comes, names a run already ended.
         // (The attempt is read only for a task already running: rare.)
-        if self
-            .tasks
-            .get(&id)
+        // One lookup in the common case: the task is taken out first.
+        let mut known = self.tasks.remove(&id);
+        if known
+            .as_ref()
             .is_some_and(|t| t.started_at.is_some() && record.attempt().unwrap_or(0) > t.attempt)
         {
+            // Failed where it lies in the table (rare: lookups more).
+            if let Some(lost) = known.take() {
+                self.tasks.insert(id.clone(), lost);
+            }
             self.fail_task(&id, record.at());
+            known = self.tasks.remove(&id);
         }
-        let mut task = match self.tasks.remove(&id) {
+        let mut task = match known {
             Some(task) => task,
             None if self.tasks.len() + self.orphans.len() >= self.limits.max_live_tasks => {
                 return self.drop_record()
@@ -1231,14 +1237,14 @@ impl Views {
                 None => return (LogicalNode::Unknown, None),
             },
         };
-        let producer = self
-            .node_and_labels(Some(&task))
-            .map_or(LogicalNode::Unknown, |(node, _)| node);
-        let node_id = match self.tasks.get(&task) {
-            Some(live) => live.node_id.clone(),
-            None => self.recent.get(&task).and_then(|r| r.node_id.clone()),
-        };
-        (producer, node_id)
+        // One lookup each: a live task, else a recent one.
+        match self.tasks.get(&task) {
+            Some(live) => (live.logical_node(), live.node_id.clone()),
+            None => match self.recent.get(&task) {
+                Some(r) => (r.node.clone(), r.node_id.clone()),
+                None => (LogicalNode::Unknown, None),
+            },
+        }
     }
 
     fn on_context(&mut self, record: &Record) -> bool {
