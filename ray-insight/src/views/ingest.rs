@@ -164,20 +164,9 @@ impl Views {
         self.advance(record.at_nanos);
         let name = record.schema_name();
         let understood = match (record.kind, name) {
-            (RecordKind::SpanNew, "task.run") => {
-                let started = self.start_task(record, CallKind::Task);
-                let started = self.then_early_loss(started, record);
-                self.then_closed(started, record)
-            }
-            (RecordKind::SpanNew, "actor.call") => {
-                let started = self.start_task(record, CallKind::ActorCall);
-                let started = self.then_early_loss(started, record);
-                self.then_closed(started, record)
-            }
-            (RecordKind::SpanNew, "actor.create") => {
-                let started = self.start_task(record, CallKind::ActorCreate);
-                self.then_closed(started, record)
-            }
+            (RecordKind::SpanNew, "task.run") => self.start_run(record, CallKind::Task),
+            (RecordKind::SpanNew, "actor.call") => self.start_run(record, CallKind::ActorCall),
+            (RecordKind::SpanNew, "actor.create") => self.start_run(record, CallKind::ActorCreate),
             (RecordKind::SpanNew, "wait") => self.begin_wait(record),
             (RecordKind::SpanNew, _) => self.begin_user_span(record),
             (RecordKind::SpanClose, _) => self.close_span(record, record.at_nanos),
@@ -220,24 +209,13 @@ impl Views {
                 self.then_early_loss(submitted, &f)
             }
             Packed::Run(run, thread) => {
-                let f = Typed(run, thread);
                 self.advance(run.at());
-                match run.shape() {
-                    RunShape::Task => {
-                        let started = self.start_task(&f, CallKind::Task);
-                        let started = self.then_early_loss(started, &f);
-                        self.then_closed(started, &f)
-                    }
-                    RunShape::ActorCall => {
-                        let started = self.start_task(&f, CallKind::ActorCall);
-                        let started = self.then_early_loss(started, &f);
-                        self.then_closed(started, &f)
-                    }
-                    RunShape::ActorCreate => {
-                        let started = self.start_task(&f, CallKind::ActorCreate);
-                        self.then_closed(started, &f)
-                    }
-                }
+                let kind = match run.shape() {
+                    RunShape::Task => CallKind::Task,
+                    RunShape::ActorCall => CallKind::ActorCall,
+                    RunShape::ActorCreate => CallKind::ActorCreate,
+                };
+                self.start_run(&Typed(run, thread), kind)
             }
             Packed::Close(close, thread) => {
                 self.advance(close.at());
@@ -254,6 +232,18 @@ impl Views {
             }
         };
         self.count(understood);
+    }
+
+    /// A run's opening: its task starts, a loss that came first applies
+    /// (not to a constructor's run), and a run recorded as one record
+    /// closes.
+    fn start_run(&mut self, record: &impl Facts, kind: CallKind) -> bool {
+        let started = self.start_task(record, kind);
+        let started = match kind {
+            CallKind::ActorCreate => started,
+            CallKind::Task | CallKind::ActorCall => self.then_early_loss(started, record),
+        };
+        self.then_closed(started, record)
     }
 
     /// Moves the views' time to `at` (if later), and counts the calls
