@@ -660,22 +660,11 @@ pub(crate) enum Packed<'a> {
     Object(&'a ObjectIo, u32),
 }
 
-/// What a sink reads of the compact shapes: the same facts
-/// [`Batch::unpack_into`] writes as fields (`task_id`, `parent_task`, …),
-/// without a [`Record`] in between.
+/// What a sink reads of the compact shapes beyond their fields (which the
+/// crate reads as they are): the facts their flags say, as
+/// [`Batch::unpack_into`] writes them as fields (`actor_id`,
+/// `parent_task`, …), without a [`Record`] in between.
 impl Submit {
-    /// When it was recorded.
-    pub(crate) fn at(&self) -> u64 {
-        self.at
-    }
-    /// The direct span it was recorded in, or 0.
-    pub(crate) fn parent(&self) -> u64 {
-        self.parent
-    }
-    /// The task submitted (`task_id`).
-    pub(crate) fn task(&self) -> Id128 {
-        self.task
-    }
     /// The actor called (`actor_id`), for an actor call.
     pub(crate) fn actor(&self) -> Option<Id128> {
         flagged(self.has, HAS_ACTOR, self.actor)
@@ -688,40 +677,12 @@ impl Submit {
     pub(crate) fn parent_span(&self) -> Option<u64> {
         (self.parent_span != 0).then_some(self.parent_span)
     }
-    /// The function, or an actor call's method.
-    pub(crate) fn function(&self) -> &'static str {
-        self.function
-    }
 }
 
 impl Run {
-    /// When it opened.
-    pub(crate) fn at(&self) -> u64 {
-        self.at
-    }
-    /// The span it opens.
-    pub(crate) fn span(&self) -> u64 {
-        self.span
-    }
-    /// The direct span it opened inside, or 0.
-    pub(crate) fn parent(&self) -> u64 {
-        self.parent
-    }
-    /// What it runs.
-    pub(crate) fn shape(&self) -> RunShape {
-        self.kind
-    }
-    /// Its task (`task_id`).
-    pub(crate) fn task(&self) -> Id128 {
-        self.task
-    }
     /// Its actor (`actor_id`), for an actor call or a constructor.
     pub(crate) fn actor(&self) -> Option<Id128> {
         (self.kind != RunShape::Task).then_some(self.actor)
-    }
-    /// The function (a task's) or the actor's class.
-    pub(crate) fn what(&self) -> &'static str {
-        self.what
     }
     /// An actor call's method.
     pub(crate) fn method(&self) -> Option<&'static str> {
@@ -740,14 +701,6 @@ impl Run {
     pub(crate) fn parent_span(&self) -> Option<u64> {
         (self.parent_span != 0).then_some(self.parent_span)
     }
-    /// Its node (`node_id`).
-    pub(crate) fn node(&self) -> u64 {
-        self.node
-    }
-    /// Its worker (`worker_id`).
-    pub(crate) fn worker(&self) -> u64 {
-        self.worker
-    }
     /// When it closed ([`CLOSED_AT`]), if that is folded in.
     pub(crate) fn closed_at(&self) -> Option<u64> {
         (self.has & CLOSED != 0).then_some(self.closed_at)
@@ -758,49 +711,10 @@ impl Run {
     }
 }
 
-impl Close {
-    /// When it closed.
-    pub(crate) fn at(&self) -> u64 {
-        self.at
-    }
-    /// The span it closes.
-    pub(crate) fn span(&self) -> u64 {
-        self.span
-    }
-    /// The span's parent.
-    pub(crate) fn parent(&self) -> u64 {
-        self.parent
-    }
-    /// The CPU time it reports (`cpu_nanos`).
-    pub(crate) fn cpu_nanos(&self) -> Option<u64> {
-        self.cpu_nanos
-    }
-}
-
 impl ObjectIo {
-    /// When it was recorded.
-    pub(crate) fn at(&self) -> u64 {
-        self.at
-    }
-    /// The direct span it was recorded in, or 0.
-    pub(crate) fn parent(&self) -> u64 {
-        self.parent
-    }
-    /// The object (`object_id`).
-    pub(crate) fn object(&self) -> Id128 {
-        self.object
-    }
     /// The task that put or read it (`task_id`), if any.
     pub(crate) fn task(&self) -> Option<Id128> {
         flagged(self.has, HAS_TASK, self.task)
-    }
-    /// Its size (`bytes`).
-    pub(crate) fn bytes(&self) -> u64 {
-        self.bytes
-    }
-    /// The node it moved on (`node_id`).
-    pub(crate) fn node(&self) -> u64 {
-        self.node
     }
     /// Whether it is a get (`object.get`) rather than a put.
     pub(crate) fn is_get(&self) -> bool {

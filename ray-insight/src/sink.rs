@@ -91,7 +91,10 @@ impl<'a> Drained<'a> {
         self.records
     }
 
-    /// Moves every record, compact or expanded, after `into`'s.
+    /// Moves every record, compact or expanded, after `into`'s. The
+    /// records are copied, not the buffers taken: the drained buffer goes
+    /// back to a recording thread, which would otherwise allocate (and
+    /// fault in) a fresh one.
     pub(crate) fn move_into(&mut self, into: &mut Batch) {
         into.append(self.batch);
         for record in self.records.drain(..) {
@@ -158,7 +161,7 @@ impl Collector {
             // recording thread wrote the runtime's records in their
             // compact shapes.
             sink.accept_drained(&mut Drained::new(&mut batch, &mut records));
-            batch.clear();
+            // Cleared there (or dropped): what a sink only read goes too.
             self.shared.recycle(batch);
         }
         records.clear();

@@ -222,10 +222,10 @@ macro_rules! shape_facts {
                 $kind
             }
             fn at(&self) -> u64 {
-                self.0.at()
+                self.0.at
             }
             fn parent(&self) -> u64 {
-                self.0.parent()
+                self.0.parent
             }
             fn thread(&self) -> u32 {
                 self.1
@@ -237,7 +237,7 @@ macro_rules! shape_facts {
 
 shape_facts!(Submit, RecordKind::Event, {
     fn task_key(&self) -> Option<IdKey> {
-        Some(key(self.0.task()))
+        Some(key(self.0.task))
     }
     fn parent_task_key(&self) -> Option<IdKey> {
         self.0.parent_task().map(key)
@@ -255,16 +255,16 @@ shape_facts!(Submit, RecordKind::Event, {
         if let Some(id) = self.0.actor() {
             task.actor_id = Some(actor(id));
         }
-        task.name = Some(static_id(self.0.function()));
+        task.name = Some(static_id(self.0.function));
     }
 });
 
 shape_facts!(Run, RecordKind::SpanNew, {
     fn span(&self) -> u64 {
-        self.0.span()
+        self.0.span
     }
     fn task_key(&self) -> Option<IdKey> {
-        Some(key(self.0.task()))
+        Some(key(self.0.task))
     }
     fn parent_task_key(&self) -> Option<IdKey> {
         self.0.parent_task().map(key)
@@ -283,10 +283,10 @@ shape_facts!(Run, RecordKind::SpanNew, {
     }
     fn fill_task(&self, task: &mut LiveTask) {
         let run = self.0;
-        match run.shape() {
-            RunShape::Task => task.name = Some(static_id(run.what())),
+        match run.kind {
+            RunShape::Task => task.name = Some(static_id(run.what)),
             RunShape::ActorCall | RunShape::ActorCreate => {
-                task.class = Some(static_id(run.what()));
+                task.class = Some(static_id(run.what));
             }
         }
         if let Some(method) = run.method() {
@@ -298,8 +298,8 @@ shape_facts!(Run, RecordKind::SpanNew, {
         if let Some(attempt) = run.attempt() {
             task.attempt = attempt;
         }
-        task.node_id = Some(numbered_id(NODE_ID, None, run.node()));
-        task.worker_id = Some(numbered_id(WORKER_ID, None, run.worker()));
+        task.node_id = Some(numbered_id(NODE_ID, None, run.node));
+        task.worker_id = Some(numbered_id(WORKER_ID, None, run.worker));
     }
     fn closed_at(&self) -> Option<u64> {
         self.0.closed_at()
@@ -308,16 +308,16 @@ shape_facts!(Run, RecordKind::SpanNew, {
         self.0.cpu_nanos()
     }
     fn node_id(&self) -> Option<Id> {
-        Some(numbered_id(NODE_ID, None, self.0.node()))
+        Some(numbered_id(NODE_ID, None, self.0.node))
     }
 });
 
 shape_facts!(Close, RecordKind::SpanClose, {
     fn span(&self) -> u64 {
-        self.0.span()
+        self.0.span
     }
     fn cpu_nanos(&self) -> Option<u64> {
-        self.0.cpu_nanos()
+        self.0.cpu_nanos
     }
 });
 
@@ -326,12 +326,12 @@ shape_facts!(ObjectIo, RecordKind::Event, {
         self.0.task().map(key)
     }
     fn object_key(&self) -> Option<IdKey> {
-        Some(key(self.0.object()))
+        Some(key(self.0.object))
     }
     fn bytes(&self) -> Option<u64> {
-        Some(self.0.bytes())
+        Some(self.0.bytes)
     }
     fn node_id(&self) -> Option<Id> {
-        Some(numbered_id(NODE_ID, None, self.0.node()))
+        Some(numbered_id(NODE_ID, None, self.0.node))
     }
 });

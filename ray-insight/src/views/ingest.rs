@@ -204,13 +204,13 @@ impl Views {
             Packed::Full(record) => return self.apply(record),
             Packed::Submit(submit, thread) => {
                 let f = Typed(submit, thread);
-                self.advance(submit.at());
+                self.advance(submit.at);
                 let submitted = self.on_submit(&f);
                 self.then_early_loss(submitted, &f)
             }
             Packed::Run(run, thread) => {
-                self.advance(run.at());
-                let kind = match run.shape() {
+                self.advance(run.at);
+                let kind = match run.kind {
                     RunShape::Task => CallKind::Task,
                     RunShape::ActorCall => CallKind::ActorCall,
                     RunShape::ActorCreate => CallKind::ActorCreate,
@@ -218,12 +218,12 @@ impl Views {
                 self.start_run(&Typed(run, thread), kind)
             }
             Packed::Close(close, thread) => {
-                self.advance(close.at());
-                self.close_span(&Typed(close, thread), close.at())
+                self.advance(close.at);
+                self.close_span(&Typed(close, thread), close.at)
             }
             Packed::Object(object, thread) => {
                 let f = Typed(object, thread);
-                self.advance(object.at());
+                self.advance(object.at);
                 if object.is_get() {
                     self.on_get(&f)
                 } else {
