@@ -85,14 +85,35 @@ pub enum FrameError {
 /// [`FrameError::TooLarge`] if the archive exceeds `max_frame_len`;
 /// [`FrameError::Encode`] if rkyv fails.
 pub fn encode(envelope: &Envelope, max_frame_len: u32) -> Result<Vec<u8>, FrameError> {
+    encode_sized(envelope, max_frame_len, 0)
+}
+
+/// As [`encode`], with room for an archive of `size_hint` bytes made up
+/// front (a stream's frames tend to be alike: its last one's size is a good
+/// hint), so the buffer is not grown and copied as the archive is written.
+///
+/// # Errors
+///
+/// As [`encode`].
+pub fn encode_sized(
+    envelope: &Envelope,
+    max_frame_len: u32,
+    size_hint: usize,
+) -> Result<Vec<u8>, FrameError> {
     // The archive is written into a buffer that stops at the frame limit
     // (and below 2 GiB, where rkyv's 32-bit relative pointers would make
     // it panic): an envelope too large is an error found as soon as it is.
     let max = usize::try_from(max_frame_len)
         .unwrap_or(usize::MAX)
         .min(i32::MAX as usize);
+    // The frame is written in place: the prefix's room first, then the
+    // archive (the writer counts positions from the archive's start, which
+    // is all rkyv's alignment depends on; the receiver copies the archive
+    // into an aligned buffer), then the prefix filled in.
+    let mut buf = Vec::with_capacity(LEN_PREFIX.saturating_add(size_hint.min(max)));
+    buf.extend_from_slice(&[0; LEN_PREFIX]);
     let mut writer = Limited {
-        buf: AlignedVec::new(),
+        buf,
         max,
         over: false,
         needed: 0,
@@ -106,24 +127,24 @@ pub fn encode(envelope: &Envelope, max_frame_len: u32) -> Result<Vec<u8>, FrameE
             false => FrameError::Encode(e),
         });
     }
-    let archive = writer.buf;
-    let len = u32::try_from(archive.len())
+    let mut frame = writer.buf;
+    let archived = frame.len() - LEN_PREFIX;
+    let len = u32::try_from(archived)
         .ok()
         .filter(|&len| len <= max_frame_len)
         .ok_or(FrameError::TooLarge {
-            len: archive.len() as u64,
+            len: archived as u64,
             max: max_frame_len,
         })?;
-    let mut frame = Vec::with_capacity(LEN_PREFIX + archive.len());
-    frame.extend_from_slice(&len.to_le_bytes());
-    frame.extend_from_slice(&archive);
+    frame[..LEN_PREFIX].copy_from_slice(&len.to_le_bytes());
     Ok(frame)
 }
 
-/// An rkyv writer that refuses to grow past `max` bytes (it notes that it
-/// did, and how much the write needed).
+/// An rkyv writer of an archive after a frame's length prefix (`buf`
+/// starts with the prefix's room) that refuses to grow the archive past
+/// `max` bytes (it notes that it did, and how much the write needed).
 struct Limited {
-    buf: AlignedVec,
+    buf: Vec<u8>,
     max: usize,
     over: bool,
     needed: usize,
@@ -131,13 +152,13 @@ struct Limited {
 
 impl rkyv::ser::Positional for Limited {
     fn pos(&self) -> usize {
-        self.buf.len()
+        self.buf.len() - LEN_PREFIX
     }
 }
 
 impl<E: rancor::Source> rkyv::ser::Writer<E> for Limited {
     fn write(&mut self, bytes: &[u8]) -> Result<(), E> {
-        let needed = self.buf.len().saturating_add(bytes.len());
+        let needed = (self.buf.len() - LEN_PREFIX).saturating_add(bytes.len());
         if needed > self.max {
             self.over = true;
             self.needed = needed;
@@ -431,5 +452,33 @@ mod tests {
         ));
         // Within the limit it encodes.
         assert!(encode(&env, 4096).is_ok());
+    }
+
+    #[test]
+    fn a_size_hint_changes_nothing_but_the_room() {
+        // An archive padded for alignment (a string's bytes out of line,
+        // then the aligned root): a writer that counted the prefix in its
+        // positions would write a frame that fails validation.
+        let env = Envelope::new(Message::Refused {
+            reason: "thirteen-char".into(),
+        });
+        let plain = encode(&env, DEFAULT_MAX_FRAME_LEN).expect("encode");
+        for hint in [0, 1, 3, 17, 4096, usize::MAX] {
+            let sized = encode_sized(&env, DEFAULT_MAX_FRAME_LEN, hint).expect("encode");
+            assert_eq!(sized, plain, "hint {hint}");
+            let mut decoder = FrameDecoder::new(DEFAULT_MAX_FRAME_LEN);
+            let mut input = &sized[..];
+            let got = decoder
+                .decode_from(&mut input)
+                .expect("whole")
+                .expect("valid");
+            assert_eq!(got, env);
+            assert!(input.is_empty());
+        }
+        // The limit holds whatever the hint.
+        assert!(matches!(
+            encode_sized(&env, 8, usize::MAX),
+            Err(FrameError::TooLarge { max: 8, .. })
+        ));
     }
 }

@@ -20,7 +20,14 @@ pub struct FrameWriter {
     stream: quinn::SendStream,
     peer: SocketAddr,
     max_frame_len: u32,
+    /// The room the next frame's buffer starts with: a little over the
+    /// last frame's size, at most [`MAX_SIZE_HINT`].
+    size_hint: usize,
 }
+
+/// The most a [`FrameWriter`] sets aside for a frame before writing it (a
+/// larger frame grows its buffer as it is written).
+const MAX_SIZE_HINT: usize = 64 << 10;
 
 /// The receiving side of a framed stream.
 pub struct FrameReader {
@@ -66,6 +73,7 @@ impl Connection {
                 stream: send,
                 peer,
                 max_frame_len: self.max_frame_len(),
+                size_hint: 0,
             },
             FrameReader {
                 stream: recv,
@@ -85,13 +93,20 @@ impl FrameWriter {
     /// [`TransportError::Frame`] if it exceeds the frame limit; otherwise
     /// the stream's or connection's failure.
     pub async fn send(&mut self, envelope: &Envelope) -> Result<(), TransportError> {
-        let frame = frame::encode(envelope, self.max_frame_len).map_err(|source| {
-            TransportError::Frame {
+        let frame = frame::encode_sized(envelope, self.max_frame_len, self.size_hint).map_err(
+            |source| TransportError::Frame {
                 peer: self.peer,
                 source,
-            }
-        })?;
-        self.send_raw(&frame).await
+            },
+        )?;
+        let archived = frame.len() - frame::LEN_PREFIX;
+        self.size_hint = archived.saturating_add(archived / 4).min(MAX_SIZE_HINT);
+        // Handed to quinn as it is: writing a slice would copy it into
+        // quinn's send buffer first.
+        self.stream
+            .write_chunk(bytes::Bytes::from(frame))
+            .await
+            .map_err(|e| stream_error(self.peer, e.into()))
     }
 
     /// Sends raw bytes (after a header frame that announced them).

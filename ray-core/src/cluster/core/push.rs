@@ -78,7 +78,10 @@ pub(super) async fn send_batches<T>(
     batch: fn(Vec<T>) -> Message,
 ) {
     while let Some(first) = rx.recv().await {
-        let mut items = vec![first];
+        // Sized for what is queued: growing from one item, push by push,
+        // reallocated a busy worker's batch several times a frame.
+        let mut items = Vec::with_capacity(BATCH_ITEMS.min(rx.len() + 1));
+        items.push(first);
         while items.len() < BATCH_ITEMS {
             match rx.try_recv() {
                 Ok(i) => items.push(i),
