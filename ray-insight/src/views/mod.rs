@@ -133,8 +133,6 @@ mod packed_tests;
 #[cfg(test)]
 mod tests;
 
-use hashbrown::HashMap;
-
 pub use flame::{
     diff_folded, diff_svg, parse_folded, FlameFrame, FlameMetric, FlameSvgError, FlameView,
 };
@@ -155,7 +153,7 @@ use flame::FlameAgg;
 use gantt::GanttAgg;
 use ingest::{ObjectInfo, SpanRole};
 use logical::LogicalAgg;
-use model::{FifoMap, Id, IdKey, LabelSetId, LabelSets, Lanes, Memo, PathTable};
+use model::{FifoMap, Id, IdKey, KeyMap, LabelSetId, LabelSets, Lanes, Memo, PathTable};
 use physical::{ActorInfo, GroupInfo, ResourceTable};
 use task::{LiveTask, RecentTask};
 
@@ -316,8 +314,8 @@ pub struct Views {
     /// Closes folded into opening records ([`crate::CLOSED_AT`]) after this
     /// time are not applied: a replay at t shows such a span still open.
     horizon: u64,
-    tasks: HashMap<IdKey, Box<LiveTask>>,
-    spans: HashMap<u64, SpanRole>,
+    tasks: KeyMap<IdKey, Box<LiveTask>>,
+    spans: KeyMap<u64, SpanRole>,
     recent: FifoMap<IdKey, RecentTask>,
     objects: FifoMap<IdKey, ObjectInfo>,
     actors: FifoMap<Id, ActorInfo>,
@@ -359,8 +357,8 @@ impl Views {
         Self {
             now: 0,
             horizon: u64::MAX,
-            tasks: HashMap::new(),
-            spans: HashMap::new(),
+            tasks: KeyMap::default(),
+            spans: KeyMap::default(),
             recent: FifoMap::new(limits.max_recent_tasks),
             objects: FifoMap::new(limits.max_objects),
             actors: FifoMap::new(limits.max_actors),

@@ -24,12 +24,11 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use hashbrown::HashMap;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use super::model::{FifoMap, Id, IdKey, LabelSetId, LabelSets};
+use super::model::{FifoMap, Id, IdKey, KeyMap, LabelSetId, LabelSets};
 use super::stack::TaskRef;
 use super::task::{LiveTask, TaskState};
 use super::Limits;
@@ -448,7 +447,7 @@ fn add_labels(labels: &mut Vec<(String, String)>, pairs: &[(String, String)]) {
 }
 
 pub(crate) fn build(
-    tasks: &HashMap<IdKey, Box<LiveTask>>,
+    tasks: &KeyMap<IdKey, Box<LiveTask>>,
     actors: &FifoMap<Id, ActorInfo>,
     resources: &ResourceTable,
     groups: &FifoMap<Id, GroupInfo>,

@@ -24,7 +24,7 @@ use std::fmt::Write as _;
 use serde_json::{json, Value};
 
 use super::logical::CallKind;
-use super::model::{FifoMap, Id, IdKey, LabelSetId, LabelSets};
+use super::model::{FifoMap, Id, IdKey, KeyMap, LabelSetId, LabelSets};
 use super::task::{LiveTask, RecentTask, TaskState};
 
 /// How far ancestor and wait chains are followed.
@@ -99,7 +99,7 @@ pub struct StackView {
 
 fn task_ref(
     id: &IdKey,
-    tasks: &HashMap<IdKey, Box<LiveTask>>,
+    tasks: &KeyMap<IdKey, Box<LiveTask>>,
     recent: &FifoMap<IdKey, RecentTask>,
 ) -> TaskRef {
     let name = match (tasks.get(id), recent.get(id)) {
@@ -123,7 +123,7 @@ fn driver_ref() -> TaskRef {
 /// The wait-for graph: blocked tasks → the producers they wait on that are
 /// themselves in the graph, and queued actor calls → the blocked calls that
 /// occupy their actor (see the module docs). Successors sorted, deduplicated.
-fn wait_for_graph(tasks: &HashMap<IdKey, Box<LiveTask>>) -> BTreeMap<IdKey, Vec<IdKey>> {
+fn wait_for_graph(tasks: &KeyMap<IdKey, Box<LiveTask>>) -> BTreeMap<IdKey, Vec<IdKey>> {
     // Per actor: its started calls, and whether all of them are blocked.
     let mut occupants: HashMap<&Id, (Vec<&IdKey>, bool)> = HashMap::new();
     for (id, task) in tasks {
@@ -274,7 +274,7 @@ fn cycle_in(component: &[IdKey], graph: &BTreeMap<IdKey, Vec<IdKey>>) -> Vec<IdK
 pub(crate) type OpenUserSpans<'a> = HashMap<&'a IdKey, Vec<((u64, u64), &'a Id)>>;
 
 pub(crate) fn build(
-    tasks: &HashMap<IdKey, Box<LiveTask>>,
+    tasks: &KeyMap<IdKey, Box<LiveTask>>,
     user_spans: &OpenUserSpans<'_>,
     recent: &FifoMap<IdKey, RecentTask>,
     keep: &dyn Fn(LabelSetId) -> bool,
