@@ -481,16 +481,16 @@ impl Views {
         let Some(id) = record.task_key() else {
             return false;
         };
-        let started_first = self
-            .tasks
-            .get(&id)
-            .is_some_and(|t| t.submitted_at.is_none() && t.started_at.is_some());
-        if self.tasks.contains_key(&id) && !started_first {
-            if let Some(task) = self.tasks.get_mut(&id) {
-                task.submitted_at.get_or_insert(record.at());
+        // One lookup for a task known here (its submit came before, or it
+        // started first); a new task's one more is its insert.
+        let started_first = match self.tasks.get_mut(&id) {
+            Some(t) if t.submitted_at.is_none() && t.started_at.is_some() => true,
+            Some(t) => {
+                t.submitted_at.get_or_insert(record.at());
+                return true;
             }
-            return true;
-        }
+            None => false,
+        };
         if started_first {
             // It started before its submit record arrived (another
             // thread's or process's records came first): the labels it
