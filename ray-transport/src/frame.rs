@@ -463,7 +463,7 @@ mod tests {
             reason: "thirteen-char".into(),
         });
         let plain = encode(&env, DEFAULT_MAX_FRAME_LEN).expect("encode");
-        for hint in [0, 1, 3, 17, 4096, usize::MAX] {
+        for hint in [0, 1, 3, 17, 4096, 1 << 16] {
             let sized = encode_sized(&env, DEFAULT_MAX_FRAME_LEN, hint).expect("encode");
             assert_eq!(sized, plain, "hint {hint}");
             let mut decoder = FrameDecoder::new(DEFAULT_MAX_FRAME_LEN);
@@ -475,10 +475,20 @@ mod tests {
             assert_eq!(got, env);
             assert!(input.is_empty());
         }
-        // The limit holds whatever the hint.
+        // The limit holds whatever the hint, and counts the archive only:
+        // an archive of exactly the limit is a frame, one byte less is not.
         assert!(matches!(
             encode_sized(&env, 8, usize::MAX),
             Err(FrameError::TooLarge { max: 8, .. })
+        ));
+        let archived = u32::try_from(plain.len() - LEN_PREFIX).expect("small");
+        assert_eq!(
+            encode_sized(&env, archived, 0).expect("at the limit"),
+            plain
+        );
+        assert!(matches!(
+            encode_sized(&env, archived - 1, usize::MAX),
+            Err(FrameError::TooLarge { .. })
         ));
     }
 }

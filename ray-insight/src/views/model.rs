@@ -159,10 +159,12 @@ impl std::hash::Hasher for KeyHasher {
         const TOP: u64 = !(u64::MAX >> 7);
         // Runs of 14 consecutive words share one window of 16 buckets, and
         // each run's window is placed at random. Within a run, neighbouring
-        // ids touch the same cache lines; the window's last two buckets stay
-        // empty, so a probe (16 control bytes read from anywhere) sees an
-        // empty one and a lookup of a key not there (a finished task, a
-        // task put back after it was taken out) stops at its first group.
+        // ids touch the same cache lines; unless another run's window
+        // overlaps, the window's last two buckets stay empty, so a probe
+        // (16 control bytes read from anywhere) sees an empty one and a
+        // lookup of a key not there (a finished task, a task put back after
+        // it was taken out) stops at its first group. (Windows that do
+        // overlap spill into the next group, as random buckets would.)
         // Runs placed one after another (each word its plain bucket) did
         // well until entries stayed behind (tasks whose records were
         // dropped): later ids wrapped around onto those dense regions, and
@@ -976,6 +978,13 @@ mod tests {
         );
         let pair = (Arc::<str>::from("a"), Arc::<str>::from("b"));
         assert_eq!(build.hash_one(&pair), build.hash_one(pair.clone()));
+        // A key of several writes hashes all of them, the first word too
+        // (it is held back until the second arrives).
+        let firsts: std::collections::HashSet<u64> =
+            (0..64u64).map(|a| build.hash_one((a, 7u64))).collect();
+        assert_eq!(firsts.len(), 64, "the first of two words is lost");
+        assert_ne!(build.hash_one(("x", 5u64)), build.hash_one(5u64));
+        assert_ne!(build.hash_one((5u64, "x")), build.hash_one((6u64, "x")));
     }
 
     #[test]
