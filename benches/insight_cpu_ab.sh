@@ -3,8 +3,8 @@
 # recorded events: runs each build with recording on under `perf record -a`
 # and counts the samples of the threads whose names start with COMM
 # (`rayrs-insight`: the embedded collector; `ray-daemon`: a cluster's head).
-# The order of the two builds alternates round by round (a fixed order
-# biased the second run of each pair by up to 30 %). Prints, per build, the
+# The order of the two builds alternates round by round (two fixed-order
+# sets disagreed: the build run second measured more each time). Prints, per build, the
 # median samples and recorded throughput. Build each with a larger `RUNS` in
 # examples/workloads/main.rs (e.g. 200, locally) so the runs reach a steady
 # state. Needs perf and python3.
