@@ -153,11 +153,20 @@ impl<'a, 'o> Writer<'a, 'o> {
         }
     }
 
-    fn submit(&mut self, s: &Submit, thread: u32) {
-        self.out.push(KIND_SUBMIT);
-        put_varint(self.out, s.parent);
-        self.time(s.at);
+    /// What every compact shape starts with: its kind, its span (the
+    /// shapes that have one), its parent span, time and thread.
+    fn head(&mut self, kind: u8, span: Option<u64>, parent: u64, at: u64, thread: u32) {
+        self.out.push(kind);
+        if let Some(span) = span {
+            put_varint(self.out, span);
+        }
+        put_varint(self.out, parent);
+        self.time(at);
         put_varint(self.out, u64::from(thread));
+    }
+
+    fn submit(&mut self, s: &Submit, thread: u32) {
+        self.head(KIND_SUBMIT, None, s.parent, s.at, thread);
         let has = s.has & (HAS_ACTOR | HAS_PARENT_TASK);
         self.out.push(has);
         self.id(s.task);
@@ -172,11 +181,7 @@ impl<'a, 'o> Writer<'a, 'o> {
     }
 
     fn run(&mut self, r: &Run, thread: u32) {
-        self.out.push(KIND_RUN);
-        put_varint(self.out, r.span);
-        put_varint(self.out, r.parent);
-        self.time(r.at);
-        put_varint(self.out, u64::from(thread));
+        self.head(KIND_RUN, Some(r.span), r.parent, r.at, thread);
         self.out.push(match r.kind {
             RunShape::Task => 0,
             RunShape::ActorCall => 1,
@@ -208,11 +213,7 @@ impl<'a, 'o> Writer<'a, 'o> {
     }
 
     fn close(&mut self, c: &Close, thread: u32) {
-        self.out.push(KIND_CLOSE);
-        put_varint(self.out, c.span);
-        put_varint(self.out, c.parent);
-        self.time(c.at);
-        put_varint(self.out, u64::from(thread));
+        self.head(KIND_CLOSE, Some(c.span), c.parent, c.at, thread);
         self.strref(c.name);
         self.strref(c.target);
         match c.cpu_nanos {
@@ -225,10 +226,7 @@ impl<'a, 'o> Writer<'a, 'o> {
     }
 
     fn object(&mut self, o: &ObjectIo, thread: u32) {
-        self.out.push(KIND_OBJECT);
-        put_varint(self.out, o.parent);
-        self.time(o.at);
-        put_varint(self.out, u64::from(thread));
+        self.head(KIND_OBJECT, None, o.parent, o.at, thread);
         let has = o.has & (HAS_TASK | IS_GET | IS_ARG);
         self.out.push(has);
         self.id(o.object);
@@ -503,10 +501,16 @@ impl Reader<'_> {
         }
     }
 
-    fn submit(&mut self, batch: &mut Batch, previous_at: u64) -> Decoded<u64> {
+    /// A compact shape's parent span, time and thread (after its span, for
+    /// the shapes that have one).
+    fn head(&mut self, previous_at: u64) -> Decoded<(u64, u64, u32)> {
         let parent = self.varint()?;
         let at = self.time(previous_at)?;
-        let thread = self.thread()?;
+        Ok((parent, at, self.thread()?))
+    }
+
+    fn submit(&mut self, batch: &mut Batch, previous_at: u64) -> Decoded<u64> {
+        let (parent, at, thread) = self.head(previous_at)?;
         let has = self.flags(HAS_ACTOR | HAS_PARENT_TASK)?;
         let task = self.id()?;
         let actor = self.id_if(has & HAS_ACTOR != 0)?;
@@ -541,9 +545,7 @@ impl Reader<'_> {
 
     fn run(&mut self, batch: &mut Batch, previous_at: u64) -> Decoded<u64> {
         let span = self.varint()?;
-        let parent = self.varint()?;
-        let at = self.time(previous_at)?;
-        let thread = self.thread()?;
+        let (parent, at, thread) = self.head(previous_at)?;
         let kind = match self.byte()? {
             0 => RunShape::Task,
             1 => RunShape::ActorCall,
@@ -607,9 +609,7 @@ impl Reader<'_> {
 
     fn close(&mut self, batch: &mut Batch, previous_at: u64) -> Decoded<u64> {
         let span = self.varint()?;
-        let parent = self.varint()?;
-        let at = self.time(previous_at)?;
-        let thread = self.thread()?;
+        let (parent, at, thread) = self.head(previous_at)?;
         let name = self.strref()?;
         let target = self.strref()?;
         let cpu_nanos = match self.byte()? {
@@ -617,24 +617,12 @@ impl Reader<'_> {
             1 => Some(self.varint()?),
             other => return Err(Fault::Flags(other)),
         };
-        batch.push_close_shape(
-            thread,
-            Close {
-                at,
-                span,
-                parent,
-                name,
-                target,
-                cpu_nanos,
-            },
-        );
+        batch.push_close(thread, at, span, parent, (name, target), cpu_nanos);
         Ok(at)
     }
 
     fn object(&mut self, batch: &mut Batch, previous_at: u64) -> Decoded<u64> {
-        let parent = self.varint()?;
-        let at = self.time(previous_at)?;
-        let thread = self.thread()?;
+        let (parent, at, thread) = self.head(previous_at)?;
         let has = self.flags(HAS_TASK | IS_GET | IS_ARG)?;
         let object = self.id()?;
         let task = self.id_if(has & HAS_TASK != 0)?;
