@@ -7,7 +7,7 @@ use super::facts::{str_field, task_field, u64_field, Facts, Typed};
 use super::gantt::StoredSlice;
 use super::logical::{CallKey, Locality};
 use super::model::{
-    frame_name, id_key, id_of, static_id, CallNames, FifoMap, Id, IdKey, LabelSetId, LaneId,
+    frame_name, id_key, id_of, static_id, CallNames, FifoMap, Id, IdKey, LabelSetId, LaneId, Memo,
     PathId, PathTable,
 };
 use super::physical::{ActorInfo, ActorUsage, GroupInfo, NodeRegistration, ProcessFields};
@@ -97,6 +97,19 @@ pub(super) struct SpanCaller {
 
 /// The key finished calls wait under for the opening of the application
 /// span they were submitted in (see [`Views::finish_task`]).
+/// `task`'s display and instance names and flame frame, memoized (and
+/// borrowed: a clone of each would be an atomic increment and decrement).
+fn call_names<'m>(memo: &'m mut Memo, task: &LiveTask) -> &'m CallNames {
+    let ids = [
+        task.name.as_ref(),
+        task.class.as_ref(),
+        task.actor_id.as_ref(),
+    ];
+    memo.names(task.kind, ids, || {
+        (task.display_name(), task.instance_name())
+    })
+}
+
 fn span_key(span: u64) -> IdKey {
     IdKey::text(format!("user-span:{span}"))
 }
@@ -610,8 +623,7 @@ impl Views {
         }
         task.started_at = Some(record.at());
         task.thread = record.thread();
-        let frame = self.names_of(&task).frame;
-        task.path = task.caller_path.and_then(|p| self.paths.child(p, &frame));
+        task.path = task.caller_path.and_then(|p| self.frame_path(p, &task));
         if task.path.is_none() {
             self.stats.dropped += 1;
         }
@@ -642,13 +654,10 @@ impl Views {
             return;
         };
         let path = match task.started_at {
-            Some(_) => {
-                let frame = self.names_of(task).frame;
-                match self.paths.child(at, &frame) {
-                    Some(p) => Some(p),
-                    None => return,
-                }
-            }
+            Some(_) => match self.frame_path(at, task) {
+                Some(p) => Some(p),
+                None => return,
+            },
             None => task.path,
         };
         self.stats.late_callers += 1;
@@ -705,16 +714,11 @@ impl Views {
         }
     }
 
-    /// `task`'s instance name and flame frame (memoized).
-    fn names_of(&mut self, task: &LiveTask) -> CallNames {
-        let ids = [
-            task.name.as_ref(),
-            task.class.as_ref(),
-            task.actor_id.as_ref(),
-        ];
-        self.memo.names(task.kind, ids, || {
-            (task.display_name(), task.instance_name())
-        })
+    /// The path of `task`'s frame under `at`, its caller's path; `None`
+    /// when the path table is full.
+    fn frame_path(&mut self, at: PathId, task: &LiveTask) -> Option<PathId> {
+        let frame = &call_names(&mut self.memo, task).frame;
+        self.paths.child(at, frame)
     }
 
     fn lane_for(&mut self, task: &LiveTask) -> Option<LaneId> {
@@ -875,47 +879,72 @@ impl Views {
     fn fold_finished(&mut self, id: &IdKey, task: Box<LiveTask>, at: u64) {
         let start = task.started_at.unwrap_or(at);
         let nanos = at.saturating_sub(start);
-        let node = task.logical_node();
-        let key = CallKey {
-            from: task.caller.clone(),
-            to: node.clone(),
-            name: task.edge_name(),
-            kind: task.kind,
-            labels: task.labels,
-        };
-        if !self.logical.on_call(key, nanos, task.failed) {
-            self.stats.dropped += 1;
+        let Self {
+            memo,
+            gantt,
+            stats,
+            logical,
+            flame,
+            recent,
+            ..
+        } = self;
+        // Borrowed from the memo, and the task's own ids moved, not
+        // cloned: every clone and drop of a name is an atomic operation.
+        let names = call_names(memo, &task);
+        if let Some(lane) = task.lane {
+            for slice in task.lifecycle_slices(&names.display, id, lane, start, nanos, true) {
+                if gantt.push(slice) {
+                    stats.evicted_slices += 1;
+                }
+            }
         }
         if let Some(path) = task.path {
-            if !self.flame.on_finish(
+            if !flame.on_finish(
                 path,
                 task.labels,
                 nanos,
                 task.waited_nanos,
                 task.inner_nanos,
             ) {
-                self.stats.dropped += 1;
+                stats.dropped += 1;
             }
         }
-        let names = self.names_of(&task);
-        if let Some(lane) = task.lane {
-            for slice in task.lifecycle_slices(&names.display, id, lane, start, nanos, true) {
-                self.push_slice(slice);
-            }
-        }
-        let name = names.instance;
-        let recent = RecentTask {
-            // The stack view names instances (`Class[actor].method`).
-            name,
-            parent: task.parent,
-            node,
-            path: task.path,
-            labels: task.labels,
-            lane: task.lane,
-            node_id: task.node_id.clone(),
+        // The stack view names instances (`Class[actor].method`).
+        let name = names.instance.clone();
+        let node = task.logical_node();
+        let edge = task.edge_name();
+        let LiveTask {
+            caller,
+            parent,
+            node_id,
+            path,
+            labels,
+            lane,
+            kind,
+            failed,
+            ..
+        } = *task;
+        let key = CallKey {
+            from: caller,
+            to: node.clone(),
+            name: edge,
+            kind,
+            labels,
         };
-        if self.recent.insert(id.clone(), recent) {
-            self.stats.evicted_recent += 1;
+        if !logical.on_call(key, nanos, failed) {
+            stats.dropped += 1;
+        }
+        let recent_task = RecentTask {
+            name,
+            parent,
+            node,
+            path,
+            labels,
+            lane,
+            node_id,
+        };
+        if recent.insert(id.clone(), recent_task) {
+            stats.evicted_recent += 1;
         }
     }
 

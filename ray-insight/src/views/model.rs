@@ -677,7 +677,7 @@ impl Memo {
         kind: super::CallKind,
         [name, class, actor]: [Option<&Id>; 3],
         build: impl FnOnce() -> (Id, Id),
-    ) -> CallNames {
+    ) -> &CallNames {
         let key = (kind, addr(name), addr(class), addr(actor));
         let (_, (_, names)) = self.names.get_or_insert_with(&key, MEMO_SLOTS, || {
             let (display, instance) = build();
@@ -690,7 +690,7 @@ impl Memo {
             };
             (key, (pins, names))
         });
-        names.clone()
+        names
     }
 
     /// The lane of a task (`task` true: `ids` are its node and worker, on
@@ -869,15 +869,12 @@ impl<K: Clone + Eq + Hash, V> FifoMap<K, V> {
         self.cap.max(8).saturating_mul(2)
     }
 
-    /// Drops the index entries of evicted or removed keys.
+    /// Drops the index entries of evicted keys: those before the ring's
+    /// first (a removed key's entry went with it). It reads the index
+    /// alone: probing the ring for every live entry was a random read each.
     fn sweep(&mut self) {
-        let (first, ring) = (self.first, &self.ring);
-        self.index.retain(|_, seq| {
-            seq.checked_sub(first)
-                .and_then(|at| usize::try_from(at).ok())
-                .and_then(|at| ring.get(at))
-                .is_some_and(Option::is_some)
-        });
+        let first = self.first;
+        self.index.retain(|_, seq| *seq >= first);
     }
 
     pub(crate) fn get(&self, key: &K) -> Option<&V> {
@@ -1125,6 +1122,16 @@ mod tests {
                 proptest::prop_assert_eq!(map.len(), model.len());
                 let entries: Vec<(u32, u32)> = map.iter().map(|(k, v)| (*k, *v)).collect();
                 proptest::prop_assert_eq!(&entries, &model);
+                // An index entry at or after the ring's first names its
+                // live slot (only evicted keys' entries go stale, and they
+                // are before the first: what the sweep relies on).
+                for (k, &seq) in map.index.iter().filter(|(_, &seq)| seq >= map.first) {
+                    let slot = usize::try_from(seq - map.first).ok().and_then(|at| map.ring.get(at));
+                    proptest::prop_assert!(
+                        matches!(slot, Some(Some((key, _))) if key == k),
+                        "index entry {} -> {} names no live slot", k, seq
+                    );
+                }
                 proptest::prop_assert!(map.index.len() <= 2 * cap.max(8));
                 proptest::prop_assert!(map.ring.len() <= 2 * cap.max(8));
             }
