@@ -491,6 +491,10 @@ impl RawActorHandle {
             Target::Remote(_, rt) => rt,
         };
         rt.check_running()?;
+        let args = match &self.target {
+            Target::Local(_) => args,
+            Target::Remote(..) => rt.promote_large_args(args)?,
+        };
         let task = rt.new_task_id();
         let handle = rt.pending_return(task)?;
         let parent = context::current_trace();
@@ -586,6 +590,7 @@ impl<A: RemoteActor> ActorHandle<A> {
     pub fn __spawn(ray: &crate::Ray, args: Vec<TaskArg>, opts: ActorOptions) -> Result<Self> {
         if let Some(remote) = ray.rt.remote.get() {
             ray.rt.check_running()?;
+            let args = ray.rt.promote_large_args(args)?;
             let actor = remote.spawn_actor(&ray.rt, A::CLASS, args, &opts)?;
             return Ok(Self::from_raw(RawActorHandle {
                 target: Target::Remote(actor, ray.rt.clone()),

@@ -533,6 +533,10 @@ impl Ray {
         };
         opts.check_retries()?;
         let resources = opts.resources.checked()?.clone();
+        let args = match remote {
+            Some(_) => rt.promote_large_args(args)?,
+            None => args,
+        };
         let task = rt.new_task_id();
         let handle = rt.pending_return(task)?;
         if let Some(err) = gone {

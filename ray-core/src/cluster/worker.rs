@@ -372,7 +372,11 @@ async fn serve(env: WorkerEnv) -> Result<(), ProcessError> {
     // store's size is the node's.
     let mut config = crate::Config {
         namespace: job_config.namespace,
-        max_inline_bytes: usize::try_from(job_config.max_inline_bytes).unwrap_or(usize::MAX),
+        // A result larger than this goes back by reference: inline it
+        // would travel in a work frame, capped by the transport.
+        max_inline_bytes: usize::try_from(job_config.max_inline_bytes)
+            .unwrap_or(usize::MAX)
+            .min(crate::runtime::MAX_INLINE_MESSAGE_BYTES),
         put_timeout: Duration::from_millis(job_config.put_timeout_ms),
         ..crate::Config::default()
     };

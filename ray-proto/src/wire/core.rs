@@ -120,6 +120,29 @@ pub enum WorkItem {
     KillActor { actor: ActorId },
 }
 
+impl WireArg {
+    /// Bytes of value it carries inline (a reference carries none).
+    pub fn inline_bytes(&self) -> usize {
+        match self {
+            WireArg::Value(bytes) | WireArg::Nested { bytes, .. } => bytes.len(),
+            WireArg::Ref { .. } => 0,
+        }
+    }
+}
+
+impl WorkItem {
+    /// Bytes of argument values it carries inline: what a work stream
+    /// weighs to keep its frames small.
+    pub fn inline_bytes(&self) -> usize {
+        match self {
+            WorkItem::Task { args, .. }
+            | WorkItem::CreateActor { args, .. }
+            | WorkItem::ActorCall { args, .. } => args.iter().map(WireArg::inline_bytes).sum(),
+            WorkItem::KillActor { .. } => 0,
+        }
+    }
+}
+
 /// Which [`WireError`] it is, so the receiver rebuilds the typed error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub enum ErrorKind {
@@ -174,6 +197,16 @@ pub struct WorkResult {
     /// Refs nested in the value, each already counted by its owner with
     /// the receiver as a borrower.
     pub refs: Vec<WireRef>,
+}
+
+impl WorkResult {
+    /// Bytes of value it carries inline.
+    pub fn inline_bytes(&self) -> usize {
+        match &self.outcome {
+            WireOutcome::Value(bytes) => bytes.len(),
+            WireOutcome::Stored { .. } | WireOutcome::Failed(_) => 0,
+        }
+    }
 }
 
 /// A task its owner has not seen finish (the state API's `list tasks`).

@@ -83,6 +83,12 @@ use ray_transport::{Connections, Endpoint, Envelope, FrameReader, FrameWriter};
 pub(crate) use super::task_owner::LEASE_IDLE;
 /// Work items per pushed frame, at most.
 const BATCH_ITEMS: usize = 512;
+/// Inline value bytes per pushed frame, about (a frame closes once it
+/// holds this much): with every item's inline values at most
+/// [`MAX_INLINE_MESSAGE_BYTES`](crate::runtime::MAX_INLINE_MESSAGE_BYTES),
+/// a frame stays far below the transport's cap (64 MiB), which ends the
+/// stream when crossed.
+const BATCH_BYTES: usize = 8 << 20;
 /// The largest object accepted from a peer (it must fit in memory anyway).
 const MAX_OBJECT_LEN: u64 = 1 << 40;
 

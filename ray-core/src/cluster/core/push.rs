@@ -69,22 +69,28 @@ impl Link {
 }
 
 /// Sends what arrives on `rx` as batch frames of up to [`BATCH_ITEMS`]
-/// (`batch` wraps them in a message): whatever queued while a frame was
+/// items or [`BATCH_BYTES`] of their inline values, as `weight` counts
+/// them (`batch` wraps them in a message): whatever queued while a frame was
 /// being sent goes in the next one. Both directions of a work stream run
 /// it: pushed [`WorkItem`]s to a worker, [`WorkResult`]s back to the owner.
 pub(super) async fn send_batches<T>(
     mut w: FrameWriter,
     mut rx: mpsc::UnboundedReceiver<T>,
     batch: fn(Vec<T>) -> Message,
+    weight: fn(&T) -> usize,
 ) {
     while let Some(first) = rx.recv().await {
         // Sized for what is queued: growing from one item, push by push,
         // reallocated a busy worker's batch several times a frame.
         let mut items = Vec::with_capacity(BATCH_ITEMS.min(rx.len() + 1));
+        let mut bytes = weight(&first);
         items.push(first);
-        while items.len() < BATCH_ITEMS {
+        while items.len() < BATCH_ITEMS && bytes < BATCH_BYTES {
             match rx.try_recv() {
-                Ok(i) => items.push(i),
+                Ok(i) => {
+                    bytes += weight(&i);
+                    items.push(i);
+                }
                 Err(_) => break,
             }
         }
@@ -137,8 +143,12 @@ impl ClusterCore {
             })?;
             let (tx, rx) = mpsc::unbounded_channel();
             let link = Arc::new(Link::new(addr, node, worker, tx));
-            me.tokio
-                .spawn(send_batches(writer, rx, |items| WorkBatch { items }.into()));
+            me.tokio.spawn(send_batches(
+                writer,
+                rx,
+                |items| WorkBatch { items }.into(),
+                WorkItem::inline_bytes,
+            ));
             let me2 = me.clone();
             let watched = link.clone();
             me.tokio

@@ -127,9 +127,12 @@ impl ClusterCore {
             }
             WorkerRequest::WorkBatch(WorkBatch { items }) => {
                 let (tx, rx) = mpsc::unbounded_channel();
-                let writer = self
-                    .tokio
-                    .spawn(send_batches(w, rx, |results| WorkDone { results }.into()));
+                let writer = self.tokio.spawn(send_batches(
+                    w,
+                    rx,
+                    |results| WorkDone { results }.into(),
+                    WorkResult::inline_bytes,
+                ));
                 for item in items {
                     self.execute(item, &tx);
                 }

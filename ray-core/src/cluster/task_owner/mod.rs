@@ -621,8 +621,15 @@ impl<S: Shell> TaskOwner<S> {
     /// `worker` is gone (its process exited, its node died, its link was
     /// cut): its leases go, and each task pushed to it is queued again
     /// within its retry budget, else fails with `error`.
+    ///
+    /// Its leases are also returned to their nodes. A node that saw the
+    /// worker die has released them already and refuses the return; but
+    /// when only the work stream ended (the worker lives on), a lease not
+    /// returned would hold its node's resources for good, and every retry
+    /// on a fresh lease would take more, until nothing could run.
     pub(crate) fn worker_lost(&mut self, worker: &S::Worker, error: S::Error, now: Instant) {
         let mut lost: Vec<(KeyId, VecDeque<TaskId>)> = Vec::new();
+        let mut returned = Vec::new();
         for (id, slot) in self.slots.iter_mut().enumerate() {
             let Some(ks) = slot else { continue };
             let before = ks.leases.len();
@@ -630,6 +637,7 @@ impl<S: Shell> TaskOwner<S> {
             ks.leases.retain_mut(|l| {
                 if l.worker == *worker {
                     pushed.extend(l.pushed.drain(..));
+                    returned.push((l.node, l.id));
                     false
                 } else {
                     true
@@ -638,6 +646,9 @@ impl<S: Shell> TaskOwner<S> {
             if before != ks.leases.len() || !ks.queue.is_empty() {
                 lost.push((id, pushed));
             }
+        }
+        for (node, lease) in returned {
+            self.actions.push_back(Action::ReturnLease { node, lease });
         }
         for (key, pushed) in lost {
             // Oldest first at the queue's head, in the order they were sent.
@@ -900,8 +911,13 @@ mod tests {
         o.answer(&1, grant(102, 11), t0);
         assert_eq!(drain(&mut o), ["push 3 to 11"]);
         o.worker_lost(&9, (), t0);
-        // Task 2 had no retry left; task 1 queues again and asks for a lease.
-        assert_eq!(drain(&mut o), ["fail 2", "request 1"]);
+        // Its two leases go back (its node refuses a return of a lease it
+        // released with a dead worker; a live one frees it). Task 2 had no
+        // retry left; task 1 queues again and asks for a lease.
+        assert_eq!(
+            drain(&mut o),
+            ["return 100", "return 101", "fail 2", "request 1"]
+        );
         o.answer(&1, grant(103, 10), t0);
         assert_eq!(drain(&mut o), ["push 1 to 10"]);
         assert_eq!(
@@ -910,9 +926,17 @@ mod tests {
             "the lost worker's late answer"
         );
         o.worker_lost(&10, (), t0);
-        assert_eq!(drain(&mut o), ["fail 1"], "its budget is spent");
+        assert_eq!(
+            drain(&mut o),
+            ["return 103", "fail 1"],
+            "its budget is spent"
+        );
         o.worker_lost(&11, (), t0);
-        assert_eq!(drain(&mut o), ["request 1"], "task 3's first retry");
+        assert_eq!(
+            drain(&mut o),
+            ["return 102", "request 1"],
+            "task 3's first retry"
+        );
         o.answer(&1, grant(104, 12), t0);
         assert_eq!(drain(&mut o), ["push 3 to 12"]);
         assert_eq!(o.result(id(3), &12, t0), Some(()));

@@ -1,6 +1,6 @@
 //! A seeded simulation of one owner ([`TaskOwner`]) submitting tasks to a
-//! cluster of nodes whose worker processes are killed, whose nodes die and
-//! are replaced, and whose messages are delayed and reordered (a work
+//! cluster of nodes whose worker processes are killed, whose work streams
+//! are cut while their workers live on, whose nodes die and are replaced, and whose messages are delayed and reordered (a work
 //! stream keeps its order, as a QUIC stream does). Some results leave
 //! their value with the worker until the owner takes it, and a worker that
 //! dies first loses it: the task must run again. Each seed replays
@@ -497,10 +497,23 @@ impl World {
         let ids: Vec<u64> = self.nodes.keys().copied().collect();
         let id = ids[self.rng.below(ids.len() as u64) as usize];
         let node_dies = whole_node && id != 0;
+        let cut = !whole_node && self.rng.chance(30);
         let Some(n) = self.nodes.get_mut(&id) else {
             return;
         };
         let worker = n.worker.take();
+        if cut {
+            // Only the owner's work stream to the worker ends (a frame
+            // refused, a reset): the worker lives on and its node still
+            // holds its leases, which only the owner's returns free. The
+            // owner's next link to it is a new one (a new incarnation
+            // here); nothing more comes on the old one.
+            if let Some(w) = worker {
+                let d = 1 + self.rng.below(30);
+                self.at(d, Ev::Lost(w));
+            }
+            return;
+        }
         n.leases.clear();
         n.used = 0;
         if node_dies {
