@@ -323,7 +323,8 @@ impl PlacementGroup {
     /// On a cluster, what an embedded group checks when work goes into it:
     /// `Err` for a bundle that does not exist or can never hold `req` (at
     /// submit, as embedded); `Ok(Some(error))` once the group was removed
-    /// (the work fails with it, as embedded); else `Ok(None)`. An embedded
+    /// or could not be placed (the work fails with it, as embedded); else
+    /// `Ok(None)`. An embedded
     /// group checks on admission itself.
     #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
     pub(crate) fn check_cluster_work(
@@ -335,10 +336,19 @@ impl PlacementGroup {
             return Ok(None);
         };
         choose_bundle(pg.id(), pg.bundles(), bundle, req)?;
-        Ok(pg.removed().map(|cause| Error::PlacementGroupRemoved {
-            group: pg.id(),
-            cause,
-        }))
+        if let Some(cause) = pg.removed() {
+            return Ok(Some(Error::PlacementGroupRemoved {
+                group: pg.id(),
+                cause,
+            }));
+        }
+        // A group that failed (the cluster could not place it) fails the
+        // work sent into it, rather than leaving it to wait for bundles
+        // that will never be reserved.
+        Ok(match pg.outcome() {
+            Some(Err(e)) => Some(e),
+            _ => None,
+        })
     }
 
     fn outcome(&self) -> Option<Result<()>> {
@@ -426,6 +436,7 @@ pub(crate) fn create(
     let sets = bundle_sets(&bundles)?;
     if let Some(remote) = rt.remote.get() {
         let id = PlacementGroupId::new(rt.worker, rt.next_seq());
+        remote.check_group_feasible(&format!("{id} ({strategy:?})"), &sets, strategy)?;
         let pg = remote.create_placement_group(id, sets, strategy);
         return Ok(PlacementGroup {
             inner: PgInner::Cluster(pg, rt.clone()),

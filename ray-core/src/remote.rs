@@ -102,6 +102,15 @@ pub(crate) trait Remote: Send + Sync + 'static {
     /// Objects this process owns that other processes borrow now.
     fn lent_objects(&self) -> usize;
 
+    /// Fails with `Infeasible` when the cluster's live nodes can never
+    /// hold a group of `bundles` placed by `strategy` (group `what`).
+    fn check_group_feasible(
+        &self,
+        what: &str,
+        bundles: &[ResourceSet],
+        strategy: PlacementStrategy,
+    ) -> Result<()>;
+
     /// Creates placement group `id` across the cluster's nodes; it becomes
     /// ready (or fails) as its bundles are reserved.
     fn create_placement_group(

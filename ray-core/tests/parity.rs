@@ -384,6 +384,19 @@ async fn tour(ray: &Ray) -> Vec<(&'static str, String, String)> {
         Err(e) => Err(e),
     };
     step("an actor created in a removed group", r);
+    // Groups no node (or not enough nodes) can ever hold: refused at
+    // creation, not left pending forever.
+    let r = ray
+        .placement_group(vec![Bundle::new().num_cpus(100.0)], PlacementStrategy::Pack)
+        .map(|_| "created".to_string());
+    step("a group of a bundle no node holds", r);
+    let r = ray
+        .placement_group(
+            vec![Bundle::new().num_cpus(1.0); 3],
+            PlacementStrategy::StrictSpread,
+        )
+        .map(|_| "created".to_string());
+    step("a strict spread over more nodes than there are", r);
     steps
 }
 

@@ -1,7 +1,7 @@
 //! Infeasible work fails at submit, as it does embedded: each process
 //! keeps the totals of the cluster's live nodes (from the GCS at start,
-//! refreshed every [`REFRESH`]) and refuses a task or actor no node can
-//! ever hold before it is queued.
+//! refreshed every [`REFRESH`]) and refuses a task, actor or placement
+//! group no node can ever hold before it is queued.
 //!
 //! The snapshot may lag a node that just joined by up to [`REFRESH`]; an
 //! empty snapshot (not read yet) refuses nothing, and the node daemons
@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use ray_sched::{LabelSelector, ResourceSet};
+use ray_sched::{LabelSelector, PlacementStrategy, ResourceSet};
 
 use super::*;
 
@@ -76,6 +76,69 @@ impl NodeTotals {
         })
     }
 
+    /// `Err(Infeasible)` when the live nodes' totals can never hold
+    /// group `what`'s `bundles` as `strategy` places them, as embedded: a
+    /// bundle no node holds, a strict pack no one node holds, a strict
+    /// spread with fewer fitting nodes than bundles (a node each), or
+    /// bundles more than all nodes together. (A pack or spread that only
+    /// fragments could fail is not caught: it waits, as in Ray.)
+    pub(super) fn check_group(
+        &self,
+        what: &str,
+        bundles: &[ResourceSet],
+        strategy: PlacementStrategy,
+    ) -> Result<(), Error> {
+        if self.nodes.is_empty() || bundles.is_empty() {
+            return Ok(());
+        }
+        let totals: Vec<&ResourceSet> = self.nodes.iter().map(|(_, t, _)| t).collect();
+        let mut sum = ResourceSet::new();
+        for b in bundles {
+            sum.add_assign(b);
+        }
+        let mut all = ResourceSet::new();
+        for t in &totals {
+            all.add_assign(t);
+        }
+        let n = totals.len();
+        let reason = if let Some(i) = bundles
+            .iter()
+            .position(|b| !totals.iter().any(|t| b.is_subset_of(t)))
+        {
+            Some(format!(
+                "bundle {i} fits none of the cluster's {n} live nodes"
+            ))
+        } else if strategy == PlacementStrategy::StrictPack
+            && !totals.iter().any(|t| sum.is_subset_of(t))
+        {
+            Some(format!(
+                "STRICT_PACK needs one node to hold all its bundles and none of the cluster's {n} live nodes can"
+            ))
+        } else if strategy == PlacementStrategy::StrictSpread
+            && distinct_fits(bundles, &totals) < bundles.len()
+        {
+            Some(format!(
+                "STRICT_SPREAD needs {} nodes and this cluster has {n} that fit",
+                bundles.len()
+            ))
+        } else if !sum.is_subset_of(&all) {
+            Some(format!(
+                "its bundles need more than the cluster's {n} live nodes hold together"
+            ))
+        } else {
+            None
+        };
+        match reason {
+            None => Ok(()),
+            Some(reason) => Err(Error::Infeasible {
+                what: what.to_string(),
+                reason,
+                request: Box::new(sum),
+                total: Box::new(all),
+            }),
+        }
+    }
+
     /// Replaces the snapshot with the live nodes of `entries`.
     pub(super) fn set(&mut self, entries: &[ray_proto::wire::NodeEntry]) {
         self.nodes = entries
@@ -87,6 +150,46 @@ impl NodeTotals {
             })
             .collect();
     }
+}
+
+/// How many of `bundles` can each have a node of its own among `totals`
+/// (a maximum matching, by augmenting paths: groups are small).
+fn distinct_fits(bundles: &[ResourceSet], totals: &[&ResourceSet]) -> usize {
+    fn assign(
+        b: usize,
+        bundles: &[ResourceSet],
+        totals: &[&ResourceSet],
+        owner: &mut [Option<usize>],
+        seen: &mut [bool],
+    ) -> bool {
+        for t in 0..totals.len() {
+            if seen[t] || !bundles[b].is_subset_of(totals[t]) {
+                continue;
+            }
+            seen[t] = true;
+            let free = match owner[t] {
+                None => true,
+                Some(other) => assign(other, bundles, totals, owner, seen),
+            };
+            if free {
+                owner[t] = Some(b);
+                return true;
+            }
+        }
+        false
+    }
+    let mut owner = vec![None; totals.len()];
+    (0..bundles.len())
+        .filter(|&b| {
+            assign(
+                b,
+                bundles,
+                totals,
+                &mut owner,
+                &mut vec![false; totals.len()],
+            )
+        })
+        .count()
 }
 
 impl ClusterCore {
@@ -101,6 +204,16 @@ impl ClusterCore {
         self.node_totals
             .lock()
             .check(what, request, strategy, labels)
+    }
+
+    /// Fails at once if the live nodes can never hold group `what`.
+    pub(crate) fn check_group_feasible(
+        &self,
+        what: &str,
+        bundles: &[ResourceSet],
+        strategy: PlacementStrategy,
+    ) -> Result<(), Error> {
+        self.node_totals.lock().check_group(what, bundles, strategy)
     }
 
     /// Sets the node totals from a node table just read.
@@ -184,5 +297,52 @@ mod tests {
             totals.check_any("f", &want(1), &pinned(3, false)).is_err(),
             "node 3 is dead"
         );
+    }
+
+    #[test]
+    fn groups_the_live_nodes_can_never_hold_are_infeasible_and_the_rest_are_not() {
+        use PlacementStrategy::{Pack, Spread, StrictPack, StrictSpread};
+        let mut totals = NodeTotals::default();
+        let cpus = |n| ResourceSet::new().with(CPU, Quantity::from_units(n));
+        let reason = |r: Result<(), Error>| match r {
+            Err(Error::Infeasible { reason, .. }) => reason,
+            other => panic!("{other:?}"),
+        };
+        // Nothing read yet: nothing refused.
+        assert!(totals.check_group("g", &[cpus(100)], Pack).is_ok());
+        totals.set(&[node(1, 2, true), node(2, 2, true), node(3, 64, false)]);
+        assert!(
+            reason(totals.check_group("g", &[cpus(100)], Pack)).starts_with("bundle 0 fits none")
+        );
+        assert!(reason(totals.check_group("g", &[cpus(1), cpus(3)], Spread))
+            .starts_with("bundle 1 fits none"));
+        assert!(totals
+            .check_group("g", &[cpus(1), cpus(1)], StrictPack)
+            .is_ok());
+        assert!(
+            reason(totals.check_group("g", &[cpus(2), cpus(2)], StrictPack))
+                .starts_with("STRICT_PACK")
+        );
+        assert!(totals.check_group("g", &[cpus(2), cpus(2)], Pack).is_ok());
+        assert!(totals
+            .check_group("g", &[cpus(1), cpus(1)], StrictSpread)
+            .is_ok());
+        assert_eq!(
+            reason(totals.check_group("g", &[cpus(1), cpus(1), cpus(1)], StrictSpread)),
+            "STRICT_SPREAD needs 3 nodes and this cluster has 2 that fit"
+        );
+        assert!(
+            reason(totals.check_group("g", &[cpus(2), cpus(2), cpus(2)], Spread))
+                .starts_with("its bundles need more")
+        );
+        // A node each, where only some nodes fit some bundles: 2 CPUs must
+        // take the large node, so the small bundle takes the small one.
+        totals.set(&[node(1, 4, true), node(2, 1, true)]);
+        assert!(totals
+            .check_group("g", &[cpus(1), cpus(2)], StrictSpread)
+            .is_ok());
+        assert!(totals
+            .check_group("g", &[cpus(2), cpus(2)], StrictSpread)
+            .is_err());
     }
 }

@@ -101,6 +101,15 @@ impl Remote for ClusterRemote {
         self.0.lent_objects()
     }
 
+    fn check_group_feasible(
+        &self,
+        what: &str,
+        bundles: &[ResourceSet],
+        strategy: PlacementStrategy,
+    ) -> crate::Result<()> {
+        self.0.check_group_feasible(what, bundles, strategy)
+    }
+
     fn create_placement_group(
         &self,
         id: PlacementGroupId,
