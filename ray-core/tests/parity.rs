@@ -384,6 +384,12 @@ async fn tour(ray: &Ray) -> Vec<(&'static str, String, String)> {
         Err(e) => Err(e),
     };
     step("an actor created in a removed group", r);
+    // Memory is a resource on a local cluster's nodes too, as embedded.
+    let r = match add_one::options().memory(1 << 20).remote(ray, 1) {
+        Ok(r) => r.get().await.map(|n| n.to_string()),
+        Err(e) => Err(e),
+    };
+    step("a task asking for 1 MiB of memory", r);
     // Groups no node (or not enough nodes) can ever hold: refused at
     // creation, not left pending forever.
     let r = ray
@@ -470,6 +476,33 @@ async fn the_error_tour_ends_the_same_way_embedded_and_on_a_cluster() {
         assert!(listed.ends_with("run 2"), "{listed}");
     }
     drop(cluster);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_cpu_count_is_the_same_typed_error_embedded_and_for_a_local_cluster() {
+    for cpus in [-1.0, f64::NAN] {
+        let Err(embedded) = ray_core::init_with(Config {
+            num_cpus: Some(cpus),
+            ..Config::default()
+        })
+        .await
+        else {
+            panic!("{cpus} CPUs accepted embedded");
+        };
+        let config = ray_core::cluster::LocalClusterConfig {
+            cpus_per_node: cpus,
+            ..Default::default()
+        };
+        let Err(local) = Cluster::local_with(1, config).await else {
+            panic!("{cpus} CPUs a node accepted");
+        };
+        for e in [&embedded, &local] {
+            assert!(
+                matches!(e, Error::InvalidArgument(m) if m.starts_with("CPU: ")),
+                "{cpus}: {e:?}"
+            );
+        }
+    }
 }
 
 /// Sleeps `ms` holding its CPU; returns the node it ran on.

@@ -15,7 +15,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use ray_proto::wire::InsightExport;
-use ray_sched::{Quantity, ResourceSet, CPU};
+use ray_sched::{Quantity, ResourceSet, CPU, MEMORY};
 
 use super::worker::ProcessError;
 use super::{
@@ -112,6 +112,9 @@ impl Cluster {
                 "a cluster needs at least one node".into(),
             ));
         }
+        // The same check and words as an embedded runtime's `num_cpus`.
+        Quantity::from_f64(config.cpus_per_node)
+            .map_err(|e| Error::InvalidArgument(format!("CPU: {e} (cpus_per_node)")))?;
         if super::policy_set(&config.policies).is_none() {
             return Err(Error::InvalidArgument(format!(
                 "no policy set named {:?} (this program has {:?})",
@@ -568,10 +571,16 @@ fn run_daemon(kind: &str) -> std::result::Result<(), ProcessError> {
         .map_err(ProcessError::Tokio)?;
     tokio.block_on(async move {
         let creds = ClusterCredentials::load(&dir.join(CREDENTIALS_DIR))?;
-        let resources = ResourceSet::new().with(
-            CPU,
-            Quantity::from_f64(cpus).map_err(|source| ProcessError::Cpus { source })?,
-        );
+        // Memory as `rayrs start` and an embedded runtime detect it: the
+        // default share of the machine's (tasks asking for memory used to
+        // find none on a local cluster).
+        let memory = crate::machine::detect().default_memory_bytes();
+        let resources = ResourceSet::new()
+            .with(
+                CPU,
+                Quantity::from_f64(cpus).map_err(|source| ProcessError::Cpus { source })?,
+            )
+            .with(MEMORY, Quantity::from_units(memory));
         if kind == "head" {
             let head = Head::start(
                 HeadConfig {
