@@ -13,6 +13,12 @@ fn add_one(x: u64) -> u64 {
     x + 1
 }
 
+/// A string's length.
+#[remote]
+fn text_len(s: String) -> u64 {
+    s.len() as u64
+}
+
 /// `n` bytes.
 #[remote]
 fn make_bytes(n: u64) -> Vec<u8> {
@@ -384,6 +390,16 @@ async fn tour(ray: &Ray) -> Vec<(&'static str, String, String)> {
         Err(e) => Err(e),
     };
     step("an actor created in a removed group", r);
+    // An argument whose object does not decode as the parameter's type
+    // (a ref retyped by hand) fails the task with `Serialization` in both
+    // modes (on a cluster it was a `Cluster` error).
+    let numbers = ray.put(vec![1u64, 2, 3]).await.unwrap();
+    let as_text: ObjectRef<String> = ray_core::AnyRef::from(&numbers).typed();
+    let r = match text_len::options().max_retries(0).remote(ray, as_text) {
+        Ok(r) => r.get().await.map(|n| n.to_string()),
+        Err(e) => Err(e),
+    };
+    step("a task whose argument does not decode", r);
     // Memory is a resource on a local cluster's nodes too, as embedded.
     let r = match add_one::options().memory(1 << 20).remote(ray, 1) {
         Ok(r) => r.get().await.map(|n| n.to_string()),

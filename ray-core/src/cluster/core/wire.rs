@@ -112,6 +112,15 @@ pub(crate) fn error_to_wire(e: &Error) -> WireError {
             w.message = cause.clone();
         }
         Error::ShutDown => w.kind = ErrorKind::ShutDown,
+        // What failed to encode or decode, and which it was, so a task's
+        // argument that does not decode is `Serialization` on a cluster
+        // too, as embedded.
+        Error::Serialization { op, what, message } => {
+            w.kind = ErrorKind::Serialization;
+            w.type_name = what.clone();
+            w.message = message.clone();
+            w.payload = op.as_bytes().to_vec();
+        }
         _ => {}
     }
     w
@@ -158,6 +167,15 @@ pub(crate) fn error_from_wire(w: WireError, name: &'static str) -> Error {
             cause: w.message,
         },
         (ErrorKind::ShutDown, ..) => Error::ShutDown,
+        (ErrorKind::Serialization, ..) => Error::Serialization {
+            op: if w.payload == b"encode" {
+                "encode"
+            } else {
+                "decode"
+            },
+            what: w.type_name,
+            message: w.message,
+        },
         // Only the text crossed the wire: no typed source.
         _ => Error::cluster(w.message),
     }
