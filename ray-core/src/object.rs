@@ -84,12 +84,30 @@ pub(crate) fn encode<T: Object>(value: &T, what: &str) -> Result<Encoded> {
     let bytes = bytes.map_err(|e| Error::Serialization {
         op: "encode",
         what: what.to_string(),
-        message: e.to_string(),
+        message: codec_message("encode", &e),
     })?;
     Ok(Encoded {
         buf: bytes.into_buffer(),
         nested,
     })
+}
+
+/// The codec's message, with a reason in place of rkyv's placeholder for
+/// an error it keeps no detail of ("failed without error information"):
+/// for an encode, nearly always a value over the 2 GiB − 1 an archive's
+/// 32-bit offsets reach; for a decode, bytes that are not an archive of
+/// the type.
+fn codec_message(op: &str, e: &impl std::fmt::Display) -> String {
+    let text = e.to_string();
+    if !text.contains("without error information") {
+        return text;
+    }
+    match op {
+        "encode" => "the encoding failed; an object's encoding is limited to 2 GiB − 1 \
+                     (rkyv's 32-bit offsets): a larger value cannot be one object"
+            .to_string(),
+        _ => "the bytes are not a valid archive of this type".to_string(),
+    }
 }
 
 /// Called by `ObjectRef`'s serializer: remembers a nested ref.
@@ -109,7 +127,7 @@ pub(crate) fn decode<T: Object>(rt: &Arc<Runtime>, bytes: &[u8], what: &str) -> 
     out.map_err(|e| Error::Serialization {
         op: "decode",
         what: what.to_string(),
-        message: e.to_string(),
+        message: codec_message("decode", &e),
     })
 }
 
@@ -125,4 +143,20 @@ pub(crate) fn decode_plain<T: Object>(bytes: &[u8]) -> Result<T> {
 /// The runtime of the decode in progress on this thread.
 pub(crate) fn decoding_runtime() -> Option<Arc<Runtime>> {
     DECODE_RT.with(|d| d.borrow().clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::codec_message;
+
+    #[test]
+    fn rkyvs_placeholder_becomes_a_reason_and_other_messages_stay() {
+        let placeholder = "failed without error information; enable debug assertions and the `alloc` feature in rancor for error information";
+        assert!(codec_message("encode", &placeholder).contains("2 GiB"));
+        assert_eq!(
+            codec_message("decode", &placeholder),
+            "the bytes are not a valid archive of this type"
+        );
+        assert_eq!(codec_message("decode", &"invalid UTF-8"), "invalid UTF-8");
+    }
 }
