@@ -21,10 +21,11 @@ use crate::placement::{PgCell, PgInner, Pool};
 use crate::pool::CpuPool;
 use crate::task::TaskSpec;
 
-/// Inline value bytes one cluster message (a task's arguments, a result)
-/// carries at most, whatever `max_inline_bytes` says: larger values travel
-/// as objects, so work frames stay far below the transport's cap.
-pub(crate) const MAX_INLINE_MESSAGE_BYTES: usize = 1 << 20;
+/// Inline value bytes one cluster message (a task's arguments, a result,
+/// an error's payload) carries at most: larger values travel as objects
+/// (an error's payload is dropped), so work frames stay well below the
+/// transport's cap (64 MiB).
+pub(crate) const MAX_INLINE_MESSAGE_BYTES: usize = 16 << 20;
 
 /// Safety cap on user code running at once on one node (threads).
 const MAX_RUNNING_JOBS: usize = 1024;
@@ -464,22 +465,21 @@ impl Runtime {
     }
 
     /// On a cluster, the arguments of a task, call or actor creation
-    /// whose values are large travel as objects this process owns, by
-    /// reference, not inside the work message (as Ray puts large
-    /// arguments in its object store). A cluster's frames are capped (64
-    /// MiB), and one over the cap used to end the work stream it shared
-    /// with other work: a false `NodeDied` for everything on it. Values
-    /// are moved out, largest first, while those left inline are together
-    /// over `max_inline_bytes` (at most [`MAX_INLINE_MESSAGE_BYTES`]).
-    /// The objects are freed with the arguments (at the task's result, or
-    /// its last retry's). A store with no room is `ObjectStoreFull` at
-    /// once, not a wait: submitting does not block.
+    /// whose values are together over [`MAX_INLINE_MESSAGE_BYTES`] travel
+    /// as objects this process owns, by reference, not inside the work
+    /// message (as Ray puts large arguments in its object store): a frame
+    /// over the transport's cap (64 MiB) used to end the work stream it
+    /// shared with other work, a false `NodeDied` for everything on it.
+    /// Values move out largest first, until those left are within the
+    /// limit. The objects are freed with the arguments (at the task's
+    /// result, or its last retry's). A store with no room is
+    /// `ObjectStoreFull` at once, not a wait: submitting does not block.
     pub(crate) fn promote_large_args(self: &Arc<Self>, args: Vec<TaskArg>) -> Result<Vec<TaskArg>> {
         let inline = |a: &TaskArg| match &a.0 {
             ArgKind::Value(buf, _) => buf.len(),
             ArgKind::Ref(_) => 0,
         };
-        let limit = self.settings.max_inline_bytes.min(MAX_INLINE_MESSAGE_BYTES);
+        let limit = MAX_INLINE_MESSAGE_BYTES;
         let mut total: usize = args.iter().map(inline).sum();
         if total <= limit {
             return Ok(args);
@@ -499,6 +499,7 @@ impl Runtime {
             .map(|(arg, moved)| match arg.0 {
                 ArgKind::Value(buf, nested) if moved => {
                     let id = ObjectId::new(self.worker, self.next_seq());
+                    crate::trace::object(false, id, buf.len(), self.node, false);
                     self.store.try_put(id, buf)?;
                     let handle = self.objects.insert(self, id, Some(Value::Stored), nested);
                     Ok(TaskArg(ArgKind::Ref(handle)))

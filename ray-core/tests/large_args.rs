@@ -1,8 +1,9 @@
-//! Arguments of any size: the same calls, with values larger than a
-//! cluster's work frame (64 MiB), many medium ones in one task, and many
-//! actor calls each with one, end the same way embedded and on a two-node
-//! `Cluster::local`. On a cluster such values travel as objects the caller
-//! owns; one in a work frame used to end the stream with a false
+//! Arguments and errors of any size: the same calls, with values larger
+//! than a cluster's work frame (64 MiB), several large ones in one task,
+//! many actor calls each with a medium one, and an error too large to
+//! send whole, end the same way embedded and on a two-node
+//! `Cluster::local`. On a cluster large arguments travel as objects the
+//! caller owns; one in a work frame used to end the stream with a false
 //! `NodeDied`, and every retry then held one more CPU until nothing ran.
 
 use std::time::{Duration, Instant};
@@ -20,6 +21,12 @@ fn digest(v: Vec<u8>) -> (u64, u64) {
 #[remote]
 fn four(a: Vec<u8>, b: Vec<u8>, c: Vec<u8>, d: Vec<u8>) -> u64 {
     [a, b, c, d].iter().map(|v| v.len() as u64).sum()
+}
+
+/// Fails with an error message of `n` bytes.
+#[remote]
+fn refuse(n: u64) -> Result<u64, String> {
+    Err("x".repeat(n as usize))
 }
 
 /// Holds the bytes it was made with and given since.
@@ -66,7 +73,9 @@ async fn tour(ray: &Ray) -> Vec<(&'static str, String)> {
     assert_eq!(got.as_ref().ok(), Some(&(big as u64, sum)), "{got:?}");
     steps.push(("a 70 MiB argument, no retry", format!("{got:?}")));
 
-    let part = 600 << 10;
+    // 24 MiB in four values: over the 16 MiB a message carries inline,
+    // so the largest move out.
+    let part = 6 << 20;
     let got = four::remote(
         ray,
         vec![1u8; part],
@@ -77,12 +86,11 @@ async fn tour(ray: &Ray) -> Vec<(&'static str, String)> {
     .unwrap()
     .get_timeout(WAIT)
     .await;
-    steps.push(("four 600 KiB arguments", format!("{got:?}")));
+    steps.push(("four 6 MiB arguments", format!("{got:?}")));
 
-    // 300 actor calls, each with a 400 KiB value that stays inline (under
-    // `max_inline_bytes`), sent at once to one worker: 120 MiB queued on
-    // one work stream, more than a frame holds, so the pushes must be cut
-    // into frames by bytes.
+    // 300 actor calls, each with a 400 KiB value that stays inline, sent
+    // at once to one worker: 120 MiB queued on one work stream, more than
+    // a frame holds, so the pushes must be cut into frames by bytes.
     let each = 400 << 10;
     let counter = Keeper::remote(ray, Vec::new()).unwrap();
     let refs: Vec<_> = (0..300u32)
@@ -105,6 +113,20 @@ async fn tour(ray: &Ray) -> Vec<(&'static str, String)> {
         format!("{got:?}"),
     ));
 
+    // An error of 70 MiB: too large for a message, it arrives cut (on a
+    // cluster) but typed, and the stream it came on goes on.
+    let got = refuse::options()
+        .max_retries(0)
+        .remote(ray, big as u64)
+        .unwrap()
+        .get_timeout(WAIT)
+        .await;
+    let kind = match got {
+        Err(Error::TaskFailed { .. }) => "TaskFailed".to_string(),
+        other => format!("{other:?}"),
+    };
+    steps.push(("a 70 MiB error", kind));
+
     let got = digest::remote(ray, vec![5u8; 10])
         .unwrap()
         .get_timeout(WAIT)
@@ -113,7 +135,7 @@ async fn tour(ray: &Ray) -> Vec<(&'static str, String)> {
     steps
 }
 
-/// Values up to 1 MiB stay inline (the most a cluster message carries).
+/// Results up to 1 MiB stay inline.
 fn config() -> Config {
     Config {
         max_inline_bytes: 1 << 20,

@@ -95,8 +95,6 @@ pub(super) struct SpanCaller {
     lane: Option<LaneId>,
 }
 
-/// The key finished calls wait under for the opening of the application
-/// span they were submitted in (see [`Views::finish_task`]).
 /// `task`'s display and instance names and flame frame, memoized (and
 /// borrowed: a clone of each would be an atomic increment and decrement).
 fn call_names<'m>(memo: &'m mut Memo, task: &LiveTask) -> &'m CallNames {
@@ -109,6 +107,9 @@ fn call_names<'m>(memo: &'m mut Memo, task: &LiveTask) -> &'m CallNames {
         (task.display_name(), task.instance_name())
     })
 }
+
+/// The key finished calls wait under for the opening of the application
+/// span they were submitted in (see [`Views::finish_task`]).
 
 fn span_key(span: u64) -> IdKey {
     IdKey::text(format!("user-span:{span}"))

@@ -200,12 +200,15 @@ pub struct WorkResult {
 }
 
 impl WorkResult {
-    /// Bytes of value it carries inline.
+    /// Bytes it carries inline, about: its value, or its error's message
+    /// and payload, and its nested refs.
     pub fn inline_bytes(&self) -> usize {
-        match &self.outcome {
+        let outcome = match &self.outcome {
             WireOutcome::Value(bytes) => bytes.len(),
-            WireOutcome::Stored { .. } | WireOutcome::Failed(_) => 0,
-        }
+            WireOutcome::Stored { .. } => 0,
+            WireOutcome::Failed(e) => e.message.len() + e.payload.len(),
+        };
+        outcome + self.refs.len() * std::mem::size_of::<WireRef>()
     }
 }
 

@@ -429,11 +429,17 @@ impl ClusterCore {
                 pg.adopt_actor(&held);
             }
         }
-        if let Some(Error::PlacementGroupRemoved { group, cause }) = group_gone {
+        match group_gone {
             // Its group is gone already: it dies with it, as embedded, and
             // is never created (its driver task has not started yet).
-            held.actor
-                .abandon(format!("its placement group {group} is gone: {cause}"));
+            Some(Error::PlacementGroupRemoved { group, cause }) => held
+                .actor
+                .abandon(format!("its placement group {group} is gone: {cause}")),
+            // Its group could not be placed: it never will be created.
+            Some(e) => held
+                .actor
+                .abandon(format!("its placement group could not be placed: {e}")),
+            None => {}
         }
         let max_concurrency = opts.max_concurrency as u32;
         let entry = ActorEntry {

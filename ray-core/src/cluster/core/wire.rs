@@ -123,7 +123,36 @@ pub(crate) fn error_to_wire(e: &Error) -> WireError {
         }
         _ => {}
     }
+    fit_in_a_message(&mut w);
     w
+}
+
+/// Most bytes of an error's message that travel.
+const MAX_MESSAGE_BYTES: usize = 1 << 20;
+
+/// Keeps `w` within a work message: a message over [`MAX_MESSAGE_BYTES`]
+/// is cut (at a character boundary, saying so), and a payload (a user
+/// error's value) over [`MAX_INLINE_MESSAGE_BYTES`] is dropped, saying so
+/// (its `downcast` then finds nothing): one over the transport's cap would
+/// end the work stream it shares with other work.
+fn fit_in_a_message(w: &mut WireError) {
+    if w.payload.len() > crate::runtime::MAX_INLINE_MESSAGE_BYTES {
+        let dropped = w.payload.len();
+        w.payload = Vec::new();
+        w.message.push_str(&format!(
+            " (its error value of {dropped} bytes was too large to send)"
+        ));
+    }
+    if w.message.len() > MAX_MESSAGE_BYTES {
+        let mut cut = MAX_MESSAGE_BYTES;
+        while !w.message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let total = w.message.len();
+        w.message.truncate(cut);
+        w.message
+            .push_str(&format!("… (cut: {total} bytes in all)"));
+    }
 }
 
 /// The typed error a wire form describes; `name` is the function, method
@@ -168,10 +197,10 @@ pub(crate) fn error_from_wire(w: WireError, name: &'static str) -> Error {
         },
         (ErrorKind::ShutDown, ..) => Error::ShutDown,
         (ErrorKind::Serialization, ..) => Error::Serialization {
-            op: if w.payload == b"encode" {
-                "encode"
-            } else {
-                "decode"
+            op: match &w.payload[..] {
+                b"encode" => "encode",
+                b"access" => "access",
+                _ => "decode",
             },
             what: w.type_name,
             message: w.message,
