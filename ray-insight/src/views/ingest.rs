@@ -110,7 +110,6 @@ fn call_names<'m>(memo: &'m mut Memo, task: &LiveTask) -> &'m CallNames {
 
 /// The key finished calls wait under for the opening of the application
 /// span they were submitted in (see [`Views::finish_task`]).
-
 fn span_key(span: u64) -> IdKey {
     IdKey::text(format!("user-span:{span}"))
 }
