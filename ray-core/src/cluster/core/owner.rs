@@ -365,14 +365,16 @@ impl ClusterCore {
         let answer = match result {
             // Its worker went away between the grant and now, or could not
             // be reached (its node died after granting): ask again.
-            Ok((_, _, link)) if link.is_dead() => Answer::WorkerGone,
+            Ok((lease, node, link)) if link.is_dead() => Answer::WorkerGone {
+                lease: Some((node, lease)),
+            },
             Err(LeaseError::Unreachable(error)) => {
                 // Most likely its node just died, which the GCS will say
                 // soon; not at once again (no hot loop against a node the
                 // owner cannot reach).
                 tracing::debug!(target: "ray::cluster", error = %error, "lease.worker_unreachable");
                 tokio::time::sleep(LEASE_RETRY).await;
-                Answer::WorkerGone
+                Answer::WorkerGone { lease: None }
             }
             Err(LeaseError::Refused(error)) => {
                 if !matches!(error, Error::Infeasible { .. }) {

@@ -93,9 +93,14 @@ pub(crate) struct Grant<W> {
 pub(crate) enum Answer<S: Shell> {
     /// Granted, and the worker it names is reachable.
     Granted(Grant<S::Worker>),
-    /// Granted, but its worker was gone before work could be pushed (the
-    /// node takes the lease back with the worker).
-    WorkerGone,
+    /// Granted, but its worker was gone (or its link was) before work
+    /// could be pushed; `lease`, when the grant named one, goes back to
+    /// its node (refused there if the node took it back with a dead
+    /// worker; a worker that lives on would hold it for good otherwise).
+    WorkerGone {
+        /// The node and lease granted, if known.
+        lease: Option<(NodeId, TaskId)>,
+    },
     /// Refused or failed. `infeasible`: no node can ever run the key's
     /// work, so its queue fails at once.
     Failed {
@@ -450,11 +455,15 @@ impl<S: Shell> TaskOwner<S> {
     /// A lease request for `key` was answered.
     pub(crate) fn answer(&mut self, key: &S::Key, answer: Answer<S>, now: Instant) {
         let Some(id) = self.index.get(key).copied() else {
-            if let Answer::Granted(g) = answer {
-                self.actions.push_back(Action::ReturnLease {
+            match answer {
+                Answer::Granted(g) => self.actions.push_back(Action::ReturnLease {
                     node: g.node,
                     lease: g.lease,
-                });
+                }),
+                Answer::WorkerGone {
+                    lease: Some((node, lease)),
+                } => self.actions.push_back(Action::ReturnLease { node, lease }),
+                _ => {}
             }
             return;
         };
@@ -481,7 +490,11 @@ impl<S: Shell> TaskOwner<S> {
                 idle_since: Some(now),
                 busy_from: None,
             }),
-            Answer::WorkerGone => {}
+            Answer::WorkerGone { lease } => {
+                if let Some((node, lease)) = lease {
+                    self.actions.push_back(Action::ReturnLease { node, lease });
+                }
+            }
             // Other leases held or on their way can still run the queue:
             // only infeasible work, or the last hope failing, fails it.
             // New requests wait a little (no hot loop against a node that

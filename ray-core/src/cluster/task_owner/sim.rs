@@ -306,9 +306,13 @@ impl World {
             Ev::LeaseRequest { key } => self.place(key),
             Ev::LeaseAnswer { key, answer } => {
                 let answer = match answer {
-                    SimAnswer::Granted { worker, .. } if self.told_lost.contains(&worker) => {
-                        Answer::WorkerGone
-                    }
+                    SimAnswer::Granted {
+                        lease,
+                        node,
+                        worker,
+                    } if self.told_lost.contains(&worker) => Answer::WorkerGone {
+                        lease: Some((NodeId(node), lease)),
+                    },
                     SimAnswer::Granted {
                         lease,
                         node,
