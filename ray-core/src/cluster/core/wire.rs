@@ -132,9 +132,11 @@ const MAX_MESSAGE_BYTES: usize = 1 << 20;
 
 /// Keeps `w` within a work message: a message over [`MAX_MESSAGE_BYTES`]
 /// is cut (at a character boundary, saying so), and a payload (a user
-/// error's value) over [`MAX_INLINE_MESSAGE_BYTES`](crate::runtime::MAX_INLINE_MESSAGE_BYTES) is dropped, saying so
-/// (its `downcast` then finds nothing): one over the transport's cap would
-/// end the work stream it shares with other work.
+/// error's value) over
+/// [`MAX_INLINE_MESSAGE_BYTES`](crate::runtime::MAX_INLINE_MESSAGE_BYTES)
+/// is dropped, saying so (its `downcast` then finds nothing): one over
+/// the transport's cap would end the work stream it shares with other
+/// work.
 fn fit_in_a_message(w: &mut WireError) {
     if w.payload.len() > crate::runtime::MAX_INLINE_MESSAGE_BYTES {
         let dropped = w.payload.len();
