@@ -324,8 +324,7 @@ impl PlacementGroup {
     /// `Err` for a bundle that does not exist or can never hold `req` (at
     /// submit, as embedded); `Ok(Some(error))` once the group was removed
     /// or could not be placed (the work fails with it, as embedded); else
-    /// `Ok(None)`. An embedded
-    /// group checks on admission itself.
+    /// `Ok(None)`. An embedded group checks on admission itself.
     #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // used by the cluster code
     pub(crate) fn check_cluster_work(
         &self,
@@ -436,8 +435,7 @@ pub(crate) fn create(
     let sets = bundle_sets(&bundles)?;
     if let Some(remote) = rt.remote.get() {
         let id = PlacementGroupId::new(rt.worker, rt.next_seq());
-        remote.check_group_feasible(&format!("{id} ({strategy:?})"), &sets, strategy)?;
-        let pg = remote.create_placement_group(id, sets, strategy);
+        let pg = remote.create_placement_group(id, sets, strategy)?;
         return Ok(PlacementGroup {
             inner: PgInner::Cluster(pg, rt.clone()),
         });

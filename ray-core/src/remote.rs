@@ -102,23 +102,15 @@ pub(crate) trait Remote: Send + Sync + 'static {
     /// Objects this process owns that other processes borrow now.
     fn lent_objects(&self) -> usize;
 
-    /// Fails with `Infeasible` when the cluster's live nodes can never
-    /// hold a group of `bundles` placed by `strategy` (group `what`).
-    fn check_group_feasible(
-        &self,
-        what: &str,
-        bundles: &[ResourceSet],
-        strategy: PlacementStrategy,
-    ) -> Result<()>;
-
     /// Creates placement group `id` across the cluster's nodes; it becomes
-    /// ready (or fails) as its bundles are reserved.
+    /// ready (or fails) as its bundles are reserved. Fails with
+    /// `Infeasible` at once when the live nodes can never hold it.
     fn create_placement_group(
         &self,
         id: PlacementGroupId,
         bundles: Vec<ResourceSet>,
         strategy: PlacementStrategy,
-    ) -> Arc<dyn RemotePg>;
+    ) -> Result<Arc<dyn RemotePg>>;
 
     /// Removes a group `create_placement_group` made.
     fn remove_placement_group(&self, pg: &Arc<dyn RemotePg>, why: &str);

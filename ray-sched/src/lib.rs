@@ -60,7 +60,9 @@ pub use labels::LabelSelector;
 pub use local_queue::{Admission, Infeasible, LocalQueue, MAX_BYPASS};
 pub use node::NodeResources;
 pub use node_scheduler::{Action, BoxedPolicy, FailReason, NodeScheduler, Policies, Task};
-pub use placement_group::{PgError, PgState, PlacementGroups, PlacementStrategy, Plan, Prepared};
+pub use placement_group::{
+    never_fits, PgError, PgState, PlacementGroups, PlacementStrategy, Plan, Prepared,
+};
 pub use policies::{HybridConfig, HybridPolicy, LocalityPolicy, NodeAffinityPolicy, SpreadPolicy};
 pub use policy::{Decision, InfeasibleReport, Policy, Request, SchedulingStrategy};
 pub use quantity::{Quantity, MAX_UNITS};

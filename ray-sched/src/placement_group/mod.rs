@@ -254,7 +254,7 @@ impl PlacementGroups {
             group: id,
             strategy: g.strategy,
             bundles: g.bundles.len(),
-            reason: infeasible_reason(g, view),
+            reason: reason(&g.bundles, &g.nodes, g.strategy, view),
             cluster: Box::new(view.summary()),
         })
     }
@@ -558,23 +558,46 @@ impl PlacementGroups {
     }
 }
 
-/// Why `g` can never be placed on `view`, in words.
-fn infeasible_reason(g: &Group, view: &ClusterView) -> String {
-    let unplaced = || (0..g.bundles.len()).filter(|&i| g.nodes[i].is_none());
-    if let Some(i) = unplaced().find(|&i| !view.feasible_somewhere(&g.bundles[i])) {
-        return format!("bundle {i} {} fits on no node", g.bundles[i]);
+/// Why a group of `bundles` placed by `strategy` can never be held by the
+/// nodes of `view` (at their totals, whatever is in use now), in words;
+/// `None` when some placement exists. What a process that is not the
+/// group's planner (a cluster's driver, at creation) checks with the
+/// node totals it knows.
+pub fn never_fits(
+    bundles: &[ResourceSet],
+    strategy: PlacementStrategy,
+    view: &ClusterView,
+) -> Option<String> {
+    let placed = vec![None; bundles.len()];
+    match plan::plan(bundles, &placed, strategy, view, Basis::Empty) {
+        Some(_) => None,
+        None => Some(reason(bundles, &placed, strategy, view)),
     }
-    match g.strategy {
+}
+
+/// Why `bundles` (those not `placed` yet) can never be placed by
+/// `strategy` on `view`, in words.
+fn reason(
+    bundles: &[ResourceSet],
+    placed: &[Option<NodeId>],
+    strategy: PlacementStrategy,
+    view: &ClusterView,
+) -> String {
+    let unplaced = || (0..bundles.len()).filter(|&i| placed[i].is_none());
+    if let Some(i) = unplaced().find(|&i| !view.feasible_somewhere(&bundles[i])) {
+        return format!("bundle {i} {} fits on no node", bundles[i]);
+    }
+    match strategy {
         PlacementStrategy::StrictPack => {
             let mut sum = ResourceSet::new();
             for i in unplaced() {
-                sum.add_assign(&g.bundles[i]);
+                sum.add_assign(&bundles[i]);
             }
             format!("its bundles together need {sum}, more than any one node has")
         }
         PlacementStrategy::StrictSpread => format!(
             "it needs {} distinct nodes that can each hold one of its bundles",
-            g.bundles.len()
+            bundles.len()
         ),
         PlacementStrategy::Pack | PlacementStrategy::Spread => {
             "its bundles do not fit on the cluster's nodes together".into()

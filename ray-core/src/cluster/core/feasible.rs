@@ -77,66 +77,36 @@ impl NodeTotals {
     }
 
     /// `Err(Infeasible)` when the live nodes' totals can never hold
-    /// group `what`'s `bundles` as `strategy` places them, as embedded: a
-    /// bundle no node holds, a strict pack no one node holds, a strict
-    /// spread with fewer fitting nodes than bundles (a node each), or
-    /// bundles more than all nodes together. (A pack or spread that only
-    /// fragments could fail is not caught: it waits, as in Ray.)
+    /// group `what`'s `bundles` as `strategy` places them, as embedded:
+    /// ray-sched's planner tries them on empty nodes of these sizes.
     pub(super) fn check_group(
         &self,
         what: &str,
         bundles: &[ResourceSet],
         strategy: PlacementStrategy,
     ) -> Result<(), Error> {
-        if self.nodes.is_empty() || bundles.is_empty() {
+        if self.nodes.is_empty() {
             return Ok(());
         }
-        let totals: Vec<&ResourceSet> = self.nodes.iter().map(|(_, t, _)| t).collect();
-        let mut sum = ResourceSet::new();
-        for b in bundles {
-            sum.add_assign(b);
-        }
+        let mut view = ray_sched::ClusterView::new();
         let mut all = ResourceSet::new();
-        for t in &totals {
-            all.add_assign(t);
+        for (id, total, labels) in &self.nodes {
+            view.add_node(*id, total.clone(), labels.clone());
+            all.add_assign(total);
         }
-        let n = totals.len();
-        let reason = if let Some(i) = bundles
-            .iter()
-            .position(|b| !totals.iter().any(|t| b.is_subset_of(t)))
-        {
-            Some(format!(
-                "bundle {i} fits none of the cluster's {n} live nodes"
-            ))
-        } else if strategy == PlacementStrategy::StrictPack
-            && !totals.iter().any(|t| sum.is_subset_of(t))
-        {
-            Some(format!(
-                "STRICT_PACK needs one node to hold all its bundles and none of the cluster's {n} live nodes can"
-            ))
-        } else if strategy == PlacementStrategy::StrictSpread
-            && distinct_fits(bundles, &totals) < bundles.len()
-        {
-            Some(format!(
-                "STRICT_SPREAD needs {} nodes and this cluster has {n} that fit",
-                bundles.len()
-            ))
-        } else if !sum.is_subset_of(&all) {
-            Some(format!(
-                "its bundles need more than the cluster's {n} live nodes hold together"
-            ))
-        } else {
-            None
+        let Some(reason) = ray_sched::never_fits(bundles, strategy, &view) else {
+            return Ok(());
         };
-        match reason {
-            None => Ok(()),
-            Some(reason) => Err(Error::Infeasible {
-                what: what.to_string(),
-                reason,
-                request: Box::new(sum),
-                total: Box::new(all),
-            }),
+        let mut request = ResourceSet::new();
+        for b in bundles {
+            request.add_assign(b);
         }
+        Err(Error::Infeasible {
+            what: what.to_string(),
+            reason,
+            request: Box::new(request),
+            total: Box::new(all),
+        })
     }
 
     /// Replaces the snapshot with the live nodes of `entries`.
@@ -150,46 +120,6 @@ impl NodeTotals {
             })
             .collect();
     }
-}
-
-/// How many of `bundles` can each have a node of its own among `totals`
-/// (a maximum matching, by augmenting paths: groups are small).
-fn distinct_fits(bundles: &[ResourceSet], totals: &[&ResourceSet]) -> usize {
-    fn assign(
-        b: usize,
-        bundles: &[ResourceSet],
-        totals: &[&ResourceSet],
-        owner: &mut [Option<usize>],
-        seen: &mut [bool],
-    ) -> bool {
-        for t in 0..totals.len() {
-            if seen[t] || !bundles[b].is_subset_of(totals[t]) {
-                continue;
-            }
-            seen[t] = true;
-            let free = match owner[t] {
-                None => true,
-                Some(other) => assign(other, bundles, totals, owner, seen),
-            };
-            if free {
-                owner[t] = Some(b);
-                return true;
-            }
-        }
-        false
-    }
-    let mut owner = vec![None; totals.len()];
-    (0..bundles.len())
-        .filter(|&b| {
-            assign(
-                b,
-                bundles,
-                totals,
-                &mut owner,
-                &mut vec![false; totals.len()],
-            )
-        })
-        .count()
 }
 
 impl ClusterCore {
@@ -312,16 +242,18 @@ mod tests {
         assert!(totals.check_group("g", &[cpus(100)], Pack).is_ok());
         totals.set(&[node(1, 2, true), node(2, 2, true), node(3, 64, false)]);
         assert!(
-            reason(totals.check_group("g", &[cpus(100)], Pack)).starts_with("bundle 0 fits none")
+            reason(totals.check_group("g", &[cpus(100)], Pack)).ends_with("fits on no node"),
+            "node 3, large enough, is dead"
         );
-        assert!(reason(totals.check_group("g", &[cpus(1), cpus(3)], Spread))
-            .starts_with("bundle 1 fits none"));
+        assert!(
+            reason(totals.check_group("g", &[cpus(1), cpus(3)], Spread)).starts_with("bundle 1 ")
+        );
         assert!(totals
             .check_group("g", &[cpus(1), cpus(1)], StrictPack)
             .is_ok());
         assert!(
             reason(totals.check_group("g", &[cpus(2), cpus(2)], StrictPack))
-                .starts_with("STRICT_PACK")
+                .contains("more than any one node has")
         );
         assert!(totals.check_group("g", &[cpus(2), cpus(2)], Pack).is_ok());
         assert!(totals
@@ -329,12 +261,18 @@ mod tests {
             .is_ok());
         assert_eq!(
             reason(totals.check_group("g", &[cpus(1), cpus(1), cpus(1)], StrictSpread)),
-            "STRICT_SPREAD needs 3 nodes and this cluster has 2 that fit"
+            "it needs 3 distinct nodes that can each hold one of its bundles"
         );
         assert!(
             reason(totals.check_group("g", &[cpus(2), cpus(2), cpus(2)], Spread))
-                .starts_with("its bundles need more")
+                .contains("do not fit on the cluster's nodes together")
         );
+        // Within the sum of the nodes, but not in pieces they hold: 1.5 +
+        // 1.5 + 1 CPUs on two 2-CPU nodes.
+        let half = |n: f64| ResourceSet::new().with(CPU, Quantity::from_f64(n).unwrap());
+        assert!(totals
+            .check_group("g", &[half(1.5), half(1.5), half(1.0)], Pack)
+            .is_err());
         // A node each, where only some nodes fit some bundles: 2 CPUs must
         // take the large node, so the small bundle takes the small one.
         totals.set(&[node(1, 4, true), node(2, 1, true)]);

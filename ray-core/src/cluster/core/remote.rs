@@ -101,22 +101,15 @@ impl Remote for ClusterRemote {
         self.0.lent_objects()
     }
 
-    fn check_group_feasible(
-        &self,
-        what: &str,
-        bundles: &[ResourceSet],
-        strategy: PlacementStrategy,
-    ) -> crate::Result<()> {
-        self.0.check_group_feasible(what, bundles, strategy)
-    }
-
     fn create_placement_group(
         &self,
         id: PlacementGroupId,
         bundles: Vec<ResourceSet>,
         strategy: PlacementStrategy,
-    ) -> Arc<dyn RemotePg> {
-        self.0.create_pg(id, bundles, strategy)
+    ) -> crate::Result<Arc<dyn RemotePg>> {
+        self.0
+            .check_group_feasible(&format!("{id} ({strategy:?})"), &bundles, strategy)?;
+        Ok(self.0.create_pg(id, bundles, strategy))
     }
 
     fn remove_placement_group(&self, pg: &Arc<dyn RemotePg>, why: &str) {
