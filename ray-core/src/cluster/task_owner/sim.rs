@@ -1,7 +1,8 @@
 //! A seeded simulation of one owner ([`TaskOwner`]) submitting tasks to a
 //! cluster of nodes whose worker processes are killed, whose work streams
-//! are cut while their workers live on, whose nodes die and are replaced, and whose messages are delayed and reordered (a work
-//! stream keeps its order, as a QUIC stream does). Some results leave
+//! are cut while their workers live on, whose nodes die and are replaced,
+//! and whose messages are delayed and reordered (a work stream keeps its
+//! order, as a QUIC stream does). Some results leave
 //! their value with the worker until the owner takes it, and a worker that
 //! dies first loses it: the task must run again. Each seed replays
 //! exactly. After every run it checks that each task ended exactly once,
